@@ -1,0 +1,37 @@
+# The README's two commands: `make demo` (the main job) and `make test` (the whole suite).
+# Each creates .venv and installs what it needs; re-runs reuse it while pyproject.toml is unchanged.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# CPU build of torch, installed before anything that depends on torch so no CUDA build is pulled.
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: install test demo bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml examples/rllm-median-baseline/pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[all]" --group dev
+	$(PY) -m pip install --quiet ./examples/rllm-median-baseline
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(PY) -m rllm_plugins.demo $(ARGS)
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.run $(ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+clean:
+	rm -rf $(VENV) build *.egg-info

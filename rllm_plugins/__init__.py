@@ -1,0 +1,49 @@
+"""rLLM-native outcome advantage estimators, as a plugin package for verl and TRL."""
+
+from .advantage import collect_reward_and_advantage_from_trajectory_groups
+from .config import AlgorithmConfig, rLLMAdvantageEstimator
+from .estimators import (
+    calculate_grpo_advantages,
+    calculate_prpo_advantages,
+    calculate_reinforce_advantages,
+    calculate_reinforce_plus_plus_baseline_advantages,
+    calculate_rloo_advantages,
+)
+from .hookspecs import hookimpl
+from .registry import (
+    EstimatorConflictError,
+    UnknownEstimatorError,
+    available_estimators,
+    get_estimator_spec,
+    get_rllm_adv_estimator,
+    register_rllm_adv_estimator,
+    unregister_rllm_adv_estimator,
+)
+from .rl_algo import calculate_grpo_advantages_per_group, calculate_rloo_advantages_per_group
+from .spec import AdvEstimatorSpec
+from .types import Step, Trajectory, TrajectoryGroup
+
+__all__ = [
+    "AdvEstimatorSpec",
+    "AlgorithmConfig",
+    "EstimatorConflictError",
+    "Step",
+    "Trajectory",
+    "TrajectoryGroup",
+    "UnknownEstimatorError",
+    "available_estimators",
+    "calculate_grpo_advantages",
+    "calculate_grpo_advantages_per_group",
+    "calculate_prpo_advantages",
+    "calculate_reinforce_advantages",
+    "calculate_reinforce_plus_plus_baseline_advantages",
+    "calculate_rloo_advantages",
+    "calculate_rloo_advantages_per_group",
+    "collect_reward_and_advantage_from_trajectory_groups",
+    "get_estimator_spec",
+    "get_rllm_adv_estimator",
+    "hookimpl",
+    "rLLMAdvantageEstimator",
+    "register_rllm_adv_estimator",
+    "unregister_rllm_adv_estimator",
+]

@@ -1,0 +1,14 @@
+"""The built-in estimators, registered as the first plugin."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .estimators import BUILTIN_SPECS
+from .hookspecs import hookimpl
+from .spec import AdvEstimatorSpec
+
+
+@hookimpl
+def rllm_adv_estimators() -> Iterable[AdvEstimatorSpec]:
+    return BUILTIN_SPECS

@@ -1,0 +1,38 @@
+"""The built-in estimators: each a batched function over flat groups plus its rLLM list form."""
+
+from __future__ import annotations
+
+from ..spec import AdvEstimatorSpec
+from .grpo import calculate_grpo_advantages, grpo
+from .grpo_passk import calculate_grpo_passk_advantages, grpo_passk
+from .opo import calculate_opo_advantages, opo
+from .prpo import calculate_prpo_advantages, prpo
+from .reinforce import calculate_reinforce_advantages, reinforce
+from .reinforce_plus_plus_baseline import calculate_reinforce_plus_plus_baseline_advantages, reinforce_plus_plus_baseline
+from .rloo import calculate_rloo_advantages, rloo
+from .trl_compat import calculate_trl_grpo_advantages, calculate_trl_grpo_batch_advantages, trl_grpo, trl_grpo_batch
+
+BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
+    AdvEstimatorSpec("grpo", calculate_grpo_advantages, grpo),
+    AdvEstimatorSpec("reinforce", calculate_reinforce_advantages, reinforce),
+    AdvEstimatorSpec("reinforce_plus_plus_baseline", calculate_reinforce_plus_plus_baseline_advantages, reinforce_plus_plus_baseline),
+    AdvEstimatorSpec("rloo", calculate_rloo_advantages, rloo),
+    AdvEstimatorSpec("prpo", calculate_prpo_advantages, prpo),
+    AdvEstimatorSpec("opo", calculate_opo_advantages, opo),
+    AdvEstimatorSpec("grpo_passk", calculate_grpo_passk_advantages, grpo_passk),
+    AdvEstimatorSpec("trl_grpo", calculate_trl_grpo_advantages, trl_grpo),
+    AdvEstimatorSpec("trl_grpo_batch", calculate_trl_grpo_batch_advantages, trl_grpo_batch),
+)
+
+__all__ = [
+    "BUILTIN_SPECS",
+    "calculate_grpo_advantages",
+    "calculate_grpo_passk_advantages",
+    "calculate_opo_advantages",
+    "calculate_prpo_advantages",
+    "calculate_reinforce_advantages",
+    "calculate_reinforce_plus_plus_baseline_advantages",
+    "calculate_rloo_advantages",
+    "calculate_trl_grpo_advantages",
+    "calculate_trl_grpo_batch_advantages",
+]

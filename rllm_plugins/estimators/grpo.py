@@ -1,0 +1,31 @@
+"""GRPO (Shao et al., 2024, https://arxiv.org/abs/2402.03300), rLLM-native.
+
+``A_i = (r_i - mean_g) / (std_g + eps)``; ``std_g`` is the population std (ddof=0), eps 1e-6.
+``norm_adv_by_std_in_grpo=False`` gives ``r_i - mean_g`` (Dr. GRPO). A group of one trajectory
+uses mean 0 and std 1, so its advantage is ``r / (1 + eps)`` (or ``r``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..spec import list_form_of
+from ..segments import GroupLayout
+
+
+def grpo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6, **_: Any) -> np.ndarray:
+    """GRPO: (r - group mean) / (group population std + eps); a group of 1 uses mean 0, std 1."""
+    layout = GroupLayout.from_offsets(offsets, len(values))
+    mean = layout.mean(values)
+    singles = layout.sizes <= 1
+    centred = values - layout.expand(np.where(singles, 0.0, mean))
+    if not norm_adv_by_std_in_grpo:
+        return centred
+    std = np.where(singles, 1.0, layout.std(values, mean))
+    return centred / layout.expand(std + epsilon)
+
+
+calculate_grpo_advantages = list_form_of(grpo)
+calculate_grpo_advantages.__name__ = "calculate_grpo_advantages"

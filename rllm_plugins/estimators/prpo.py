@@ -1,0 +1,31 @@
+"""PRPO: a role-level z-score, ``A_i = (r_i - mean_role) / (std_role + eps)``.
+
+Every trajectory of the role shares one baseline and one scale (population std, eps 1e-6),
+whatever its group; ``norm_adv_by_std_in_grpo=False`` gives ``r_i - mean_role``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..spec import list_form_of
+from .reinforce_plus_plus_baseline import role_std
+from ..segments import GroupLayout
+
+
+def prpo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6, **_: Any) -> np.ndarray:
+    """PRPO: (r - role mean) / (role population std + eps)."""
+    GroupLayout.from_offsets(offsets, len(values))
+    if values.size == 0:
+        return np.zeros(0)
+    role = GroupLayout.from_offsets([0, values.size], values.size)
+    centred = values - role.mean(values)[0]
+    if not norm_adv_by_std_in_grpo:
+        return centred
+    return centred / (role_std(values) + epsilon)
+
+
+calculate_prpo_advantages = list_form_of(prpo)
+calculate_prpo_advantages.__name__ = "calculate_prpo_advantages"

@@ -1,0 +1,20 @@
+"""REINFORCE (Williams, 1992): the advantage is the trajectory reward, no baseline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..spec import list_form_of
+from ..segments import GroupLayout
+
+
+def reinforce(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -> np.ndarray:
+    """REINFORCE: advantage = reward (no baseline)."""
+    GroupLayout.from_offsets(offsets, len(values))
+    return np.array(values, dtype=np.float64)
+
+
+calculate_reinforce_advantages = list_form_of(reinforce)
+calculate_reinforce_advantages.__name__ = "calculate_reinforce_advantages"

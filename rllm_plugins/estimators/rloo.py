@@ -1,0 +1,27 @@
+"""RLOO (Ahmadian et al., 2024, https://arxiv.org/abs/2402.14740).
+
+``A_i = r_i - mean_{j != i} r_j = n / (n - 1) * (r_i - mean_g)``; a group of one keeps its reward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..spec import list_form_of
+from ..segments import GroupLayout
+
+
+def rloo(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -> np.ndarray:
+    """RLOO: n/(n-1) * (r - group mean), the leave-one-out baseline; a group of 1 keeps r."""
+    layout = GroupLayout.from_offsets(offsets, len(values))
+    n = layout.sizes.astype(np.float64)
+    singles = layout.sizes <= 1
+    mean = np.where(singles, 0.0, layout.mean(values))
+    scale = np.where(singles, 1.0, n / np.maximum(n - 1.0, 1.0))
+    return layout.expand(scale) * (values - layout.expand(mean))
+
+
+calculate_rloo_advantages = list_form_of(rloo)
+calculate_rloo_advantages.__name__ = "calculate_rloo_advantages"

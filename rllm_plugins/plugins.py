@@ -1,0 +1,299 @@
+"""Plugin discovery: one pluggy manager, built lazily, that knows where every estimator came from.
+
+Built-ins register first, then every entry point of the group ``rllm_plugins`` is loaded by
+our own loop, so that a broken plugin is skipped with a warning naming it (or raises under
+``RLLM_PLUGINS_STRICT=1``), ``RLLM_PLUGINS_DISABLE=a,b`` blocks entry points by name, and two
+plugins offering one name become a conflict that is reported when the name is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Literal
+
+import pluggy
+
+from . import builtin_plugin, hookspecs
+from .spec import AdvEstimatorSpec
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Estimator",
+    "PluginLoadError",
+    "PluginRecord",
+    "PluginState",
+    "Provider",
+    "loading_provider",
+    "plugin_state",
+    "reset_plugins",
+]
+
+ENTRY_POINT_GROUP = hookspecs.PROJECT
+STRICT_ENV = "RLLM_PLUGINS_STRICT"
+DISABLE_ENV = "RLLM_PLUGINS_DISABLE"
+
+Status = Literal["active", "disabled", "error", "conflict"]
+
+
+class PluginLoadError(RuntimeError):
+    """A plugin failed to load while ``RLLM_PLUGINS_STRICT=1``."""
+
+
+@dataclass(frozen=True)
+class Provider:
+    """Where an estimator comes from: the built-ins, an installed plugin, or user code."""
+
+    plugin: str
+    distribution: str | None = None
+    version: str | None = None
+    kind: Literal["builtin", "plugin", "user"] = "plugin"
+
+    def __str__(self) -> str:
+        if self.kind == "builtin":
+            return "rllm-plugins (built-in)"
+        if self.kind == "user":
+            return f"user code ({self.plugin})"
+        dist = f"{self.distribution} {self.version}" if self.distribution else "unknown distribution"
+        return f"plugin {self.plugin!r} (distribution {dist})"
+
+
+def _annotate(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
+    """Wrap ``fn`` so that an exception it raises names ``where`` (a note on the same exception)."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            if not hasattr(e, "add_note"):  # Python < 3.11
+                raise RuntimeError(f"{where}: {type(e).__name__}: {e}") from e
+            e.add_note(where)
+            raise
+
+    return call
+
+
+@dataclass(frozen=True, eq=False)
+class Estimator:
+    """A registered estimator: its spec, provider, and both calling forms (plugin errors name the plugin)."""
+
+    spec: AdvEstimatorSpec
+    provider: Provider
+    list_form: Callable[..., Any] = field(init=False, repr=False)
+    batched_form: Callable[..., Any] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        list_form, batched_form = self.spec.list_form, self.spec.batched_form
+        if self.provider.kind == "plugin":
+            where = f"raised by estimator {self.spec.name!r} of {self.provider}"
+            list_form, batched_form = _annotate(list_form, where), _annotate(batched_form, where)
+        object.__setattr__(self, "list_form", list_form)
+        object.__setattr__(self, "batched_form", batched_form)
+
+
+@dataclass
+class PluginRecord:
+    """One entry point of the group ``rllm_plugins`` (or the built-ins) and what became of it."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+    status: Status = "active"
+    estimators: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "status": self.status,
+            "estimators": list(self.estimators),
+            "error": self.error,
+        }
+
+
+@dataclass
+class PluginState:
+    """The loaded plugin manager: estimators by name, conflicting names, and one record per plugin."""
+
+    manager: pluggy.PluginManager
+    records: list[PluginRecord]
+    estimators: dict[str, Estimator]
+    conflicts: dict[str, list[Provider]]
+
+
+_lock = threading.RLock()
+_state: PluginState | None = None
+_local = threading.local()  # .provider / .captured while an entry point is being imported
+
+
+def loading_provider() -> Provider | None:
+    """The plugin whose entry point this thread is importing, if any."""
+    return getattr(_local, "provider", None)
+
+
+def capture(spec: AdvEstimatorSpec) -> None:
+    """Record a decorator registration made while a plugin module imports (rLLM's legacy style)."""
+    _local.captured.append(spec)
+
+
+@contextlib.contextmanager
+def _importing(provider: Provider) -> Iterator[list[AdvEstimatorSpec]]:
+    _local.provider, _local.captured = provider, []
+    try:
+        yield _local.captured
+    finally:
+        _local.provider = None
+
+
+def plugin_state() -> PluginState:
+    """The plugin manager's state, built on first use (thread-safe)."""
+    global _state
+    state = _state
+    if state is not None:
+        return state
+    with _lock:
+        if _state is None:
+            if getattr(_local, "building", False):  # a plugin looks names up while it imports
+                return _builtin_state()
+            _local.building = True
+            try:
+                _state = _build()
+            finally:
+                _local.building = False
+        return _state
+
+
+def reset_plugins() -> None:
+    """Forget the loaded plugins; the next lookup discovers entry points again (for tests)."""
+    global _state
+    with _lock:
+        _state = None
+
+
+def _builtin_provider() -> Provider:
+    try:
+        version: str | None = metadata.version("rllm-plugins")
+    except metadata.PackageNotFoundError:
+        version = None
+    return Provider("builtin", "rllm-plugins", version, kind="builtin")
+
+
+def _builtin_state() -> PluginState:
+    provider = _builtin_provider()
+    specs = list(builtin_plugin.rllm_adv_estimators())
+    estimators = {n: Estimator(s, provider) for s in specs for n in s.names}
+    record = PluginRecord("builtin", provider.distribution, provider.version, estimators=[s.name for s in specs])
+    return PluginState(pluggy.PluginManager(hookspecs.PROJECT), [record], estimators, {})
+
+
+def _entry_points() -> list[metadata.EntryPoint]:
+    seen: set[tuple[str | None, str, str]] = set()
+    unique = []
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        key = (ep.dist.name if ep.dist else None, ep.name, ep.value)
+        if key not in seen:  # the same distribution found twice on sys.path
+            seen.add(key)
+            unique.append(ep)
+    return sorted(unique, key=lambda ep: (ep.name, ep.dist.name if ep.dist else ""))
+
+
+def _env_list(name: str) -> set[str]:
+    return {item.strip() for item in os.environ.get(name, "").split(",") if item.strip()}
+
+
+def _strict() -> bool:
+    return os.environ.get(STRICT_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _specs_of(manager: pluggy.PluginManager, plugin_name: str) -> list[AdvEstimatorSpec]:
+    """Call one plugin's ``rllm_adv_estimators`` implementation and check what it returns."""
+    specs: list[AdvEstimatorSpec] = []
+    for impl in manager.hook.rllm_adv_estimators.get_hookimpls():
+        if impl.plugin_name != plugin_name:
+            continue
+        result = impl.function()
+        for spec in [] if result is None else result:
+            if not isinstance(spec, AdvEstimatorSpec):
+                raise TypeError(f"rllm_adv_estimators() must yield AdvEstimatorSpec objects, got {type(spec).__name__}: {spec!r}")
+            specs.append(spec)
+    return specs
+
+
+def _load_entry_point(manager: pluggy.PluginManager, ep: metadata.EntryPoint, provider: Provider) -> list[AdvEstimatorSpec]:
+    with _importing(provider) as captured:
+        plugin = ep.load()
+    registered = f"{provider.distribution}:{ep.name}"
+    manager.register(plugin, name=registered)
+    try:
+        return captured + _specs_of(manager, registered)
+    except Exception:
+        manager.unregister(name=registered)
+        raise
+
+
+def _build() -> PluginState:
+    state = _builtin_state()
+    manager, records = state.manager, state.records
+    manager.add_hookspecs(hookspecs)
+    manager.register(builtin_plugin, name="builtin")
+    builtin_names = set(state.estimators)
+    disabled, strict = _env_list(DISABLE_ENV), _strict()
+
+    offers: dict[str, list[tuple[AdvEstimatorSpec, Provider, PluginRecord]]] = {}
+    for ep in _entry_points():
+        dist = ep.dist
+        provider = Provider(ep.name, dist.name if dist else None, dist.version if dist else None)
+        record = PluginRecord(ep.name, provider.distribution, provider.version)
+        records.append(record)
+        if ep.name in disabled:
+            record.status = "disabled"
+            continue
+        try:
+            specs = _load_entry_point(manager, ep, provider)
+        except Exception as e:
+            message = f"{type(e).__name__}: {e}"
+            if strict:
+                raise PluginLoadError(f"{provider} failed to load ({STRICT_ENV} is set): {message}") from e
+            warnings.warn(
+                f"rllm_plugins: skipping {provider}, which failed to load: {message}. "
+                f"Fix or uninstall it, or set {DISABLE_ENV}={ep.name} to silence this.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            record.status, record.error = "error", message
+            continue
+        for spec in specs:
+            record.estimators.append(spec.name)
+            for name in spec.names:
+                if name in builtin_names:
+                    record.status = "conflict"
+                    record.error = f"{name!r} is a built-in estimator name and cannot be taken by a plugin"
+                    warnings.warn(f"rllm_plugins: {provider} offers {name!r}, a built-in name; its version is ignored", RuntimeWarning, stacklevel=2)
+                    continue
+                offers.setdefault(name, []).append((spec, provider, record))
+
+    conflicts: dict[str, list[Provider]] = {}
+    for name, offered in offers.items():
+        providers = list(dict.fromkeys(p for _, p, _ in offered))
+        if len(providers) == 1:
+            state.estimators[name] = Estimator(offered[0][0], providers[0])
+            continue
+        conflicts[name] = providers
+        for _, _, record in offered:
+            record.status = "conflict"
+            record.error = f"{name!r} is also offered by " + ", ".join(str(p) for p in providers if p.plugin != record.name)
+    state.conflicts = conflicts
+    return state
+
+
+def iter_records() -> Iterable[PluginRecord]:
+    return list(plugin_state().records)

@@ -1,0 +1,154 @@
+"""Select estimators by name: ``register_rllm_adv_estimator`` and ``get_rllm_adv_estimator``.
+
+Names are looked up in this order: explicit registrations in user code, then the built-ins
+and installed plugins (discovered on first use; see :mod:`.plugins`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from . import plugins
+from .config import AlgorithmConfig
+from .spec import AdvEstimatorSpec, BatchedEstimator, ListEstimator, normalize_name, validate_name
+
+__all__ = [
+    "EstimatorConflictError",
+    "UnknownEstimatorError",
+    "available_estimators",
+    "get_estimator",
+    "get_estimator_spec",
+    "get_rllm_adv_estimator",
+    "register_rllm_adv_estimator",
+    "unregister_rllm_adv_estimator",
+]
+
+
+class UnknownEstimatorError(ValueError):
+    """No estimator is registered under the name."""
+
+
+class EstimatorConflictError(ValueError):
+    """Several installed plugins offer the name."""
+
+
+_user_lock = threading.Lock()
+_user: dict[str, plugins.Estimator] = {}
+
+
+def register_rllm_adv_estimator(
+    name: Any,
+    *,
+    batched: BatchedEstimator | None = None,
+    description: str = "",
+    aliases: tuple[str, ...] = (),
+) -> Callable[[ListEstimator], ListEstimator]:
+    """Decorator: register a list-form estimator under ``name`` (a str or ``rLLMAdvantageEstimator``).
+
+    ``batched`` optionally gives the fast ``(values, offsets) -> advantages`` form the adapters
+    use. In user code this may override a built-in or plugin name, with a warning naming both;
+    inside a module loaded through the ``rllm_plugins`` entry point it registers for that plugin.
+    """
+    key = validate_name(name)
+
+    def decorator(func: ListEstimator) -> ListEstimator:
+        spec = AdvEstimatorSpec(key, fn=func, batched=batched, description=description, aliases=aliases)
+        if plugins.loading_provider() is not None:
+            plugins.capture(spec)
+            return func
+        provider = plugins.Provider(f"{func.__module__}.{func.__qualname__}", kind="user")
+        estimator = plugins.Estimator(spec, provider)
+        with _user_lock:
+            for n in spec.names:
+                previous = _user.get(n) or plugins.plugin_state().estimators.get(n)
+                if previous is not None and previous.spec.fn is not func:
+                    warnings.warn(f"estimator {n!r} from {provider} overrides the one from {previous.provider}", UserWarning, stacklevel=2)
+                _user[n] = estimator
+        return func
+
+    return decorator
+
+
+def unregister_rllm_adv_estimator(name: Any) -> None:
+    """Remove a user-code registration (and its aliases); built-ins and plugins stay."""
+    key = normalize_name(name)
+    with _user_lock:
+        estimator = _user.get(key)
+        if estimator is None:
+            raise UnknownEstimatorError(f"no estimator {key!r} was registered in user code")
+        for n in estimator.spec.names:
+            _user.pop(n, None)
+
+
+def get_estimator(name: Any) -> plugins.Estimator:
+    """The registered estimator for ``name``, with its provider and both calling forms."""
+    key = normalize_name(name)
+    estimator = _user.get(key)
+    if estimator is not None:
+        return estimator
+    state = plugins.plugin_state()
+    if key in state.conflicts:
+        providers = state.conflicts[key]
+        listing = "; ".join(str(p) for p in providers)
+        names = ",".join(p.plugin for p in providers)
+        raise EstimatorConflictError(
+            f"estimator {key!r} is offered by {len(providers)} installed plugins: {listing}. "
+            f"Uninstall one, or disable one with {plugins.DISABLE_ENV}=<entry-point name> (one of: {names})."
+        )
+    estimator = state.estimators.get(key)
+    if estimator is not None:
+        return estimator
+    raise UnknownEstimatorError(_unknown_message(name, key))
+
+
+def _unknown_message(name: Any, key: str) -> str:
+    names = available_estimators()
+    if key == "other":
+        return (
+            "rLLMAdvantageEstimator.OTHER stands for 'some other estimator' and cannot be computed; "
+            f"set the name of a registered estimator instead. Available: {', '.join(names)}"
+        )
+    close = difflib.get_close_matches(key, names, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return (
+        f"Unknown advantage estimator {name!r}.{hint} Available: {', '.join(names)}. "
+        "Register a custom one with @register_rllm_adv_estimator or install an estimator plugin."
+    )
+
+
+def get_estimator_spec(name: Any) -> AdvEstimatorSpec:
+    """The :class:`AdvEstimatorSpec` registered under ``name``."""
+    return get_estimator(name).spec
+
+
+def get_rllm_adv_estimator(name: Any) -> ListEstimator:
+    """The list-form estimator registered under ``name`` (a str or ``rLLMAdvantageEstimator``).
+
+    Unknown names raise ``ValueError`` listing the available names and the closest match.
+    """
+    return get_estimator(name).list_form
+
+
+def available_estimators() -> list[str]:
+    """Every name that resolves to exactly one estimator, sorted."""
+    state = plugins.plugin_state()
+    return sorted(set(state.estimators) | set(_user))
+
+
+def _prepare_adv_estimator_input(rewards: list[Any], algorithm_config: AlgorithmConfig, traj_groups: list[Any] | None = None) -> dict[str, Any]:
+    """Keyword arguments of one estimator call: both rLLM signature generations find theirs.
+
+    ``rewards`` (one array per group), ``algorithm_config``, ``traj_groups``,
+    ``norm_adv_by_std_in_grpo``, plus ``algorithm_config.estimator_kwargs``.
+    """
+    return {
+        **algorithm_config.estimator_kwargs,
+        "rewards": rewards,
+        "algorithm_config": algorithm_config,
+        "traj_groups": traj_groups,
+        "norm_adv_by_std_in_grpo": algorithm_config.norm_adv_by_std_in_grpo,
+    }

@@ -1,0 +1,139 @@
+"""Segment reductions over flat rewards split into contiguous groups.
+
+A role's groups are stored flat: ``values`` of shape ``(N,)`` and ``offsets`` of shape
+``(G + 1,)`` with ``offsets[0] == 0``, ``offsets[-1] == N`` and group ``g`` owning
+``values[offsets[g]:offsets[g + 1]]``. Empty groups are allowed and own nothing.
+
+Every function here is vectorised over groups (no Python loop per group); groups of equal
+size, the common case in verl and TRL, take a reshape fast path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+__all__ = ["GroupLayout", "offsets_from_sizes"]
+
+
+def offsets_from_sizes(sizes: np.ndarray | list[int]) -> np.ndarray:
+    """Group sizes ``(G,)`` -> offsets ``(G + 1,)`` (int64, starting at 0)."""
+    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    return offsets
+
+
+@dataclass(frozen=True, eq=False)
+class GroupLayout:
+    """How ``N`` flat values split into ``G`` contiguous groups.
+
+    Build with :meth:`from_offsets`, which validates; the reductions take ``(N,)`` float
+    arrays and return ``(G,)`` per-group statistics, :meth:`expand` maps them back to ``(N,)``.
+    """
+
+    offsets: np.ndarray  # (G + 1,) int64
+    sizes: np.ndarray  # (G,) int64
+    uniform_size: int | None  # k when every group has k >= 1 members, else None
+
+    @classmethod
+    def from_offsets(cls, offsets: np.ndarray | list[int], num_values: int) -> GroupLayout:
+        """Validate ``offsets`` against ``num_values`` and describe the layout."""
+        offsets = np.asarray(offsets)
+        if offsets.ndim != 1 or offsets.size == 0:
+            raise ValueError(f"offsets must be a 1-D array of G + 1 group boundaries, got shape {offsets.shape}")
+        if not np.issubdtype(offsets.dtype, np.integer):
+            raise ValueError(f"offsets must be integers, got dtype {offsets.dtype}")
+        offsets = offsets.astype(np.int64, copy=False)
+        if offsets[0] != 0 or offsets[-1] != num_values:
+            raise ValueError(f"offsets must start at 0 and end at the number of values ({num_values}), got {offsets[0]} .. {offsets[-1]}")
+        sizes = np.diff(offsets)
+        if sizes.size and sizes.min() < 0:
+            bad = int(np.argmin(sizes))
+            raise ValueError(f"offsets must be non-decreasing; group {bad} has size {int(sizes[bad])}")
+        uniform = None
+        if sizes.size and sizes[0] > 0 and num_values == sizes[0] * sizes.size:
+            # equal total and positive first size: uniform iff every boundary is a multiple
+            k = int(sizes[0])
+            if np.array_equal(offsets, np.arange(0, num_values + 1, k, dtype=np.int64)):
+                uniform = k
+        return cls(offsets=offsets, sizes=sizes, uniform_size=uniform)
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.sizes.size)
+
+    @property
+    def num_values(self) -> int:
+        return int(self.offsets[-1])
+
+    @cached_property
+    def group_index(self) -> np.ndarray:
+        """``(N,)`` index of the group that owns each value."""
+        return np.repeat(np.arange(self.num_groups, dtype=np.int64), self.sizes)
+
+    @cached_property
+    def _nonempty_starts(self) -> tuple[np.ndarray, np.ndarray]:
+        nonempty = np.flatnonzero(self.sizes)
+        return nonempty, self.offsets[nonempty]
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        """Per-group sum ``(G,)``; 0 for empty groups."""
+        if self.uniform_size is not None:
+            return values.reshape(-1, self.uniform_size).sum(axis=1)
+        out = np.zeros(self.num_groups, dtype=values.dtype)
+        nonempty, starts = self._nonempty_starts
+        if nonempty.size:
+            out[nonempty] = np.add.reduceat(values, starts)
+        return out
+
+    def max(self, values: np.ndarray) -> np.ndarray:
+        """Per-group maximum ``(G,)``; -inf for empty groups."""
+        if self.uniform_size is not None:
+            return values.reshape(-1, self.uniform_size).max(axis=1)
+        out = np.full(self.num_groups, -np.inf, dtype=values.dtype)
+        nonempty, starts = self._nonempty_starts
+        if nonempty.size:
+            out[nonempty] = np.maximum.reduceat(values, starts)
+        return out
+
+    def mean(self, values: np.ndarray) -> np.ndarray:
+        """Per-group mean ``(G,)`` with one correction pass (exact for constant groups); 0 for empty groups."""
+        sizes = np.maximum(self.sizes, 1)
+        mean = self.sum(values) / sizes
+        return mean + self.sum(values - self.expand(mean)) / sizes
+
+    def std(self, values: np.ndarray, mean: np.ndarray | None = None, ddof: int = 0) -> np.ndarray:
+        """Per-group standard deviation ``(G,)`` (two-pass; ``ddof=0`` population, 1 sample).
+
+        Groups with ``size - ddof <= 0`` get NaN, as ``np.std`` does. Magnitudes up to the
+        float64 range do not overflow: groups whose squared deviations overflow are rescaled.
+        """
+        if mean is None:
+            mean = self.mean(values)
+        centred = values - self.expand(mean)
+        dof = self.sizes - ddof
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            var = self.sum(centred * centred) / dof
+            std = np.sqrt(var)
+            overflowed = np.isinf(std)
+            if overflowed.any():
+                scale = self.max(np.abs(centred))
+                scaled = centred / self.expand(np.where(scale > 0, scale, 1.0))
+                rescaled = scale * np.sqrt(self.sum(scaled * scaled) / dof)
+                std = np.where(overflowed, rescaled, std)
+        return np.where(dof > 0, std, np.nan)
+
+    def expand(self, per_group: np.ndarray) -> np.ndarray:
+        """Broadcast a per-group ``(G,)`` array to the values ``(N,)``."""
+        if self.uniform_size is not None:
+            return np.repeat(per_group, self.uniform_size)
+        return per_group[self.group_index]
+
+    def split(self, values: np.ndarray) -> list[np.ndarray]:
+        """``(N,)`` -> one view per group (the list-of-arrays form)."""
+        if self.uniform_size is not None:
+            return list(values.reshape(-1, self.uniform_size))
+        bounds = self.offsets.tolist()
+        return [values[a:b] for a, b in zip(bounds[:-1], bounds[1:])]

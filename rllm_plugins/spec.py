@@ -1,0 +1,189 @@
+"""What an estimator is: :class:`AdvEstimatorSpec`, its two calling forms and how each derives the other.
+
+**List form** (rLLM's API): ``fn(rewards=list[np.ndarray], **kwargs) -> (advantages_by_group, returns_by_group)``,
+both sequences aligned with ``rewards``. Functions written for either rLLM generation,
+``(rewards, norm_adv_by_std_in_grpo, episilon, **kw)`` or ``(rewards, algorithm_config, **kw)``, fit.
+
+**Batched form** (used by the adapters): ``batched(values, offsets, **kwargs) -> advantages`` with
+``values`` float64 ``(N,)``, ``offsets`` int64 ``(G + 1,)`` (see :mod:`.segments`) and
+advantages float64 ``(N,)``; returns equal advantages for every built-in.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+import numpy as np
+
+from .segments import GroupLayout, offsets_from_sizes
+
+__all__ = ["AdvEstimatorSpec", "BatchedEstimator", "ListEstimator", "call_with_accepted_kwargs", "normalize_name"]
+
+ListEstimator = Callable[..., tuple[Sequence[Any], Sequence[Any]]]
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class BatchedEstimator(Protocol):
+    def __call__(self, values: np.ndarray, offsets: np.ndarray, /, **kwargs: Any) -> np.ndarray: ...
+
+
+def normalize_name(name: object) -> str:
+    """Registry key of ``name``: an enum's value, lower-cased and stripped. Does not validate."""
+    if isinstance(name, Enum):
+        name = name.value
+    if not isinstance(name, str):
+        raise TypeError(f"an estimator name must be a str or rLLMAdvantageEstimator, got {type(name).__name__}: {name!r}")
+    return name.strip().lower()
+
+
+def validate_name(name: object, where: str = "") -> str:
+    """Normalise ``name`` and check it is ``[a-z][a-z0-9_]*``; ``where`` names the source in the error."""
+    key = normalize_name(name)
+    if not _NAME_RE.match(key):
+        origin = f" (from {where})" if where else ""
+        raise ValueError(f"invalid estimator name {name!r}{origin}: names are lower case letters, digits and '_', starting with a letter")
+    return key
+
+
+def _accepts(fn: Callable[..., Any]) -> tuple[frozenset[str], bool]:
+    """Keyword names ``fn`` accepts, and whether it takes ``**kwargs``."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature: pass everything
+        return frozenset(), True
+    names = frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return names, any(p.kind is p.VAR_KEYWORD for p in params)
+
+
+def call_with_accepted_kwargs(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call ``fn`` with the keyword arguments it accepts (all of them if it takes ``**kwargs``)."""
+    names, var_kw = _accepts(fn)
+    if not var_kw:
+        kwargs = {k: v for k, v in kwargs.items() if k in names}
+    return fn(*args, **kwargs)
+
+
+def flatten_groups(rewards: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """List of per-group rewards -> (values float64 ``(N,)``, offsets ``(G + 1,)``).
+
+    Raises ``ValueError`` naming the group and position of a missing, non-numeric or
+    non-finite reward.
+    """
+    arrays = []
+    for g, group in enumerate(rewards):
+        try:
+            arr = np.asarray(group, dtype=np.float64)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"group {g}: rewards must be numbers, got {group!r} ({e})") from None
+        if arr.ndim != 1:
+            raise ValueError(f"group {g}: rewards must be a 1-D sequence, got shape {arr.shape}")
+        arrays.append(arr)
+    offsets = offsets_from_sizes([a.size for a in arrays])
+    values = np.concatenate(arrays) if arrays else np.zeros(0)
+    if not np.isfinite(values).all():
+        i = int(np.flatnonzero(~np.isfinite(values))[0])
+        g = int(np.searchsorted(offsets, i, side="right") - 1)
+        raise ValueError(f"group {g}, trajectory {i - offsets[g]}: reward is {values[i]}; rewards must be finite")
+    return values, offsets
+
+
+def _lengths_from_groups(traj_groups: Sequence[Any] | None) -> np.ndarray | None:
+    """Response length of every trajectory (sum over its steps), flat in group order."""
+    if traj_groups is None:
+        return None
+    return np.array(
+        [sum(len(step.response_ids) for step in traj.steps) for group in traj_groups for traj in group.trajectories],
+        dtype=np.float64,
+    )
+
+
+def list_form_of(batched: BatchedEstimator) -> ListEstimator:
+    """Wrap a batched estimator in rLLM's list-of-arrays calling convention."""
+
+    def list_form(rewards: Sequence[Any], **kwargs: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        if len(rewards) == 0:
+            return [], []
+        if "episilon" in kwargs:  # the spec's spelling
+            kwargs.setdefault("epsilon", kwargs.pop("episilon"))
+        kwargs.pop("algorithm_config", None)
+        traj_groups = kwargs.pop("traj_groups", None)
+        values, offsets = flatten_groups(rewards)
+        if kwargs.get("lengths") is None:
+            lengths = _lengths_from_groups(traj_groups)
+            if lengths is not None and lengths.size == values.size:
+                kwargs["lengths"] = lengths
+        advantages = batched(values, offsets, **kwargs)
+        by_group = GroupLayout.from_offsets(offsets, values.size).split(advantages)
+        return by_group, list(by_group)
+
+    list_form.__doc__ = batched.__doc__
+    list_form.__name__ = getattr(batched, "__name__", "estimator")
+    return list_form
+
+
+def batched_form_of(fn: ListEstimator) -> BatchedEstimator:
+    """Wrap a list-form estimator so it takes (values, offsets): one array per group, then concatenated."""
+
+    def batched(values: np.ndarray, offsets: np.ndarray, /, **kwargs: Any) -> np.ndarray:
+        layout = GroupLayout.from_offsets(offsets, len(values))
+        advantages, _returns = call_with_accepted_kwargs(fn, rewards=layout.split(np.asarray(values, dtype=np.float64)), **kwargs)
+        if len(advantages) != layout.num_groups:
+            raise ValueError(f"estimator {getattr(fn, '__name__', fn)!r} returned {len(advantages)} groups of advantages for {layout.num_groups} groups")
+        parts = [np.asarray(a, dtype=np.float64).reshape(-1) for a in advantages]
+        for g, (part, size) in enumerate(zip(parts, layout.sizes.tolist())):
+            if part.size != size:
+                raise ValueError(f"estimator {getattr(fn, '__name__', fn)!r} returned {part.size} advantages for group {g} of {size} trajectories")
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    batched.__doc__ = fn.__doc__
+    batched.__name__ = getattr(fn, "__name__", "estimator")
+    return batched
+
+
+@dataclass(frozen=True)
+class AdvEstimatorSpec:
+    """One estimator a plugin contributes.
+
+    Give ``fn`` (list form), ``batched`` (batched form) or both; the missing one is derived.
+    ``name`` and ``aliases`` are normalised to lower case and must match ``[a-z][a-z0-9_]*``.
+    ``group_order_invariant`` declares that permuting whole groups permutes the output the
+    same way (true for every per-group and role-level statistic).
+    """
+
+    name: str
+    fn: ListEstimator | None = None
+    batched: BatchedEstimator | None = None
+    description: str = ""
+    aliases: tuple[str, ...] = ()
+    group_order_invariant: bool = True
+    list_form: ListEstimator = field(init=False, repr=False, compare=False)
+    batched_form: BatchedEstimator = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", validate_name(self.name))
+        object.__setattr__(self, "aliases", tuple(validate_name(a, f"aliases of {self.name!r}") for a in self.aliases))
+        if self.fn is None and self.batched is None:
+            raise ValueError(f"estimator {self.name!r} needs a list-form `fn`, a `batched` form, or both")
+        if self.fn is not None and not callable(self.fn):
+            raise TypeError(f"estimator {self.name!r}: fn must be callable, got {type(self.fn).__name__}")
+        if self.batched is not None and not callable(self.batched):
+            raise TypeError(f"estimator {self.name!r}: batched must be callable, got {type(self.batched).__name__}")
+        description = self.description or _first_line(self.fn or self.batched)
+        object.__setattr__(self, "description", description)
+        object.__setattr__(self, "list_form", self.fn if self.fn is not None else list_form_of(self.batched))  # type: ignore[arg-type]
+        object.__setattr__(self, "batched_form", self.batched if self.batched is not None else batched_form_of(self.fn))  # type: ignore[arg-type]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+
+def _first_line(obj: object) -> str:
+    doc = inspect.getdoc(obj) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""

@@ -1,0 +1,62 @@
+"""rLLM's data model for outcome advantages: steps, trajectories and groups of trajectories."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Step:
+    """One model call: its prompt and response tokens, a reward and (after collection) an advantage.
+
+    ``advantage`` is a float (broadcast to every response token), a per-token list, or None.
+    """
+
+    prompt_ids: list[int] = field(default_factory=list)
+    response_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    reward: float = 0.0
+    advantage: float | list[float] | None = None
+    done: bool = False
+    metadata: dict[str, Any] | None = None
+    chat_completions: list[dict[str, Any]] = field(default_factory=list)
+    model_response: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Trajectory:
+    """A sequence of steps with one outcome ``reward`` (None until scored)."""
+
+    steps: list[Step] = field(default_factory=list)
+    reward: float | None = None
+    name: str = "default_traj_name"
+    uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    metadata: dict[str, Any] | None = None
+
+
+@dataclass
+class TrajectoryGroup:
+    """Trajectories whose rewards are compared with each other (e.g. n samples of one task).
+
+    ``group_id`` is ``"<task>:<role>"``; :attr:`group_role` selects the estimator.
+    """
+
+    trajectories: list[Trajectory]
+    group_id: str = ""
+    metadata: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def group_role(self) -> str:
+        """The field after the first ``:`` of ``group_id`` (up to a second ``:``), else ``"all_groups"``.
+
+        ``"task7:solver" -> "solver"``; ``"task7" -> "all_groups"``; a trailing ``":"`` alone
+        (``"task7:"``) also gives ``"all_groups"``, exactly as rLLM parses it.
+        """
+        return self.group_id.split(":")[1] if ":" in self.group_id[:-1] else "all_groups"
+
+    @property
+    def task_id(self) -> str:
+        return self.group_id.split(":")[0]
