@@ -11,7 +11,6 @@ import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -98,7 +97,7 @@ def _call_estimator(role: str, batch: _RoleBatch, config: AlgorithmConfig) -> li
     if len(advantages_by_group) != len(batch.groups):
         raise ValueError(f"{who} returned advantages for {len(advantages_by_group)} groups, expected {len(batch.groups)}")
     checked = []
-    for group, index, advantages in zip(batch.groups, batch.indices, advantages_by_group):
+    for group, index, advantages in zip(batch.groups, batch.indices, advantages_by_group, strict=True):
         advantages = np.asarray(advantages, dtype=np.float64).reshape(-1)
         if advantages.size != len(group.trajectories):
             raise ValueError(f"{who}: {_where(role, index, group)} got {advantages.size} advantages for {len(group.trajectories)} trajectories")
@@ -178,13 +177,13 @@ def collect_reward_and_advantage_from_trajectory_groups(
     broadcast_writes: list[tuple[TrajectoryGroup, np.ndarray]] = []
     for role, batch in role_batches.items():
         advantages_by_group = _call_estimator(role, batch, algorithm_config)
-        for group, advantages in zip(batch.groups, advantages_by_group):
+        for group, advantages in zip(batch.groups, advantages_by_group, strict=True):
             broadcast_writes.append((group, advantages))
             advantages_by_role.setdefault(role, []).extend(advantages.tolist())
 
     # every check passed: write
     for group, advantages in broadcast_writes:
-        for traj, advantage in zip(group.trajectories, advantages.tolist()):
+        for traj, advantage in zip(group.trajectories, advantages.tolist(), strict=True):
             for step in traj.steps:
                 step.advantage = advantage
     for step, tokens in token_writes:

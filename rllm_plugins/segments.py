@@ -10,6 +10,7 @@ size, the common case in verl and TRL, take a reshape fast path.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -136,4 +137,4 @@ class GroupLayout:
         if self.uniform_size is not None:
             return list(values.reshape(-1, self.uniform_size))
         bounds = self.offsets.tolist()
-        return [values[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        return [values[a:b] for a, b in itertools.pairwise(bounds)]

@@ -136,7 +136,7 @@ def batched_form_of(fn: ListEstimator) -> BatchedEstimator:
         if len(advantages) != layout.num_groups:
             raise ValueError(f"estimator {getattr(fn, '__name__', fn)!r} returned {len(advantages)} groups of advantages for {layout.num_groups} groups")
         parts = [np.asarray(a, dtype=np.float64).reshape(-1) for a in advantages]
-        for g, (part, size) in enumerate(zip(parts, layout.sizes.tolist())):
+        for g, (part, size) in enumerate(zip(parts, layout.sizes.tolist(), strict=True)):
             if part.size != size:
                 raise ValueError(f"estimator {getattr(fn, '__name__', fn)!r} returned {part.size} advantages for group {g} of {size} trajectories")
         return np.concatenate(parts) if parts else np.zeros(0)

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ..spec import list_form_of
 from ..segments import GroupLayout
+from ..spec import list_form_of
 
 
 def grpo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6, **_: Any) -> np.ndarray:

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ..spec import list_form_of
 from ..segments import GroupLayout
+from ..spec import list_form_of
 
 
 def opo(values: np.ndarray, offsets: np.ndarray, /, *, lengths: np.ndarray | None = None, **_: Any) -> np.ndarray:

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from ..segments import GroupLayout
 from ..spec import list_form_of
 from .reinforce_plus_plus_baseline import role_std
-from ..segments import GroupLayout
 
 
 def prpo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6, **_: Any) -> np.ndarray:

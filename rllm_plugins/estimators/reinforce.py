@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from ..spec import list_form_of
 from ..segments import GroupLayout
+from ..spec import list_form_of
 
 
 def reinforce(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -> np.ndarray:

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ..spec import list_form_of
 from ..segments import GroupLayout
+from ..spec import list_form_of
 
 
 def role_std(values: np.ndarray) -> float:

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ..spec import list_form_of
 from ..segments import GroupLayout
+from ..spec import list_form_of
 
 
 def _centred(layout: GroupLayout, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
