@@ -46,7 +46,7 @@ def _trajectory_rewards(group: TrajectoryGroup, index: int, role: str) -> np.nda
         reward = traj.reward
         if reward is None:
             raise ValueError(f"{_where(role, index, group, t)}: trajectory reward is None; every trajectory needs a reward in broadcast mode")
-        if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
+        if not isinstance(reward, numbers.Real):  # bools count as 0/1, like numpy
             raise ValueError(f"{_where(role, index, group, t)}: trajectory reward must be a real number, got {type(reward).__name__} {reward!r}")
         if not math.isfinite(reward):
             raise ValueError(f"{_where(role, index, group, t)}: trajectory reward is {reward}; rewards must be finite")

@@ -1,0 +1,101 @@
+"""Data model and configuration: group roles, enum mapping, from_config, deprecations."""
+
+import warnings
+
+import pytest
+from omegaconf import OmegaConf
+
+from rllm_plugins import AlgorithmConfig, Trajectory, TrajectoryGroup, rLLMAdvantageEstimator
+
+
+@pytest.mark.parametrize(
+    "group_id, role",
+    [("task7:solver", "solver"), ("task7", "all_groups"), ("", "all_groups"), ("task7:", "all_groups"), ("a:b:c", "b"), (":judge", "judge")],
+)
+def test_group_role_is_parsed_from_group_id_as_rllm_does(group_id, role):
+    assert TrajectoryGroup([Trajectory(reward=1.0)], group_id=group_id).group_role == role
+
+
+def test_trajectory_defaults():
+    a, b = Trajectory(), Trajectory()
+    assert a.reward is None and a.steps == [] and a.name == "default_traj_name" and a.uid != b.uid
+
+
+def test_unknown_enum_values_map_to_other():
+    assert rLLMAdvantageEstimator("my_estimator") is rLLMAdvantageEstimator.OTHER
+    assert rLLMAdvantageEstimator("rloo") is rLLMAdvantageEstimator.RLOO
+
+
+def test_per_step_mode_becomes_broadcast_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match="per_step"):
+        config = AlgorithmConfig(stepwise_advantage_mode="per_step")
+    assert config.stepwise_advantage_mode == "broadcast"
+
+
+def test_other_modes_are_rejected():
+    with pytest.raises(ValueError, match="stepwise_advantage_mode"):
+        AlgorithmConfig(stepwise_advantage_mode="per_token")
+
+
+def test_custom_estimator_name_is_kept_not_turned_into_other():
+    config = AlgorithmConfig(estimator="My_Custom")
+    assert config.estimator == "my_custom"
+    assert config.estimator_name("any_role") == "my_custom"
+
+
+def test_known_names_become_enum_members_and_roles_use_the_map():
+    config = AlgorithmConfig(estimator="grpo", estimator_map={"judge": rLLMAdvantageEstimator.REINFORCE, "solver": "rloo"})
+    assert config.estimator is rLLMAdvantageEstimator.GRPO
+    assert [config.estimator_name(r) for r in ("solver", "judge", "other_role")] == ["rloo", "reinforce", "grpo"]
+
+
+NESTED = {
+    "algorithm": {"adv_estimator": "rloo"},
+    "rllm": {
+        "stepwise_advantage": {"mode": "broadcast", "norm_adv_by_std_in_grpo": False, "use_rllm": True},
+        "algorithm": {
+            "use_precomputed_advantage": True,
+            "loss_fn": "ppo",
+            "lr_schedule": "cosine",
+            "warmup_steps_ratio": 0.1,
+            "estimator_map": {"judge": "reinforce"},
+            "estimator_kwargs": {"epsilon": 1e-3},
+        },
+    },
+}
+EXPECTED = AlgorithmConfig(
+    use_rllm=True,
+    estimator=rLLMAdvantageEstimator.RLOO,
+    estimator_map={"judge": "reinforce"},
+    norm_adv_by_std_in_grpo=False,
+    use_precomputed_advantage=True,
+    loss_fn="ppo",
+    lr_schedule="cosine",
+    warmup_steps_ratio=0.1,
+    estimator_kwargs={"epsilon": 1e-3},
+)
+
+
+def test_from_config_reads_a_plain_mapping():
+    assert AlgorithmConfig.from_config(NESTED) == EXPECTED
+
+
+def test_from_config_reads_an_omegaconf_dictconfig_in_struct_mode():
+    config = OmegaConf.create(NESTED)
+    OmegaConf.set_struct(config, True)
+    result = AlgorithmConfig.from_config(config)
+    assert result == EXPECTED
+    assert type(result.estimator_map) is dict and type(result.estimator_kwargs) is dict
+
+
+def test_from_config_defaults_and_per_step_deprecation():
+    with pytest.warns(DeprecationWarning):
+        config = AlgorithmConfig.from_config({"algorithm": {"adv_estimator": "my_plugin"}, "rllm": {"stepwise_advantage": {"mode": "per_step"}}})
+    assert config == AlgorithmConfig(estimator="my_plugin")
+
+
+def test_from_config_falls_back_to_rllm_algorithm_adv_estimator():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        config = AlgorithmConfig.from_config({"rllm": {"algorithm": {"adv_estimator": "reinforce"}}})
+    assert config.estimator is rLLMAdvantageEstimator.REINFORCE
