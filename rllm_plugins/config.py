@@ -42,10 +42,10 @@ _PER_STEP_DEPRECATION = (
 def _as_estimator(name: EstimatorName) -> EstimatorName:
     """Known names become the enum member; custom (registered) names stay strings, never ``OTHER``."""
     key = normalize_name(name)
-    try:
-        return rLLMAdvantageEstimator(key) if key in {m.value for m in rLLMAdvantageEstimator} else key
-    except ValueError:  # pragma: no cover - _missing_ never raises
-        return key
+    return rLLMAdvantageEstimator(key) if key in _KNOWN else key
+
+
+_KNOWN = frozenset(m.value for m in rLLMAdvantageEstimator)
 
 
 @dataclass
