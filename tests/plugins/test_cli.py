@@ -1,0 +1,177 @@
+"""The ``rllm-plugins`` command: the real console script in a subprocess, and ``main()`` in process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rllm_plugins.cli import main, parse_args
+from rllm_plugins.estimators import BUILTIN_SPECS
+
+SCRIPT = Path(sys.executable).parent / "rllm-plugins"
+
+
+def run(env: dict[str, str], *args: str, module: bool = False) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "rllm_plugins", *args] if module else [str(SCRIPT), *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, check=False)
+
+
+def test_plugins_json_reports_every_status(cli_env):
+    done = run(cli_env, "plugins", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {row["name"]: row for row in json.loads(done.stdout)}
+    assert {name: row["status"] for name, row in rows.items()} == {
+        "builtin": "active",
+        "fixture_broken": "error",
+        "fixture_dup_a": "conflict",
+        "fixture_dup_b": "conflict",
+        "fixture_good": "active",
+        "fixture_grpo_taker": "conflict",
+        "fixture_legacy": "active",
+        "fixture_raises": "active",
+        "median_baseline": "active",
+    }
+    assert rows["fixture_good"] == {
+        "name": "fixture_good",
+        "distribution": "rllm-fixture-good",
+        "version": "1.2.0",
+        "status": "active",
+        "estimators": ["scaled_baseline"],
+        "error": None,
+    }
+    assert rows["fixture_broken"]["error"] == "ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency'"
+    assert rows["fixture_dup_a"]["error"] == "'shared_baseline' is also offered by plugin 'fixture_dup_b' (distribution rllm-fixture-dup-b 2.0.0)"
+    assert "skipping plugin 'fixture_broken' (distribution rllm-fixture-broken 0.3.0), which failed to load" in done.stderr
+
+
+def test_plugins_json_shows_disabled_entry_points(cli_env):
+    done = run({**cli_env, "RLLM_PLUGINS_DISABLE": "fixture_broken,fixture_dup_b"}, "plugins", "--json")
+    statuses = {row["name"]: row["status"] for row in json.loads(done.stdout)}
+    assert (statuses["fixture_broken"], statuses["fixture_dup_b"], statuses["fixture_dup_a"]) == ("disabled", "disabled", "active")
+    assert "fixture_broken" not in done.stderr
+
+
+def test_strict_mode_makes_the_command_fail_naming_the_plugin(cli_env):
+    done = run({**cli_env, "RLLM_PLUGINS_STRICT": "1"}, "plugins", "--json")
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr == (
+        "rllm-plugins: plugin 'fixture_broken' (distribution rllm-fixture-broken 0.3.0) failed to load (RLLM_PLUGINS_STRICT is set): "
+        "ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency'\n"
+    )
+
+
+def test_estimators_json_lists_names_aliases_providers_and_conflicts(cli_env):
+    done = run(cli_env, "estimators", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {row["name"]: row for row in json.loads(done.stdout)}
+    assert rows["scaled_baseline"] == {
+        "name": "scaled_baseline",
+        "aliases": ["scaled"],
+        "kind": "plugin",
+        "provider": "plugin 'fixture_good' (distribution rllm-fixture-good 1.2.0)",
+        "plugin": "fixture_good",
+        "distribution": "rllm-fixture-good",
+        "version": "1.2.0",
+        "description": "Twice the reward minus the group mean.",
+    }
+    assert rows["median_baseline"]["description"] == "r - group median (robust to outlier rewards)"
+    assert rows["legacy_max_baseline"]["plugin"] == "fixture_legacy"
+    assert (rows["grpo"]["kind"], rows["grpo"]["provider"]) == ("builtin", "rllm-plugins (built-in)")
+    assert rows["shared_baseline"]["kind"] == "conflict"
+    assert rows["shared_baseline"]["provider"] == (
+        "plugin 'fixture_dup_a' (distribution rllm-fixture-dup-a 1.0.0); plugin 'fixture_dup_b' (distribution rllm-fixture-dup-b 2.0.0)"
+    )
+    assert "scaled" not in rows  # aliases are folded into their estimator's row
+    plugin_names = ["always_fails", "legacy_max_baseline", "median_baseline", "scaled_baseline", "shared_baseline"]
+    assert list(rows) == sorted([spec.name for spec in BUILTIN_SPECS] + plugin_names)
+
+
+def test_python_m_gives_the_console_script_output(cli_env):
+    assert run(cli_env, "estimators", module=True).stdout == run(cli_env, "estimators").stdout
+
+
+def test_listing_imports_neither_verl_nor_trl(cli_env):
+    code = "import sys; from rllm_plugins.cli import main; main(['estimators']); main(['plugins']); print(sorted({'verl', 'trl'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env, timeout=120, check=False)
+    assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_estimators_table_shows_aliases_and_providers(load_plugins, capsys):
+    load_plugins()
+    assert main(["estimators"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NAME", "(ALIASES)", "PROVIDER", "DESCRIPTION"]
+    row = next(line for line in lines if line.startswith("scaled_baseline"))
+    assert row.split("  ")[0] == "scaled_baseline (scaled)"
+    assert "plugin 'fixture_good' (distribution rllm-fixture-good 1.2.0)" in row
+
+
+def test_plugins_table_lists_errors_below(load_plugins, capsys):
+    load_plugins()
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    assert "fixture_broken: ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency'" in out.splitlines()
+    good = next(line for line in out.splitlines() if line.startswith("fixture_good"))
+    assert good.split() == ["fixture_good", "rllm-fixture-good", "1.2.0", "active", "scaled_baseline"]
+
+
+def test_check_passes_a_well_behaved_plugin_estimator(load_plugins, capsys):
+    load_plugins()
+    assert main(["check", "scaled_baseline"]) == 0
+    assert "scaled_baseline" in capsys.readouterr().out
+
+
+def test_check_fails_an_estimator_that_raises_and_shows_why(load_plugins, capsys):
+    load_plugins()
+    assert main(["check", "always_fails"]) == 1
+    assert "always_fails cannot score these rewards" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("no_such_estimator", "rllm-plugins check: Unknown advantage estimator 'no_such_estimator'."),
+        ("shared_baseline", "rllm-plugins check: estimator 'shared_baseline' is offered by 2 installed plugins:"),
+    ],
+)
+def test_check_of_an_unusable_name_fails_with_the_lookup_error(load_plugins, capsys, name, message):
+    load_plugins()
+    assert main(["check", name]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(message)
+
+
+@pytest.mark.parametrize("argv", [[], ["frobnicate"], ["check"], ["estimators", "--yaml"]])
+def test_usage_errors_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(argv)
+    assert caught.value.code == 2
+    assert "usage: rllm-plugins" in capsys.readouterr().err
+
+
+def test_verl_check_without_the_verl_adapter_says_what_to_install(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "rllm_verl", None)  # as if the adapter were not installed
+    assert main(["verl-check", "algorithm.adv_estimator=rllm_rloo"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("rllm-plugins verl-check needs verl and the rllm_verl adapter: pip install 'rllm-plugins[verl]' (import failed: ")
+
+
+@pytest.mark.parametrize(
+    ("argv", "passed"),
+    [
+        (["verl-check", "--help"], ["--help"]),
+        (
+            ["verl-check", "--config-name", "ppo_trainer", "algorithm.adv_estimator=rllm_rloo", "--strict"],
+            ["--config-name", "ppo_trainer", "algorithm.adv_estimator=rllm_rloo", "--strict"],
+        ),
+        (["verl-check"], []),
+    ],
+)
+def test_verl_check_passes_every_argument_through_in_order(argv, passed):
+    assert parse_args(argv).overrides == passed

@@ -1,0 +1,158 @@
+"""Entry-point discovery with real installed distributions: loading, failure policy, conflicts, variables."""
+
+from __future__ import annotations
+
+import re
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rllm_plugins import (
+    AdvEstimatorSpec,
+    EstimatorConflictError,
+    UnknownEstimatorError,
+    get_estimator_spec,
+    get_rllm_adv_estimator,
+    hookspecs,
+    unregister_rllm_adv_estimator,
+)
+from rllm_plugins.estimators import BUILTIN_SPECS
+from rllm_plugins.plugins import PluginLoadError, plugin_state
+from rllm_plugins.registry import get_estimator
+
+BROKEN_WARNING = (
+    "rllm_plugins: skipping plugin 'fixture_broken' (distribution rllm-fixture-broken 0.3.0), which failed to load: "
+    "ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency'. "
+    "Fix or uninstall it, or set RLLM_PLUGINS_DISABLE=fixture_broken to silence this."
+)
+GRPO_WARNING = "rllm_plugins: plugin 'fixture_grpo_taker' (distribution rllm-fixture-grpo-taker 0.1.0) offers 'grpo', a built-in name; its version is ignored"
+CONFLICT_ERROR = (
+    "estimator 'shared_baseline' is offered by 2 installed plugins: "
+    "plugin 'fixture_dup_a' (distribution rllm-fixture-dup-a 1.0.0); plugin 'fixture_dup_b' (distribution rllm-fixture-dup-b 2.0.0). "
+    "Uninstall one, or disable one with RLLM_PLUGINS_DISABLE=<entry-point name> (one of: fixture_dup_a,fixture_dup_b)."
+)
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
+
+
+def records() -> dict[str, tuple[str | None, str | None, str, list[str]]]:
+    return {r.name: (r.distribution, r.version, r.status, r.estimators) for r in plugin_state().records}
+
+
+def test_installed_plugin_estimator_is_selectable_by_name_and_alias(load_plugins):
+    load_plugins()
+    for name in ("scaled_baseline", "scaled"):
+        advantages, _ = get_rllm_adv_estimator(name)(rewards=[np.array([1.0, 2.0, 3.0]), np.array([4.0])])
+        np.testing.assert_allclose(advantages[0], [-2.0, 0.0, 2.0])
+        np.testing.assert_allclose(advantages[1], [0.0])
+    estimator = get_estimator("scaled_baseline")
+    assert (estimator.provider.plugin, estimator.provider.distribution, estimator.provider.version) == ("fixture_good", "rllm-fixture-good", "1.2.0")
+
+
+def test_every_entry_point_is_recorded_with_distribution_version_status_and_estimators(load_plugins):
+    load_plugins()
+    assert records() == {
+        "builtin": ("rllm-plugins", metadata.version("rllm-plugins"), "active", [spec.name for spec in BUILTIN_SPECS]),
+        "fixture_broken": ("rllm-fixture-broken", "0.3.0", "error", []),
+        "fixture_dup_a": ("rllm-fixture-dup-a", "1.0.0", "conflict", ["shared_baseline"]),
+        "fixture_dup_b": ("rllm-fixture-dup-b", "2.0.0", "conflict", ["shared_baseline"]),
+        "fixture_good": ("rllm-fixture-good", "1.2.0", "active", ["scaled_baseline"]),
+        "fixture_grpo_taker": ("rllm-fixture-grpo-taker", "0.1.0", "conflict", ["grpo"]),
+        "fixture_legacy": ("rllm-fixture-legacy", "0.5.0", "active", ["legacy_max_baseline"]),
+        "fixture_raises": ("rllm-fixture-raises", "0.2.0", "active", ["always_fails"]),
+        "median_baseline": ("rllm-median-baseline", "0.1.0", "active", ["median_baseline"]),
+    }
+
+
+def test_broken_plugin_warns_once_naming_entry_point_distribution_version_and_error(load_plugins):
+    warnings = load_plugins()
+    assert warnings.count(BROKEN_WARNING) == 1
+    broken = next(r for r in plugin_state().records if r.name == "fixture_broken")
+    assert broken.error == "ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency'"
+    get_rllm_adv_estimator("scaled_baseline")  # the rest keep working
+
+
+def test_plugin_cannot_take_a_builtin_name(load_plugins):
+    warnings = load_plugins()
+    assert GRPO_WARNING in warnings
+    assert get_estimator("grpo").provider.kind == "builtin"
+    advantages, _ = get_rllm_adv_estimator("grpo")(rewards=[np.array([0.0, 1.0])], norm_adv_by_std_in_grpo=True)
+    np.testing.assert_allclose(advantages[0], [-1.0, 1.0], atol=1e-5)  # (r - 0.5) / (0.5 + 1e-6), not the plugin's zeros
+    taker = next(r for r in plugin_state().records if r.name == "fixture_grpo_taker")
+    assert taker.error == "'grpo' is a built-in estimator name and cannot be taken by a plugin"
+
+
+def test_two_plugins_offering_one_name_raise_on_lookup_naming_both_and_the_disable_variable(load_plugins):
+    load_plugins()
+    with pytest.raises(EstimatorConflictError, match=re.escape(CONFLICT_ERROR)):
+        get_rllm_adv_estimator("shared_baseline")
+    assert "shared_baseline" not in plugin_state().estimators
+    assert plugin_state().conflicts["shared_baseline"][1].distribution == "rllm-fixture-dup-b"
+
+
+def test_a_conflict_leaves_other_names_working(load_plugins):
+    load_plugins()
+    assert get_estimator_spec("median_baseline").name == "median_baseline"
+    assert get_estimator_spec("legacy_max_baseline").name == "legacy_max_baseline"
+
+
+def test_disable_variable_blocks_entry_points_by_name(load_plugins):
+    warnings = load_plugins(RLLM_PLUGINS_DISABLE=" fixture_dup_b , fixture_broken")
+    assert BROKEN_WARNING not in warnings
+    assert records()["fixture_dup_b"] == ("rllm-fixture-dup-b", "2.0.0", "disabled", [])
+    assert records()["fixture_broken"] == ("rllm-fixture-broken", "0.3.0", "disabled", [])
+    assert records()["fixture_dup_a"][2] == "active"
+    advantages, _ = get_rllm_adv_estimator("shared_baseline")(rewards=[np.array([1.0, 3.0])])
+    np.testing.assert_allclose(advantages[0], [-1.0, 1.0])
+    assert get_estimator("shared_baseline").provider.distribution == "rllm-fixture-dup-a"
+
+
+def test_strict_mode_raises_on_a_broken_plugin(load_plugins):
+    expected = (
+        "plugin 'fixture_broken' (distribution rllm-fixture-broken 0.3.0) failed to load (RLLM_PLUGINS_STRICT is set): "
+        "ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency'"
+    )
+    with pytest.raises(PluginLoadError, match=re.escape(expected)) as caught:
+        load_plugins(RLLM_PLUGINS_STRICT="1")
+    assert isinstance(caught.value.__cause__, ModuleNotFoundError)
+
+
+def test_strict_mode_loads_when_the_broken_plugin_is_disabled(load_plugins):
+    load_plugins(RLLM_PLUGINS_STRICT="1", RLLM_PLUGINS_DISABLE="fixture_broken")
+    assert records()["fixture_good"][2] == "active"
+
+
+def test_decorator_only_module_registers_for_its_plugin(load_plugins):
+    load_plugins()
+    estimator = get_estimator("legacy_max_baseline")
+    assert (estimator.provider.kind, estimator.provider.plugin, estimator.provider.distribution) == ("plugin", "fixture_legacy", "rllm-fixture-legacy")
+    with pytest.raises(UnknownEstimatorError):  # not a user-code registration
+        unregister_rllm_adv_estimator("legacy_max_baseline")
+    advantages, _ = estimator.list_form(rewards=[np.array([1.0, 4.0, 2.0])], norm_adv_by_std_in_grpo=True, episilon=1e-6)
+    np.testing.assert_allclose(advantages[0], [-3.0, 0.0, -2.0])
+
+
+def test_exception_inside_a_plugin_estimator_names_the_plugin_and_distribution(load_plugins):
+    load_plugins()
+    with pytest.raises(ValueError) as caught:
+        get_rllm_adv_estimator("always_fails")(rewards=[np.array([1.0])])
+    assert str(caught.value) == "always_fails cannot score these rewards"
+    assert caught.value.__notes__ == ["raised by estimator 'always_fails' of plugin 'fixture_raises' (distribution rllm-fixture-raises 0.2.0)"]
+
+
+def test_rllm_adv_estimators_hook_collects_specs_from_every_loaded_plugin(load_plugins):
+    load_plugins()
+    results = plugin_state().manager.hook.rllm_adv_estimators()
+    names = {spec.name for result in results for spec in result}
+    assert {"grpo", "rloo", "scaled_baseline", "median_baseline", "always_fails", "shared_baseline"} <= names
+    assert all(isinstance(spec, AdvEstimatorSpec) for result in results for spec in result)
+
+
+def test_every_hook_is_documented_in_its_spec_and_in_the_plugin_guide():
+    hooks = [name for name in dir(hookspecs) if name.startswith("rllm_") and hasattr(getattr(hookspecs, name), "rllm_plugins_spec")]
+    assert hooks == ["rllm_adv_estimators"]
+    guide = DOCS.read_text()
+    for name in hooks:
+        assert getattr(hookspecs, name).__doc__
+        assert f"### `{name}()`" in guide
