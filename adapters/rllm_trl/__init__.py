@@ -1,0 +1,26 @@
+"""rLLM-native advantage estimators for TRL's ``GRPOTrainer``.
+
+Swap ``GRPOConfig``/``GRPOTrainer`` for :class:`RLLMGRPOConfig`/:class:`RLLMGRPOTrainer` and set
+``adv_estimator`` to any registered estimator name.
+"""
+
+from .advantages import RewardBatch, combine_rewards, compute_advantages, compute_metrics, prepare_batch
+from .config import RLLMGRPOConfig
+from .mixin import RLLMAdvantageMixin, check_trl_compatibility
+from .trainer import RLLMGRPOTrainer
+from .trajectories import advantages_from_trajectory_groups, compute_advantages_via_groups, to_trajectory_groups
+
+__all__ = [
+    "RLLMAdvantageMixin",
+    "RLLMGRPOConfig",
+    "RLLMGRPOTrainer",
+    "RewardBatch",
+    "advantages_from_trajectory_groups",
+    "check_trl_compatibility",
+    "combine_rewards",
+    "compute_advantages",
+    "compute_advantages_via_groups",
+    "compute_metrics",
+    "prepare_batch",
+    "to_trajectory_groups",
+]

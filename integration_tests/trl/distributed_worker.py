@@ -1,0 +1,80 @@
+"""One rank of the two-process test (run by ``torchrun --nproc_per_node=2``): 2 steps, records to ``<out>/rank<k>.json``.
+
+6 completions per process, groups of 4: group 1 has rows 4-5 on rank 0 and rows 6-7 on rank 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1", "CUDA_VISIBLE_DEVICES": ""}
+for key, value in OFFLINE.items():
+    os.environ.setdefault(key, value)
+
+import torch  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer  # noqa: E402
+from rllm_trl.tiny import build_tiny_model, build_tiny_tokenizer  # noqa: E402
+
+PROMPTS = ["1+1=", "2+3=", "the cat", "a b c", "hello", "7*6="]
+
+
+def reward_length(completions: list[str], **_: Any) -> list[float]:
+    return [len(c) / 8.0 for c in completions]
+
+
+class RecordingTrainer(RLLMGRPOTrainer):
+    records: list[dict[str, Any]]
+
+    def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> torch.Tensor:
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self.records.append({"rewards_per_func": rewards.tolist(), "lengths": [len(ids) for ids in completion_ids_list]})
+        return rewards
+
+    def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+        output = super()._generate_and_score_completions(inputs)
+        self.records[-1]["advantages"] = output["advantages"].tolist()
+        return output
+
+
+def main(out_dir: Path, estimator: str) -> None:
+    tokenizer = build_tiny_tokenizer([*PROMPTS, "the quick brown fox jumps over the lazy dog 0123456789"])
+    args = RLLMGRPOConfig(
+        output_dir=str(out_dir / "trainer"),
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        per_device_train_batch_size=6,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=2,
+        learning_rate=0.1,
+        beta=0.0,
+        report_to="none",
+        save_strategy="no",
+        shuffle_dataset=False,
+        disable_tqdm=True,
+        seed=0,
+        adv_estimator=estimator,
+        ddp_backend="gloo",
+    )
+    trainer = RecordingTrainer(
+        model=build_tiny_model(tokenizer, seed=0),
+        reward_funcs=[reward_length],
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+        processing_class=tokenizer,
+    )
+    trainer.records = []
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    result = {"rank": rank, "world_size": trainer.accelerator.num_processes, "records": trainer.records}
+    (out_dir / f"rank{rank}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), sys.argv[2])

@@ -1,0 +1,105 @@
+"""The functional step (gathered rewards -> advantages) and the object path, without a trainer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from rllm_trl import compute_advantages, compute_advantages_via_groups, compute_metrics, prepare_batch
+
+from rllm_plugins import AlgorithmConfig
+
+G = 8
+ESTIMATORS = ["grpo", "reinforce", "reinforce_plus_plus_baseline", "rloo", "prpo", "opo", "grpo_passk", "trl_grpo", "trl_grpo_batch", "median_baseline"]
+
+
+def gathered(num_groups: int = 64, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, 2) float32 rewards with NaNs: some single NaNs, some unscorable rows, one unscorable group; weights (2,)."""
+    rng = np.random.default_rng(seed)
+    rewards = rng.integers(0, 4, size=(num_groups * G, 2)).astype(np.float32)
+    rewards[rng.random(rewards.shape) < 0.1] = np.nan
+    rewards[rng.random(num_groups * G) < 0.1] = np.nan
+    rewards[G : 2 * G] = np.nan
+    return torch.from_numpy(rewards), torch.tensor([1.0, 0.25])
+
+
+def combined_by_hand(rewards: torch.Tensor, weights: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    r = rewards.numpy()
+    scorable = ~np.isnan(r).all(axis=1)
+    return np.where(np.isnan(r), 0.0, r * weights.numpy()).sum(axis=1).astype(np.float32).astype(np.float64), scorable
+
+
+def test_grpo_and_rloo_match_their_formulas_on_scorable_rows():
+    rewards, weights = gathered()
+    combined, scorable = combined_by_hand(rewards, weights)
+    batch = prepare_batch(rewards, weights, G)
+    grpo, rloo = compute_advantages(batch, "grpo"), compute_advantages(batch, "rloo")
+    for g in range(combined.size // G):
+        rows = np.arange(g * G, (g + 1) * G)
+        keep, r = rows[scorable[rows]], combined[rows[scorable[rows]]]
+        assert np.all(grpo[rows[~scorable[rows]]] == 0) and np.all(rloo[rows[~scorable[rows]]] == 0)
+        if r.size > 1:
+            np.testing.assert_allclose(grpo[keep], (r - r.mean()) / (r.std() + 1e-6), atol=1e-9)
+            np.testing.assert_allclose(rloo[keep], r.size / (r.size - 1) * (r - r.mean()), atol=1e-9)
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_object_path_agrees_with_fast_path(estimator):
+    rewards, weights = gathered(seed=1)
+    roles = [("solver", "judge")[(i // G) % 2] for i in range(rewards.shape[0])]
+    lengths = torch.randint(1, 20, (rewards.shape[0],))
+    completion_ids = [[7] * int(n) for n in lengths]
+    prompt_ids = [[1, 2]] * rewards.shape[0]
+    batch = prepare_batch(rewards, weights, G, roles=roles, lengths=lengths)
+    estimator_map = {"judge": "rloo"}
+
+    fast = compute_advantages(batch, estimator, estimator_map=estimator_map)
+    slow, metrics = compute_advantages_via_groups(batch, prompt_ids, completion_ids, AlgorithmConfig(estimator=estimator, estimator_map=estimator_map))
+
+    np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-6)
+    ours = compute_metrics(batch, fast)
+    assert set(ours) == set(metrics)
+    for key, value in metrics.items():
+        assert ours[key] == pytest.approx(value, abs=1e-6), key
+
+
+def test_each_role_uses_its_estimator():
+    rewards, weights = gathered(num_groups=4, seed=2)
+    roles = ["a"] * G + ["b"] * G + ["a"] * G + ["b"] * G
+    batch = prepare_batch(rewards, weights, G, roles=roles)
+    mixed = compute_advantages(batch, "grpo", estimator_map={"b": "reinforce"})
+    combined, scorable = combined_by_hand(rewards, weights)
+    b_rows = np.r_[G : 2 * G, 3 * G : 4 * G]
+    np.testing.assert_allclose(mixed[b_rows], np.where(scorable[b_rows], combined[b_rows], 0.0))
+    np.testing.assert_allclose(mixed[:G], compute_advantages(prepare_batch(rewards[:G], weights, G), "grpo"))
+    assert {k.split("/")[1] for k in compute_metrics(batch, mixed)} == {"a", "b"}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"rewards_per_func": torch.zeros(10, 2)}, "do not split into groups of num_generations=8"),
+        ({"reward_weights": torch.ones(3)}, "reward_weights has 3 entries for 2 reward functions"),
+        ({"rewards_per_func": torch.zeros(16)}, "must have shape (N, num_reward_funcs)"),
+        ({"num_generations": 0}, "num_generations must be a positive int"),
+        ({"roles": ["x"] * 7 + ["y"] + ["x"] * 8}, "group 0 (rows 0..7) mixes roles ['x', 'y']"),
+        ({"roles": ["x"] * 3}, "roles has 3 entries for 16 completions"),
+        ({"lengths": [1, 2]}, "lengths has 2 entries for 16 completions"),
+        ({"rewards_per_func": torch.tensor([[float("inf"), 0.0]] + [[0.0, 0.0]] * 15)}, "completion 0 (group 0): combined reward is inf"),
+    ],
+)
+def test_bad_input_names_what_and_where(kwargs, message):
+    args = {"rewards_per_func": torch.zeros(16, 2), "reward_weights": torch.ones(2), "num_generations": G, **kwargs}
+    with pytest.raises(ValueError) as error:
+        prepare_batch(**args)
+    assert message in str(error.value)
+
+
+def test_unknown_estimator_raises_the_registry_error():
+    batch = prepare_batch(torch.zeros(8, 1), torch.ones(1), G)
+    with pytest.raises(ValueError, match="Did you mean 'rloo'"):
+        compute_advantages(batch, "rlooo")
+
+
+def test_empty_batch_gives_no_advantages():
+    assert compute_advantages(prepare_batch(torch.zeros(0, 1), torch.ones(1), 4)).shape == (0,)

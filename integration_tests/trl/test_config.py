@@ -1,0 +1,83 @@
+"""``RLLMGRPOConfig``: fields, validation at construction, command-line parsing."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from rllm_trl import RLLMGRPOConfig
+from transformers import HfArgumentParser
+
+BASE = {"output_dir": "unused", "use_cpu": True, "bf16": False}
+
+
+def test_defaults_are_rllm_grpo_without_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        config = RLLMGRPOConfig(**BASE)
+    assert (config.adv_estimator, config.norm_adv_by_std_in_grpo, config.adv_estimator_kwargs, config.adv_estimator_map, config.role_column) == (
+        "grpo",
+        True,
+        {},
+        {},
+        None,
+    )
+
+
+def test_unknown_estimator_raises_with_the_available_names():
+    with pytest.raises(ValueError, match=r"adv_estimator: Unknown advantage estimator 'rlooo'\. Did you mean 'rloo'\? Available: .*median_baseline"):
+        RLLMGRPOConfig(**BASE, adv_estimator="rlooo")
+
+
+def test_unknown_estimator_in_the_map_names_the_role():
+    with pytest.raises(ValueError, match=r"adv_estimator_map\['judge'\]: Unknown advantage estimator 'nope'"):
+        RLLMGRPOConfig(**BASE, adv_estimator_map={"judge": "nope"}, role_column="role")
+
+
+def test_estimator_map_needs_a_role_column():
+    with pytest.raises(ValueError, match="role_column"):
+        RLLMGRPOConfig(**BASE, adv_estimator_map={"judge": "rloo"})
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ({"scale_rewards": "batch"}, "scale_rewards='batch'"),
+        ({"scale_rewards": False}, "scale_rewards='none'"),
+        ({"multi_objective_aggregation": "normalize_then_sum"}, "multi_objective_aggregation='normalize_then_sum'"),
+    ],
+)
+def test_overridden_trl_settings_warn_naming_the_setting(setting, named):
+    with pytest.warns(UserWarning, match="these settings are ignored") as record:
+        RLLMGRPOConfig(**BASE, adv_estimator="rloo", **setting)
+    assert named in str(record[0].message)
+
+
+def test_command_line_parses_every_field():
+    (config,) = HfArgumentParser(RLLMGRPOConfig).parse_args_into_dataclasses(
+        [
+            "--output_dir",
+            "unused",
+            "--use_cpu",
+            "--bf16",
+            "false",
+            "--adv_estimator",
+            "OPO",
+            "--norm_adv_by_std_in_grpo",
+            "false",
+            "--adv_estimator_kwargs",
+            '{"epsilon": 0.001}',
+            "--adv_estimator_map",
+            '{"judge": "rloo"}',
+            "--role_column",
+            "role",
+        ]
+    )
+    assert config.adv_estimator == "opo" and config.norm_adv_by_std_in_grpo is False
+    assert config.adv_estimator_kwargs == {"epsilon": 0.001} and config.adv_estimator_map == {"judge": "rloo"} and config.role_column == "role"
+
+
+def test_help_texts_are_present():
+    fields = RLLMGRPOConfig.__dataclass_fields__
+    for name in ("adv_estimator", "norm_adv_by_std_in_grpo", "adv_estimator_kwargs", "adv_estimator_map", "role_column"):
+        assert fields[name].metadata["help"]

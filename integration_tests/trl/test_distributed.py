@@ -1,0 +1,41 @@
+"""Two processes (torchrun, gloo on CPU): groups straddle ranks, each rank keeps its slice of the global advantages."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+WORKER = Path(__file__).with_name("distributed_worker.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_ranks_hold_the_slices_of_one_global_computation(tmp_path, expected_advantages):
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}", str(WORKER), str(tmp_path), "opo"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in (0, 1)]
+    assert [r["rank"] for r in ranks] == [0, 1] and ranks[0]["world_size"] == 2
+    assert len(ranks[0]["records"]) == len(ranks[1]["records"]) == 2
+    for step in range(2):
+        rank0, rank1 = ranks[0]["records"][step], ranks[1]["records"][step]
+        gathered = torch.tensor(rank0["rewards_per_func"], dtype=torch.float32)
+        assert gathered.shape == (12, 1)
+        assert torch.equal(gathered, torch.tensor(rank1["rewards_per_func"], dtype=torch.float32))
+        lengths = rank0["lengths"] + rank1["lengths"]  # opo needs the lengths of the other rank's half of group 1
+        expected = expected_advantages(gathered, [1.0], 4, "opo", lengths=lengths)
+        np.testing.assert_allclose(rank0["advantages"], expected[:6], rtol=0, atol=1e-6)
+        np.testing.assert_allclose(rank1["advantages"], expected[6:], rtol=0, atol=1e-6)
+        assert np.abs(expected[4:8]).max() > 0, "the straddling group carries no signal"
