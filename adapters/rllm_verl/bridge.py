@@ -1,0 +1,183 @@
+"""verl's advantage-estimator calling convention around an rLLM batched estimator.
+
+verl calls a registered estimator with keyword arguments only: ``token_level_rewards`` (B, T),
+``response_mask`` (B, T), ``index`` (B,) object array of ``uid`` strings (absent when the batch
+has no ``uid``), ``config`` (the ``algorithm`` section, an OmegaConf ``DictConfig`` in struct mode)
+and optional extras such as ``reward_baselines``. It returns ``(advantages, returns)``, both (B, T).
+
+Options read from ``config`` (all optional):
+
+- ``norm_adv_by_std_in_grpo`` (bool, verl's own key, default True);
+- ``rllm_estimator_kwargs`` (mapping): keyword arguments of the estimator, e.g. ``epsilon``.
+  Set on verl's command line with ``+algorithm.rllm_estimator_kwargs.epsilon=1e-4``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from rllm_plugins.registry import get_estimator
+from rllm_plugins.segments import offsets_from_sizes
+
+__all__ = ["ESTIMATOR_KWARGS_KEY", "compute_rllm_advantage", "estimator_options", "group_rows", "verl_estimator"]
+
+ESTIMATOR_KWARGS_KEY = "rllm_estimator_kwargs"
+
+
+def group_rows(index: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+    """Group rows by equal ``index`` values (``==`` and hash, as a dict does: ``"1"`` and ``"01"`` differ).
+
+    Returns ``(order, offsets)``: ``order`` (B,) int64 puts each group's rows next to each other,
+    stable, groups in order of first appearance (None when rows already are contiguous per group);
+    ``offsets`` (G + 1,) int64 are the group boundaries in that order.
+    """
+    n = len(index)
+    if n == 0:
+        return None, np.zeros(1, dtype=np.int64)
+    starts = np.flatnonzero(np.not_equal(index[1:], index[:-1])) + 1
+    heads = index[np.concatenate(([0], starts))].tolist()
+    if len(set(heads)) == len(heads):  # every uid forms a single run: no reordering needed
+        return None, np.concatenate(([0], starts, [n])).astype(np.int64)
+    keys = index.tolist()
+    code_of = {key: code for code, key in enumerate(dict.fromkeys(keys))}
+    group_of_row = np.fromiter(map(code_of.__getitem__, keys), dtype=np.int64, count=n)
+    order = np.argsort(group_of_row, kind="stable")
+    return order, offsets_from_sizes(np.bincount(group_of_row, minlength=len(code_of)))
+
+
+def estimator_options(config: Any, where: str) -> dict[str, Any]:
+    """Keyword options of the estimator from verl's ``algorithm`` config (None, DictConfig, AlgoConfig or dict)."""
+    if config is None:
+        return {"norm_adv_by_std_in_grpo": True}
+    norm = config.get("norm_adv_by_std_in_grpo", True)
+    raw = config.get(ESTIMATOR_KWARGS_KEY, None)
+    if raw is None:
+        extra: dict[str, Any] = {}
+    elif isinstance(raw, Mapping) or hasattr(raw, "items"):
+        try:
+            from omegaconf import OmegaConf
+
+            extra = OmegaConf.to_container(raw, resolve=True) if OmegaConf.is_config(raw) else dict(raw)  # type: ignore[assignment]
+        except ImportError:  # pragma: no cover - verl depends on omegaconf
+            extra = dict(raw)
+    else:
+        raise ValueError(f"{where}: algorithm.{ESTIMATOR_KWARGS_KEY} must be a mapping of keyword arguments, got {type(raw).__name__} {raw!r}")
+    if "norm_adv_by_std_in_grpo" in extra:
+        raise ValueError(f"{where}: set algorithm.norm_adv_by_std_in_grpo, not algorithm.{ESTIMATOR_KWARGS_KEY}.norm_adv_by_std_in_grpo")
+    if not isinstance(norm, (bool, np.bool_)):
+        raise ValueError(f"{where}: algorithm.norm_adv_by_std_in_grpo must be a bool, got {type(norm).__name__} {norm!r}")
+    return {**{str(k): v for k, v in extra.items()}, "norm_adv_by_std_in_grpo": bool(norm)}
+
+
+def _wants_lengths(name: str) -> bool:
+    """Whether the estimator names a ``lengths`` parameter (then it gets ``response_mask.sum(-1)``)."""
+    spec = get_estimator(name).spec
+    fn = spec.batched if spec.batched is not None else spec.fn
+    try:
+        return "lengths" in inspect.signature(fn).parameters  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+
+
+def _row_sums(x: torch.Tensor) -> np.ndarray:
+    """``x.sum(-1)`` (B,) as float64 numpy, summed in ``x``'s dtype (numpy's reduction on CPU: torch's is slower there)."""
+    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64, torch.int64, torch.int32):
+        return x.detach().numpy().sum(axis=-1).astype(np.float64, copy=False)
+    return x.sum(dim=-1).to(device="cpu", dtype=torch.float64).numpy()
+
+
+def _has_tokens(mask: torch.Tensor) -> bool:
+    """Whether ``mask`` has any non-zero entry (first row checked first: the usual case costs nothing)."""
+    if mask.device.type == "cpu" and mask.dtype in (torch.bool, torch.uint8, torch.int32, torch.int64, torch.float32, torch.float64):
+        flat = mask.detach().numpy()
+        return bool(flat[0].any()) or np.count_nonzero(flat) > 0
+    return bool(mask.any())
+
+
+def _check_inputs(where: str, token_level_rewards: Any, response_mask: Any, index: Any) -> None:
+    if not isinstance(token_level_rewards, torch.Tensor) or token_level_rewards.dim() != 2:
+        shape = tuple(token_level_rewards.shape) if hasattr(token_level_rewards, "shape") else type(token_level_rewards).__name__
+        raise ValueError(f"{where}: token_level_rewards must be a 2-D (batch, response_length) tensor, got {shape}")
+    if not isinstance(response_mask, torch.Tensor) or tuple(response_mask.shape) != tuple(token_level_rewards.shape):
+        shape = tuple(response_mask.shape) if hasattr(response_mask, "shape") else type(response_mask).__name__
+        raise ValueError(f"{where}: response_mask has shape {shape}, token_level_rewards has {tuple(token_level_rewards.shape)}; they must match")
+    if index is None:
+        raise ValueError(
+            f"{where}: no `index` was given. rLLM estimators compare the responses of one prompt (GRPO-style), so the batch "
+            "needs data.non_tensor_batch['uid'] (one id per prompt, repeated for each of its responses), as verl's trainer sets it."
+        )
+    if len(index) != token_level_rewards.shape[0]:
+        raise ValueError(f"{where}: index (uid) has {len(index)} entries for {token_level_rewards.shape[0]} rows")
+    if token_level_rewards.shape[0] > 0 and not _has_tokens(response_mask):
+        raise ValueError(f"{where}: response_mask is all zero over {token_level_rewards.shape[0]} rows; every advantage would be masked out")
+
+
+def compute_rllm_advantage(
+    name: str,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray | None,
+    config: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages of the rLLM estimator ``name`` for a verl batch.
+
+    Rows are grouped by ``index`` (B,); the reward of row b is ``token_level_rewards[b].sum()``;
+    the estimator runs in float64 and row b gets ``advantage[b] * response_mask[b]``. Returns the
+    same (B, T) tensor twice (advantages and returns, as verl's outcome estimators do), in the dtype
+    of ``token_level_rewards`` (the default float dtype for integer rewards) and on its device.
+    """
+    where = f"advantage estimator 'rllm_{name}'"
+    _check_inputs(where, token_level_rewards, response_mask, index)
+    options = estimator_options(config, where)
+    estimator = get_estimator(name)
+    index = np.asarray(index, dtype=object) if not isinstance(index, np.ndarray) else index
+    dtype = token_level_rewards.dtype if token_level_rewards.is_floating_point() else torch.get_default_dtype()
+    with torch.no_grad():
+        scores = _row_sums(token_level_rewards)
+        if not np.isfinite(scores).all():
+            row = int(np.flatnonzero(~np.isfinite(scores))[0])
+            raise ValueError(f"{where}: row {row} (uid {index[row]!r}) has reward {scores[row]}; token_level_rewards must be finite")
+        order, offsets = group_rows(index)
+        if _wants_lengths(name):
+            lengths = _row_sums(response_mask)
+            options["lengths"] = lengths if order is None else lengths[order]
+        values = scores if order is None else scores[order]
+        grouped = np.asarray(estimator.batched_form(values, offsets, **options), dtype=np.float64).reshape(-1)
+        if grouped.shape != values.shape:
+            raise ValueError(f"{where}: the estimator ({estimator.provider}) returned {grouped.size} advantages for {values.size} rows")
+        if order is None:
+            advantages = grouped
+        else:
+            advantages = np.empty_like(grouped)
+            advantages[order] = grouped
+        if not np.isfinite(advantages).all():
+            row = int(np.flatnonzero(~np.isfinite(advantages))[0])
+            raise ValueError(f"{where}: the estimator ({estimator.provider}) gave advantage {advantages[row]} for row {row} (uid {index[row]!r})")
+        per_row = torch.from_numpy(advantages).to(device=token_level_rewards.device, dtype=dtype)
+        out = torch.empty(token_level_rewards.shape, dtype=dtype, device=token_level_rewards.device)
+        torch.mul(per_row.unsqueeze(-1), response_mask, out=out)
+    return out, out
+
+
+def verl_estimator(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The function registered in verl as ``rllm_<name>``; it looks ``name`` up in our registry at each call."""
+
+    def compute(
+        *,
+        token_level_rewards: torch.Tensor,
+        response_mask: torch.Tensor,
+        index: np.ndarray | None = None,
+        config: Any = None,
+        **_: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return compute_rllm_advantage(name, token_level_rewards, response_mask, index, config)
+
+    compute.__name__ = compute.__qualname__ = f"compute_rllm_{name}_advantage"
+    compute.__doc__ = f"rLLM estimator {name!r} in verl's calling convention (see rllm_verl.bridge.compute_rllm_advantage)."
+    compute.rllm_estimator = name  # type: ignore[attr-defined]
+    return compute

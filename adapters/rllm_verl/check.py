@@ -1,0 +1,107 @@
+"""Fail fast: compose verl's Hydra ``ppo_trainer`` config and check ``algorithm.adv_estimator`` before launch.
+
+verl reports an unknown estimator only at the first advantage computation, after the workers
+started and the first rollout ran. :func:`verl_check` composes the same config verl's
+``main_ppo`` would (same overrides), looks the estimator up in verl's registry (where the
+``rllm_*`` names are), and for an ``rllm_*`` name runs it once on a two-group toy batch with the
+configured options. ``rllm-plugins verl-check OVERRIDES...`` calls :func:`main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["VerlCheckReport", "main", "verl_check"]
+
+
+@dataclass
+class VerlCheckReport:
+    """Outcome of :func:`verl_check`: whether ``adv_estimator`` resolves, and the ``rllm_*`` names verl knows."""
+
+    ok: bool
+    adv_estimator: str | None
+    config_name: str
+    rllm_names: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        head = f"verl config {self.config_name!r}: algorithm.adv_estimator={self.adv_estimator!r}"
+        lines = [f"{head}: {'OK' if self.ok else 'FAILED'}", *(f"  error: {e}" for e in self.errors)]
+        lines.append(f"  rllm_* estimators in verl: {', '.join(self.rllm_names) or '(none)'}")
+        return "\n".join(lines)
+
+
+def _compose(overrides: Sequence[str], config_name: str, config_dir: str | None):
+    import verl
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    directory = config_dir or os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=os.path.abspath(directory), version_base=None):
+        return compose(config_name=config_name, overrides=list(overrides))
+
+
+def _dry_run(name: str, algorithm: object) -> None:
+    """Call the registered function once on a toy batch (two groups, uneven lengths) with the real options."""
+    import numpy as np
+    import torch
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    rewards = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.5, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 0, 0]])
+    get_adv_estimator_fn(name)(token_level_rewards=rewards, response_mask=mask, index=np.array(["p", "p", "q", "q"], dtype=object), config=algorithm)
+
+
+def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer", config_dir: str | None = None) -> VerlCheckReport:
+    """Compose verl's config with Hydra ``overrides`` and check that ``algorithm.adv_estimator`` will resolve.
+
+    Returns a report (never raises for a bad estimator or option; composition errors are reported too).
+    """
+    from verl.trainer.ppo import core_algos
+
+    from .registration import VERL_PREFIX, register_estimators_into_verl
+
+    rllm_names = register_estimators_into_verl()
+    try:
+        config = _compose(overrides, config_name, config_dir)
+    except Exception as error:
+        return VerlCheckReport(False, None, config_name, rllm_names, [f"Hydra could not compose the config: {type(error).__name__}: {error}"])
+    algorithm = config.get("algorithm")
+    name = None if algorithm is None else algorithm.get("adv_estimator")
+    if name is None:
+        return VerlCheckReport(False, None, config_name, rllm_names, ["the config has no algorithm.adv_estimator"])
+    name = str(name)
+    known = sorted(core_algos.ADV_ESTIMATOR_REGISTRY)
+    if name not in core_algos.ADV_ESTIMATOR_REGISTRY:
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        message = f"unknown advantage estimator {name!r}.{hint} verl knows: {', '.join(known)}"
+        return VerlCheckReport(False, name, config_name, rllm_names, [message])
+    if name.startswith(VERL_PREFIX) and name in rllm_names:
+        try:
+            _dry_run(name, algorithm)
+        except Exception as error:
+            return VerlCheckReport(False, name, config_name, rllm_names, [f"{name!r} fails on a toy batch with this config: {type(error).__name__}: {error}"])
+    return VerlCheckReport(True, name, config_name, rllm_names)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``rllm-plugins verl-check [--json] [--config-name NAME] [--config-dir DIR] OVERRIDES...``; exit 0 when it resolves, 1 otherwise."""
+    parser = argparse.ArgumentParser(prog="rllm-plugins verl-check", description="Check verl's algorithm.adv_estimator before launching a run.")
+    parser.add_argument("overrides", nargs="*", help="verl's Hydra overrides, e.g. algorithm.adv_estimator=rllm_rloo")
+    parser.add_argument("--config-name", default="ppo_trainer", help="verl config to compose (default: ppo_trainer)")
+    parser.add_argument("--config-dir", default=None, help="config directory (default: verl's trainer/config)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    report = verl_check(args.overrides, config_name=args.config_name, config_dir=args.config_dir)
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report)
+    return 0 if report.ok else 1

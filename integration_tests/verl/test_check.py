@@ -1,0 +1,40 @@
+"""Fail fast: verl's own ``ppo_trainer`` Hydra config with an ``rllm_*`` estimator is checked before launch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("verl")
+pytest.importorskip("hydra")
+
+from rllm_verl.check import main, verl_check
+
+
+def test_rllm_rloo_in_verls_ppo_trainer_config_passes():
+    report = verl_check(["algorithm.adv_estimator=rllm_rloo"])
+    assert report.ok, report
+    assert report.adv_estimator == "rllm_rloo"
+    assert {"rllm_rloo", "rllm_grpo", "rllm_median_baseline"} <= set(report.rllm_names)
+
+
+def test_a_misspelt_name_fails_with_the_closest_name_and_the_list(capsys):
+    assert main(["algorithm.adv_estimator=rllm_rlo", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert not report["ok"]
+    assert "unknown advantage estimator 'rllm_rlo'. Did you mean 'rllm_rloo'?" in report["errors"][0]
+    assert "rllm_grpo" in report["errors"][0] and "rllm_grpo" in report["rllm_names"]
+
+
+def test_estimator_options_from_the_command_line_are_tried_on_a_toy_batch():
+    good = verl_check(["algorithm.adv_estimator=rllm_grpo", "+algorithm.rllm_estimator_kwargs.epsilon=1e-4", "algorithm.norm_adv_by_std_in_grpo=false"])
+    assert good.ok, good
+    bad = verl_check(["algorithm.adv_estimator=rllm_grpo", "+algorithm.rllm_estimator_kwargs=7"])
+    assert not bad.ok and "rllm_estimator_kwargs must be a mapping" in bad.errors[0]
+
+
+def test_verls_own_names_pass_and_bad_overrides_are_reported():
+    assert verl_check(["algorithm.adv_estimator=grpo"]).ok
+    report = verl_check(["algorithm.no_such_key=1"])
+    assert not report.ok and "Hydra could not compose the config" in report.errors[0]
