@@ -1,0 +1,117 @@
+"""Train the tiny model on the toy task with ``RLLMGRPOTrainer``, one run per estimator, recording each step."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer
+from rllm_trl.tiny import build_tiny_model
+from task import addition_dataset, build_task_tokenizer, exact_match_reward
+from transformers import PrinterCallback, ProgressCallback
+
+__all__ = ["PROMPTS_PER_STEP", "RunResult", "StepRecord", "train_with_estimator"]
+
+PROMPTS_PER_STEP = 8
+NUM_GENERATIONS = 8
+LEARNING_RATE = 3e-3  # high on purpose: a 75k-parameter model, a few dozen steps
+HIDDEN_SIZE = 64
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What TRL logged for one optimizer step: the mean reward and the rLLM advantage metrics."""
+
+    reward: float
+    advantage_mean: float
+    advantage_std: float
+    advantage_min: float
+    advantage_max: float
+    fraction_zero: float
+
+    @classmethod
+    def from_logs(cls, logs: dict[str, Any], role: str = "all_groups") -> StepRecord:
+        prefix = f"advantage/{role}/"
+        return cls(
+            reward=float(logs["reward"]),
+            advantage_mean=float(logs[prefix + "mean"]),
+            advantage_std=float(logs[prefix + "std"]),
+            advantage_min=float(logs[prefix + "min"]),
+            advantage_max=float(logs[prefix + "max"]),
+            fraction_zero=float(logs[prefix + "fraction_zero"]),
+        )
+
+
+@dataclass
+class RunResult:
+    """One training run: the estimator name, its step records, its wall time in seconds."""
+
+    estimator: str
+    steps: list[StepRecord] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class RecordingProgressCallback(ProgressCallback):
+    """TRL's progress bar, titled with the estimator; each step's logs go into ``records``, not onto the screen."""
+
+    def __init__(self, title: str, records: list[StepRecord]) -> None:
+        super().__init__()
+        self.title = title
+        self.records = records
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        super().on_train_begin(args, state, control, **kwargs)
+        if self.training_bar is not None:
+            self.training_bar.set_description(self.title)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if not logs or "reward" not in logs:
+            return
+        record = StepRecord.from_logs(logs)
+        self.records.append(record)
+        if self.training_bar is not None:
+            self.training_bar.set_postfix(reward=f"{record.reward:.2f}", zero_adv=f"{record.fraction_zero:.2f}")
+
+
+def train_with_estimator(estimator: str, steps: int, seed: int) -> RunResult:
+    """Train a freshly built model (same ``seed``: same weights and prompts for every estimator) for ``steps`` steps.
+
+    Nothing is saved: TRL's ``output_dir`` is a temporary directory.
+    """
+    tokenizer = build_task_tokenizer()
+    result = RunResult(estimator)
+    with tempfile.TemporaryDirectory(prefix="rllm_demo_") as scratch:
+        config = RLLMGRPOConfig(
+            output_dir=scratch,
+            adv_estimator=estimator,
+            max_steps=steps,
+            per_device_train_batch_size=PROMPTS_PER_STEP * NUM_GENERATIONS,
+            num_generations=NUM_GENERATIONS,
+            max_completion_length=1,  # the answer is a single token
+            learning_rate=LEARNING_RATE,
+            lr_scheduler_type="constant",
+            beta=0.0,
+            temperature=1.0,
+            logging_steps=1,
+            seed=seed,
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            save_strategy="no",
+        )
+        trainer = RLLMGRPOTrainer(
+            model=build_tiny_model(tokenizer, seed=seed, hidden_size=HIDDEN_SIZE),
+            reward_funcs=exact_match_reward,
+            args=config,
+            train_dataset=addition_dataset(steps * PROMPTS_PER_STEP, seed),
+            processing_class=tokenizer,
+        )
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(RecordingProgressCallback(f"{estimator:>16}", result.steps))
+        start = time.perf_counter()
+        trainer.train()
+        result.seconds = time.perf_counter() - start
+    return result
