@@ -16,6 +16,7 @@ import numpy as np
 
 from .config import AlgorithmConfig
 from .registry import _prepare_adv_estimator_input, get_estimator
+from .segments import GroupLayout
 from .spec import call_with_accepted_kwargs
 from .types import Step, TrajectoryGroup
 
@@ -68,7 +69,17 @@ def _precomputed(group: TrajectoryGroup, index: int, role: str) -> tuple[list[tu
             elif isinstance(adv, numbers.Real) and not isinstance(adv, bool):
                 tokens = [float(adv)] * n
             else:
-                tokens = [float(a) for a in adv]
+                try:
+                    if isinstance(adv, (str, bytes)):
+                        raise TypeError(adv)
+                    tokens = [float(a) for a in adv]
+                except (TypeError, ValueError):
+                    raise ValueError(
+                        f"{_where(role, index, group, t)}, step {s}: precomputed advantage must be a number or a list of numbers, "
+                        f"got {type(adv).__name__} {adv!r}"
+                    ) from None
+                if not all(math.isfinite(a) for a in tokens):
+                    raise ValueError(f"{_where(role, index, group, t)}, step {s}: precomputed advantage is not finite")
                 if len(tokens) != n:
                     mismatches += 1
                     logger.warning(
@@ -115,8 +126,10 @@ def compute_role_metrics(values_by_role: dict[str, Sequence[float]], prefix: str
         arr = np.asarray(values, dtype=np.float64)
         if arr.size == 0:
             continue
-        metrics[f"{prefix}/{role}/mean"] = float(arr.mean())
-        metrics[f"{prefix}/{role}/std"] = float(arr.std())
+        whole = GroupLayout.from_offsets([0, arr.size], arr.size)  # overflow-safe mean and std (rewards up to ~1e300)
+        mean = whole.mean(arr)
+        metrics[f"{prefix}/{role}/mean"] = float(mean[0])
+        metrics[f"{prefix}/{role}/std"] = float(whole.std(arr, mean)[0])
         metrics[f"{prefix}/{role}/max"] = float(arr.max())
         metrics[f"{prefix}/{role}/min"] = float(arr.min())
         if with_fraction_zero:
