@@ -13,7 +13,7 @@ import functools
 import os
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Literal
@@ -154,6 +154,12 @@ def _importing(provider: Provider) -> Iterator[list[AdvEstimatorSpec]]:
         _local.provider = None
 
 
+def loaded_estimators() -> dict[str, Estimator]:
+    """Estimators known so far without starting discovery: the built-ins, plus plugins once loaded."""
+    state = _state
+    return dict(state.estimators) if state is not None else {n: Estimator(s, _builtin_provider()) for s in builtin_plugin.BUILTIN_SPECS for n in s.names}
+
+
 def plugin_state() -> PluginState:
     """The plugin manager's state, built on first use (thread-safe)."""
     global _state
@@ -231,6 +237,10 @@ def _specs_of(manager: pluggy.PluginManager, plugin_name: str) -> list[AdvEstima
 def _load_entry_point(manager: pluggy.PluginManager, ep: metadata.EntryPoint, provider: Provider) -> list[AdvEstimatorSpec]:
     with _importing(provider) as captured:
         plugin = ep.load()
+    if not captured:  # a decorator-only module that user code imported before discovery
+        from .registry import claim_user_registrations
+
+        captured.extend(claim_user_registrations(ep.module))
     registered = f"{provider.distribution}:{ep.name}"
     manager.register(plugin, name=registered)
     try:
@@ -292,8 +302,16 @@ def _build() -> PluginState:
             record.status = "conflict"
             record.error = f"{name!r} is also offered by " + ", ".join(str(p) for p in providers if p.plugin != record.name)
     state.conflicts = conflicts
+    _warn_user_overrides(state)
     return state
 
 
-def iter_records() -> Iterable[PluginRecord]:
-    return list(plugin_state().records)
+def _warn_user_overrides(state: PluginState) -> None:
+    """User code registered a name before discovery found a plugin offering it: say who wins."""
+    from .registry import user_overrides
+
+    for name, estimator in user_overrides().items():
+        theirs = state.estimators.get(name)
+        if theirs is not None and theirs.provider.kind == "plugin" and theirs.spec.fn is not estimator.spec.fn:
+            warnings.warn(f"estimator {name!r} from {estimator.provider} overrides the one from {theirs.provider}", UserWarning, stacklevel=3)
+

@@ -62,15 +62,34 @@ def register_rllm_adv_estimator(
             return func
         provider = plugins.Provider(f"{func.__module__}.{func.__qualname__}", kind="user")
         estimator = plugins.Estimator(spec, provider)
+        loaded = plugins.loaded_estimators()  # never starts discovery: this may run inside a plugin's import
         with _user_lock:
             for n in spec.names:
-                previous = _user.get(n) or plugins.plugin_state().estimators.get(n)
+                previous = _user.get(n) or loaded.get(n)
                 if previous is not None and previous.spec.fn is not func:
                     warnings.warn(f"estimator {n!r} from {provider} overrides the one from {previous.provider}", UserWarning, stacklevel=2)
                 _user[n] = estimator
         return func
 
     return decorator
+
+
+def claim_user_registrations(module: str) -> list[AdvEstimatorSpec]:
+    """Remove and return the user-code registrations made by functions of ``module``.
+
+    A decorator-only plugin module imported by user code before discovery registered as user
+    code; when its entry point is loaded, the plugin claims them back.
+    """
+    with _user_lock:
+        claimed = {n: e for n, e in _user.items() if getattr(e.spec.fn, "__module__", None) == module}
+        for n in claimed:
+            del _user[n]
+    return list({id(e.spec): e.spec for e in claimed.values()}.values())
+
+
+def user_overrides() -> dict[str, plugins.Estimator]:
+    """The user-code registrations by name (they win over built-ins and plugins)."""
+    return dict(_user)
 
 
 def unregister_rllm_adv_estimator(name: Any) -> None:

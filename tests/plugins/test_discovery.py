@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from importlib import metadata
 from pathlib import Path
@@ -16,10 +17,11 @@ from rllm_plugins import (
     get_estimator_spec,
     get_rllm_adv_estimator,
     hookspecs,
+    plugins,
     unregister_rllm_adv_estimator,
 )
 from rllm_plugins.estimators import BUILTIN_SPECS
-from rllm_plugins.plugins import PluginLoadError, plugin_state
+from rllm_plugins.plugins import PluginLoadError, plugin_state, reset_plugins
 from rllm_plugins.registry import get_estimator
 
 BROKEN_WARNING = (
@@ -131,6 +133,17 @@ def test_decorator_only_module_registers_for_its_plugin(load_plugins):
         unregister_rllm_adv_estimator("legacy_max_baseline")
     advantages, _ = estimator.list_form(rewards=[np.array([1.0, 4.0, 2.0])], norm_adv_by_std_in_grpo=True, episilon=1e-6)
     np.testing.assert_allclose(advantages[0], [-3.0, 0.0, -2.0])
+
+
+def test_decorator_only_module_imported_before_discovery_still_belongs_to_its_plugin(plugin_site, monkeypatch, load_plugins):
+    monkeypatch.syspath_prepend(str(plugin_site))
+    reset_plugins()
+    importlib.import_module("rllm_fixture_legacy.estimators")  # user code imports it first: registers as user code
+    assert plugins._state is None  # the registration did not start discovery from inside a half-imported module
+    load_plugins()
+    estimator = get_estimator("legacy_max_baseline")
+    assert (estimator.provider.kind, estimator.provider.plugin) == ("plugin", "fixture_legacy")
+    assert records()["fixture_legacy"][3] == ["legacy_max_baseline"]
 
 
 def test_exception_inside_a_plugin_estimator_names_the_plugin_and_distribution(load_plugins):
