@@ -156,7 +156,8 @@ def test_usage_errors_exit_2(argv, capsys):
 
 
 def test_verl_check_without_the_verl_adapter_says_what_to_install(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "rllm_verl", None)  # as if the adapter were not installed
+    for module in ("rllm_verl", "rllm_verl.check"):  # as if the adapter were not installed (even if imported earlier)
+        monkeypatch.setitem(sys.modules, module, None)
     assert main(["verl-check", "algorithm.adv_estimator=rllm_rloo"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("rllm-plugins verl-check needs verl and the rllm_verl adapter: pip install 'rllm-plugins[verl]' (import failed: ")
