@@ -24,7 +24,8 @@ def grpo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo:
     if not norm_adv_by_std_in_grpo:
         return centred
     std = np.where(singles, 1.0, layout.std(values, mean))
-    return centred / layout.expand(std + epsilon)
+    centred /= layout.expand(std + epsilon)  # in place: one (N,) temporary less
+    return centred
 
 
 calculate_grpo_advantages = list_form_of(grpo)

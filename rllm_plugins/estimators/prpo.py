@@ -12,7 +12,6 @@ import numpy as np
 
 from ..segments import GroupLayout
 from ..spec import list_form_of
-from .reinforce_plus_plus_baseline import role_std
 
 
 def prpo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6, **_: Any) -> np.ndarray:
@@ -21,10 +20,12 @@ def prpo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo:
     if values.size == 0:
         return np.zeros(0)
     role = GroupLayout.from_offsets([0, values.size], values.size)
-    centred = values - role.mean(values)[0]
+    mean = role.mean(values)
+    centred = values - mean[0]
     if not norm_adv_by_std_in_grpo:
         return centred
-    return centred / (role_std(values) + epsilon)
+    centred /= float(role.std(values, mean)[0]) + epsilon  # the role std, reusing the mean
+    return centred
 
 
 calculate_prpo_advantages = list_form_of(prpo)

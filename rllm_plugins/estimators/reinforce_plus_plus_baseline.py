@@ -29,7 +29,8 @@ def reinforce_plus_plus_baseline(
     layout = GroupLayout.from_offsets(offsets, len(values))
     baseline = np.where(layout.sizes > 1, layout.mean(values), 0.0)
     centred = values - layout.expand(baseline)
-    return centred / (role_std(centred) + epsilon)
+    centred /= role_std(centred) + epsilon
+    return centred
 
 
 calculate_reinforce_plus_plus_baseline_advantages = list_form_of(reinforce_plus_plus_baseline)

@@ -20,7 +20,9 @@ def rloo(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -> np.ndarray:
     singles = layout.sizes <= 1
     mean = np.where(singles, 0.0, layout.mean(values))
     scale = np.where(singles, 1.0, n / np.maximum(n - 1.0, 1.0))
-    return layout.expand(scale) * (values - layout.expand(mean))
+    advantages = values - layout.expand(mean)
+    advantages *= layout.expand(scale)
+    return advantages
 
 
 calculate_rloo_advantages = list_form_of(rloo)

@@ -28,7 +28,8 @@ def trl_grpo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_g
     if not norm_adv_by_std_in_grpo:
         return centred
     std = layout.std(values, mean, ddof=1)
-    return np.nan_to_num(centred / layout.expand(std + epsilon), nan=0.0)
+    centred /= layout.expand(std + epsilon)
+    return np.nan_to_num(centred, nan=0.0, copy=False)
 
 
 def trl_grpo_batch(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-4, **_: Any) -> np.ndarray:
@@ -38,7 +39,8 @@ def trl_grpo_batch(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_st
     if not norm_adv_by_std_in_grpo or values.size <= 1:
         return centred
     std = GroupLayout.from_offsets([0, values.size], values.size).std(values, ddof=1)[0]
-    return centred / (std + epsilon)
+    centred /= std + epsilon
+    return centred
 
 
 calculate_trl_grpo_advantages = list_form_of(trl_grpo)

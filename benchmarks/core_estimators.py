@@ -1,0 +1,194 @@
+"""Core: every built-in's batched form and list form vs a per-group Python loop (rLLM's way).
+
+The loop is how rLLM computes advantages: one ``np.mean``/``np.std`` (or equivalent) per
+group over a list of arrays. The batched form takes flat values ``(N,)`` and offsets
+``(G + 1,)``; the list form takes and returns one array per group (the spec's API), so
+``list - batched`` is the per-group price of that API. Every pair is checked for equal
+outputs before it is timed.
+
+Run: ``python -m benchmarks.core_estimators [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from functools import partial
+
+import numpy as np
+
+from rllm_plugins.registry import get_estimator
+
+from .report import Report, Target
+from .timing import Table, format_ratio, format_time, machine_description, measure
+
+__all__ = ["LOOPS", "run"]
+
+EPS = 1e-6
+TRL_EPS = 1e-4
+
+
+def loop_grpo(rewards: list[np.ndarray], lengths: list[np.ndarray]) -> list[np.ndarray]:
+    out = []
+    for r in rewards:
+        mean, std = (0.0, 1.0) if len(r) <= 1 else (np.mean(r), np.std(r))
+        out.append((r - mean) / (std + EPS))
+    return out
+
+
+def loop_reinforce(rewards: list[np.ndarray], lengths: list[np.ndarray]) -> list[np.ndarray]:
+    return [np.array(r, dtype=np.float64) for r in rewards]
+
+
+def loop_reinforce_plus_plus_baseline(rewards: list[np.ndarray], lengths: list[np.ndarray]) -> list[np.ndarray]:
+    centred = [r - np.mean(r) if len(r) > 1 else np.array(r, dtype=np.float64) for r in rewards]
+    std = np.std(np.concatenate(centred))
+    return [c / (std + EPS) for c in centred]
+
+
+def loop_rloo(rewards: list[np.ndarray], lengths: list[np.ndarray]) -> list[np.ndarray]:
+    out = []
+    for r in rewards:
+        n = len(r)
+        out.append(np.array(r, dtype=np.float64) if n <= 1 else n / (n - 1) * (r - r.mean()))
+    return out
+
+
+def loop_prpo(rewards: list[np.ndarray], lengths: list[np.ndarray]) -> list[np.ndarray]:
+    flat = np.concatenate(rewards)
+    mean, std = np.mean(flat), np.std(flat)
+    return [(r - mean) / (std + EPS) for r in rewards]
+
+
+def loop_opo(rewards: list[np.ndarray], lengths: list[np.ndarray]) -> list[np.ndarray]:
+    out = []
+    for r, length in zip(rewards, lengths, strict=True):
+        baseline = np.sum(length * r) / np.sum(length) if len(r) > 1 and np.sum(length) > 0 else 0.0
+        out.append(r - baseline)
+    return out
+
+
+def loop_grpo_passk(rewards: list[np.ndarray], lengths: list[np.ndarray]) -> list[np.ndarray]:
+    out = []
+    for r in rewards:
+        adv = np.zeros(len(r))
+        if len(r) > 1:
+            best = int(np.argmax(r))
+            second = np.max(np.delete(r, best))
+            adv[best] = (r[best] - second) / (np.std(r) + EPS)
+        out.append(adv)
+    return out
+
+
+def loop_trl_grpo(rewards: list[np.ndarray], lengths: list[np.ndarray]) -> list[np.ndarray]:
+    out = []
+    for r in rewards:
+        adv = (r - np.mean(r)) / (np.std(r, ddof=1) + TRL_EPS) if len(r) > 1 else np.zeros(len(r))
+        out.append(adv)
+    return out
+
+
+def loop_trl_grpo_batch(rewards: list[np.ndarray], lengths: list[np.ndarray]) -> list[np.ndarray]:
+    std = np.std(np.concatenate(rewards), ddof=1)
+    return [(r - np.mean(r)) / (std + TRL_EPS) for r in rewards]
+
+
+LOOPS: dict[str, Callable[[list[np.ndarray], list[np.ndarray]], list[np.ndarray]]] = {
+    "grpo": loop_grpo,
+    "reinforce": loop_reinforce,
+    "reinforce_plus_plus_baseline": loop_reinforce_plus_plus_baseline,
+    "rloo": loop_rloo,
+    "prpo": loop_prpo,
+    "opo": loop_opo,
+    "grpo_passk": loop_grpo_passk,
+    "trl_grpo": loop_trl_grpo,
+    "trl_grpo_batch": loop_trl_grpo_batch,
+}
+
+PLOTTED = ("grpo", "rloo")
+PLOT_GROUP_SIZE = 8
+TARGET_SPEEDUP = 50.0
+TARGET_OVERHEAD_S = 2e-6
+
+
+def _check_equal(name: str, expected: list[np.ndarray], flat: np.ndarray, listed: list[np.ndarray]) -> None:
+    reference = np.concatenate(expected)
+    for form, got in (("batched", flat), ("list", np.concatenate(listed))):
+        if not np.allclose(got, reference, rtol=1e-6, atol=1e-6):
+            worst = float(np.max(np.abs(got - reference)))
+            raise AssertionError(f"{name}: the {form} form differs from the per-group loop by up to {worst:g}")
+
+
+def run(quick: bool = False) -> Report:
+    """Time every built-in at each size and group size; return the tables, plot series and targets."""
+    sizes = [1_000] if quick else [1_000, 10_000, 100_000, 1_000_000]
+    group_sizes = [4] if quick else [4, 8, 16]
+    budget = 0.0 if quick else 0.5
+    min_runs = 1 if quick else 3
+    rng = np.random.default_rng(0)
+    report = Report("core")
+    table = Table(
+        "Core estimators: per-group loop vs our list form vs our batched form",
+        ["estimator", "group size", "trajectories", "groups", "loop", "list form", "batched", "loop / batched", "loop / list", "list overhead / group"],
+    )
+    table.notes.append(
+        "loop: rLLM's per-group Python loop (np.mean/np.std per group) over a list of arrays; "
+        "list form: our `get_rllm_adv_estimator(name)` (list in, list out); batched: our batched form on flat values + offsets."
+    )
+    table.notes.append("list overhead / group = (list form - batched) / groups: building one array per group on the way in and out.")
+    table.notes.append(
+        "reinforce: rLLM returns its input list unchanged (no work at all); the loop here copies each group, as our forms do, "
+        "so the row shows the cost of a copy."
+    )
+    worst_speedup: dict[int, float] = {}
+    worst_overhead = 0.0
+    for k in group_sizes:
+        for n in sizes:
+            groups = n // k
+            values = rng.integers(0, 2, size=groups * k).astype(np.float64) + rng.normal(0.0, 0.1, size=groups * k)
+            lengths = rng.integers(1, 1024, size=values.size).astype(np.float64)
+            offsets = np.arange(0, values.size + 1, k, dtype=np.int64)
+            rewards = list(values.reshape(-1, k).copy())
+            lengths_by_group = list(lengths.reshape(-1, k))
+            for name, loop in LOOPS.items():
+                estimator = get_estimator(name)
+                kwargs = {"lengths": lengths} if name == "opo" else {}
+                expected = loop(rewards, lengths_by_group)
+                listed, _ = estimator.list_form(rewards=rewards, **kwargs)
+                _check_equal(name, expected, estimator.batched_form(values, offsets, **kwargs), listed)
+                t_loop = measure(partial(loop, rewards, lengths_by_group), budget, min_runs).median_s
+                t_list = measure(partial(estimator.list_form, rewards=rewards, **kwargs), budget, min_runs).median_s
+                t_batched = measure(partial(estimator.batched_form, values, offsets, **kwargs), budget, min_runs).median_s
+                overhead = (t_list - t_batched) / groups
+                table.add(
+                    name, k, f"{values.size:,}", f"{groups:,}", format_time(t_loop), format_time(t_list), format_time(t_batched),
+                    format_ratio(t_loop / t_batched), format_ratio(t_loop / t_list), format_time(max(overhead, 0.0)),
+                )  # fmt: skip
+                if name in PLOTTED and k == PLOT_GROUP_SIZE:
+                    report.point("core", f"{name}: per-group loop (rLLM)", values.size, t_loop)
+                    report.point("core", f"{name}: list form (ours)", values.size, t_list)
+                    report.point("core", f"{name}: batched (ours)", values.size, t_batched)
+                if name != "reinforce" and n == max(sizes):
+                    worst_speedup[k] = min(worst_speedup.get(k, np.inf), t_loop / t_batched)
+                if n == max(sizes):
+                    worst_overhead = max(worst_overhead, overhead)
+    report.tables.append(table)
+    for k, speedup in worst_speedup.items():
+        n = max(sizes)
+        name = f"batched vs loop, {n // k:,} groups of {k} (slowest estimator but reinforce)"
+        report.targets.append(Target(name, format_ratio(speedup), f"≥ {TARGET_SPEEDUP:g}x", speedup >= TARGET_SPEEDUP))
+    name = "list-form overhead per group (worst estimator, largest size)"
+    report.targets.append(Target(name, format_time(worst_overhead), f"≤ {format_time(TARGET_OVERHEAD_S)}", worst_overhead <= TARGET_OVERHEAD_S))
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one small size, one run each (smoke test)")
+    args = parser.parse_args()
+    print(f"Machine: {machine_description()}\n")
+    print(run(args.quick).markdown())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""verl: ``compute_advantage`` with the ``rllm_*`` estimators vs verl's own, on identical CPU DataProtos.
+
+Every implementation runs through ``verl.trainer.ppo.ray_trainer.compute_advantage`` on the same
+``DataProto`` (``token_level_rewards`` float32 (B, T) with the reward on the last response token,
+``response_mask`` int64 (B, T) as verl slices it from the attention mask, ``uid`` one uuid4 string
+per prompt repeated n times, interleaved as verl's rollout repeats it). The floor is the last
+operation every outcome estimator needs: one elementwise ``(B, 1) * (B, T)`` multiply.
+
+Peak extra memory: torch's CPU allocations are read from the torch profiler
+(``profile_memory=True``: each op's allocations and every free, replayed in time order, peak of
+the running total since the call started); numpy's from ``tracemalloc`` (numpy reports its data
+buffers to it, torch does not). The column is the sum of the two peaks (an upper bound if they
+do not coincide); ``retained`` is what is still allocated when the call returns (the outputs).
+
+Run: ``python -m benchmarks.verl_advantage [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tracemalloc
+import uuid
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from .report import Report, Target
+from .timing import Table, format_bytes, format_ratio, format_time, machine_description, measure_interleaved
+
+__all__ = ["make_dataproto", "peak_extra_memory", "run"]
+
+OURS = ("rllm_grpo", "rllm_rloo", "rllm_reinforce_plus_plus_baseline")
+VERLS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "reinforce_plus_plus_baseline")
+FLOOR = "floor: (B,1)x(B,T) multiply"
+FLOOR_SUM = "floor + reward sum: sum(-1), then the multiply"
+TARGET_VS_VECTORIZED = 1.1
+TARGET_VS_LOOPED = 10.0
+TARGET_VS_FLOOR = 1.5
+
+
+def make_dataproto(rows: int, length: int, n: int, seed: int = 0) -> Any:
+    """A verl ``DataProto`` of ``rows // n`` prompts with ``n`` responses each (see the module docstring)."""
+    from verl import DataProto
+
+    rng = np.random.default_rng(seed)
+    lengths = torch.from_numpy(rng.integers(1, length + 1, size=rows))
+    response_mask = (torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.int64)
+    token_level_rewards = torch.zeros(rows, length, dtype=torch.float32)
+    token_level_rewards[torch.arange(rows), lengths - 1] = torch.from_numpy(rng.integers(0, 2, size=rows).astype(np.float32))
+    uid = np.repeat(np.array([str(uuid.UUID(int=int(rng.integers(2**62)), version=4)) for _ in range(rows // n)], dtype=object), n)
+    return DataProto.from_dict(tensors={"token_level_rewards": token_level_rewards, "response_mask": response_mask}, non_tensors={"uid": uid})
+
+
+def peak_extra_memory(fn: Callable[[], object]) -> tuple[int, int]:
+    """``(peak, retained)`` bytes allocated by ``fn()`` beyond what existed before it (torch CPU + numpy)."""
+    tracemalloc.start()
+    try:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn()
+        numpy_current, numpy_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    changes = []
+    for event in prof.events():
+        delta = event.cpu_memory_usage if event.name == "[memory]" else event.self_cpu_memory_usage
+        if delta:
+            changes.append((event.time_range.start, delta))
+    running = peak = 0
+    for _, delta in sorted(changes):
+        running += delta
+        peak = max(peak, running)
+    return peak + numpy_peak, running + numpy_current
+
+
+def _rllm_available() -> bool:
+    from verl.trainer.ppo import core_algos
+
+    if not all(name in core_algos.ADV_ESTIMATOR_REGISTRY for name in OURS):
+        try:  # the verl.plugins entry point is missing when the package is not installed
+            from rllm_verl.registration import register_estimators_into_verl
+
+            register_estimators_into_verl()
+        except ImportError:
+            return False
+    return all(name in core_algos.ADV_ESTIMATOR_REGISTRY for name in OURS)
+
+
+def _implementations(data: Any, available: bool) -> dict[str, Callable[[], object] | None]:
+    """The floor and every estimator, each a call on ``data`` (None where not available)."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    config = OmegaConf.create({"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": True, "gamma": 1.0, "lam": 1.0})
+    mask = data.batch["response_mask"]
+    scores = data.batch["token_level_rewards"].sum(-1)
+    rewards = data.batch["token_level_rewards"]
+    kept: dict[str, torch.Tensor] = {}  # like data.batch: the previous output is freed only once the new one exists
+
+    def floor() -> None:
+        kept["advantages"] = scores.unsqueeze(-1) * mask
+
+    def floor_sum() -> None:
+        kept["advantages"] = rewards.sum(-1).unsqueeze(-1) * mask
+
+    impls: dict[str, Callable[[], object] | None] = {FLOOR: floor, FLOOR_SUM: floor_sum}
+    for name in (*OURS, *VERLS):
+        usable = available or name not in OURS
+        impls[name] = partial(compute_advantage, data, adv_estimator=name, norm_adv_by_std_in_grpo=True, config=config) if usable else None
+    return impls
+
+
+def _memory(data: Any, fn: Callable[[], object]) -> tuple[int, int]:
+    """Peak and retained extra bytes of a fresh call (no earlier output to free)."""
+    for key in ("advantages", "returns"):
+        data.batch.pop(key, None)
+    return peak_extra_memory(fn)
+
+
+def _targets(label: str, times: dict[str, float], largest: bool) -> list[Target]:
+    ratio = times["rllm_grpo"] / times["grpo_vectorized"]
+    worst_floor = max(times[name] / times[FLOOR] for name in OURS)
+    targets = [
+        Target(f"rllm_grpo vs grpo_vectorized at {label}", format_ratio(ratio), f"≤ {TARGET_VS_VECTORIZED:g}x", ratio <= TARGET_VS_VECTORIZED),
+        Target(f"rllm_* (slowest) vs floor at {label}", format_ratio(worst_floor), f"≤ {TARGET_VS_FLOOR:g}x", worst_floor <= TARGET_VS_FLOOR),
+    ]
+    if largest:
+        for ours, looped in (("rllm_grpo", "grpo"), ("rllm_rloo", "rloo")):
+            speedup = times[looped] / times[ours]
+            name = f"{ours} vs verl's looped {looped} at {label}"
+            targets.append(Target(name, f"{format_ratio(speedup)} faster", f"≥ {TARGET_VS_LOOPED:g}x", speedup >= TARGET_VS_LOOPED))
+    return targets
+
+
+def run(quick: bool = False) -> Report:
+    shapes = [(256, 64, 8)] if quick else [(4096, 1024, 8), (16384, 256, 16)]
+    budget = 0.0 if quick else 3.0
+    min_runs = 1 if quick else 5
+    rounds = 1 if quick else 3
+    available = _rllm_available()
+    report = Report("verl")
+    table = Table(
+        "verl: compute_advantage on one CPU DataProto",
+        ["rows x tokens (n)", "estimator", "time", "vs floor", "vs grpo_vectorized", "peak extra memory", "retained", "(B,T) float32 output"],
+    )
+    table.notes.append("floor: `scores.unsqueeze(-1) * response_mask`, the last op of every outcome estimator; its output is one (B,T) float32 tensor.")
+    table.notes.append(
+        "The floors keep their last output until the next one is made, as compute_advantage does with data.batch['advantages']: "
+        "every row then pays for 16 MiB of freshly mapped memory (page faults), which on this machine costs more than the arithmetic."
+    )
+    table.notes.append("floor + reward sum: what any outcome estimator must do at least (read the token rewards once, write the output once).")
+    table.notes.append("peak extra memory: torch profiler (CPU allocations and frees, replayed in order) + tracemalloc (numpy).")
+    table.notes.append("retained: still allocated after the call (the outputs: verl's estimators return one tensor as both advantages and returns).")
+    for rows, length, n in shapes:
+        data = make_dataproto(rows, length, n)
+        label = f"{rows:,} x {length:,} ({n})"
+        impls = {name: fn for name, fn in _implementations(data, available).items() if fn is not None}
+        times = measure_interleaved(impls, rounds, budget, min_runs)
+        memory = {name: _memory(data, fn) for name, fn in impls.items()}
+        output = format_bytes(rows * length * 4)
+        for name in (FLOOR, FLOOR_SUM, *OURS, *VERLS):
+            if name not in impls:
+                table.add(label, name, "not available", "—", "—", "—", "—", output)
+                continue
+            seconds, (peak, retained) = times[name], memory[name]
+            vs_floor, vs_vectorized = format_ratio(seconds / times[FLOOR]), format_ratio(seconds / times["grpo_vectorized"])
+            table.add(label, name, format_time(seconds), vs_floor, vs_vectorized, format_bytes(peak), format_bytes(retained), output)
+            report.point("verl", name, rows, seconds)
+        if available:
+            report.targets += _targets(label, times, largest=rows == max(r for r, _, _ in shapes))
+        else:
+            report.targets.append(Target(f"rllm_* in verl at {label}", "rllm_verl not available", "registered", None))
+    report.tables.append(table)
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one small DataProto, one run each (smoke test)")
+    args = parser.parse_args()
+    print(f"Machine: {machine_description()}\n")
+    print(run(args.quick).markdown())
+
+
+if __name__ == "__main__":
+    main()
