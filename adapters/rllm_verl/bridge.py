@@ -85,9 +85,7 @@ def _wants_lengths(name: str) -> bool:
 
 
 def _row_sums(x: torch.Tensor) -> np.ndarray:
-    """``x.sum(-1)`` (B,) as float64 numpy, summed in ``x``'s dtype (numpy's reduction on CPU: torch's is slower there)."""
-    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64, torch.int64, torch.int32):
-        return x.detach().numpy().sum(axis=-1).astype(np.float64, copy=False)
+    """``x.sum(-1)`` (B,) summed in ``x``'s dtype, as float64 numpy (torch's reduction: 4-8x numpy's on CPU)."""
     return x.sum(dim=-1).to(device="cpu", dtype=torch.float64).numpy()
 
 
