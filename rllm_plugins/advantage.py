@@ -6,7 +6,6 @@ error leaves every ``step.advantage`` as it was.
 
 from __future__ import annotations
 
-import logging
 import math
 import numbers
 from collections.abc import Sequence
@@ -22,7 +21,13 @@ from .types import Step, TrajectoryGroup
 
 __all__ = ["collect_reward_and_advantage_from_trajectory_groups", "compute_role_metrics"]
 
-logger = logging.getLogger(__name__)
+
+def _warn(message: str, *args: object) -> None:
+    """Log a warning on this module's logger (``logging`` is imported on first use: it is not needed to import us)."""
+    import logging
+
+    logging.getLogger(__name__).warning(message, *args)
+
 
 ZERO_ADVANTAGE = 1e-8  # |a| below this counts towards advantage/<role>/fraction_zero
 
@@ -82,9 +87,12 @@ def _precomputed(group: TrajectoryGroup, index: int, role: str) -> tuple[list[tu
                     raise ValueError(f"{_where(role, index, group, t)}, step {s}: precomputed advantage is not finite")
                 if len(tokens) != n:
                     mismatches += 1
-                    logger.warning(
+                    _warn(
                         "%s, step %d: precomputed advantage has %d values for %d response tokens; kept as is",
-                        _where(role, index, group, t), s, len(tokens), n,
+                        _where(role, index, group, t),
+                        s,
+                        len(tokens),
+                        n,
                     )
                     flat.extend(tokens)
                     continue
@@ -175,9 +183,10 @@ def collect_reward_and_advantage_from_trajectory_groups(
                     mismatches_by_role[role] = mismatches_by_role.get(role, 0) + mismatches
             continue
         if collect_advantage and has_precomputed:
-            logger.warning(
+            _warn(
                 "%s: steps carry precomputed advantages but use_precomputed_advantage is False; overwriting them with %r",
-                _where(role, index, group), algorithm_config.estimator_name(role),
+                _where(role, index, group),
+                algorithm_config.estimator_name(role),
             )
         rewards = _trajectory_rewards(group, index, role)
         rewards_by_role.setdefault(role, []).extend(rewards.tolist())

@@ -274,8 +274,7 @@ def _build() -> PluginState:
             if strict:
                 raise PluginLoadError(f"{provider} failed to load ({STRICT_ENV} is set): {message}") from e
             warnings.warn(
-                f"rllm_plugins: skipping {provider}, which failed to load: {message}. "
-                f"Fix or uninstall it, or set {DISABLE_ENV}={ep.name} to silence this.",
+                f"rllm_plugins: skipping {provider}, which failed to load: {message}. Fix or uninstall it, or set {DISABLE_ENV}={ep.name} to silence this.",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -314,4 +313,3 @@ def _warn_user_overrides(state: PluginState) -> None:
         theirs = state.estimators.get(name)
         if theirs is not None and theirs.provider.kind == "plugin" and theirs.spec.fn is not estimator.spec.fn:
             warnings.warn(f"estimator {name!r} from {estimator.provider} overrides the one from {theirs.provider}", UserWarning, stacklevel=3)
-

@@ -6,7 +6,6 @@ and installed plugins (discovered on first use; see :mod:`.plugins`).
 
 from __future__ import annotations
 
-import difflib
 import threading
 import warnings
 from collections.abc import Callable
@@ -131,6 +130,8 @@ def _unknown_message(name: Any, key: str) -> str:
             "rLLMAdvantageEstimator.OTHER stands for 'some other estimator' and cannot be computed; "
             f"set the name of a registered estimator instead. Available: {', '.join(names)}"
         )
+    import difflib  # only on this error path
+
     close = difflib.get_close_matches(key, names, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     return (

@@ -38,8 +38,13 @@ def register_estimators_into_verl() -> list[str]:
         if existing is None:
             core_algos.register_adv_est(key)(verl_estimator(name))
         elif getattr(existing, "rllm_estimator", None) != name:
-            logger.warning("verl already has an advantage estimator %r (%s.%s); the rLLM estimator %r is not registered under that name",
-                           key, getattr(existing, "__module__", "?"), getattr(existing, "__qualname__", existing), name)
+            logger.warning(
+                "verl already has an advantage estimator %r (%s.%s); the rLLM estimator %r is not registered under that name",
+                key,
+                getattr(existing, "__module__", "?"),
+                getattr(existing, "__qualname__", existing),
+                name,
+            )
     return rllm_names_in_verl()
 
 

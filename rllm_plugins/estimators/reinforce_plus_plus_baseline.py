@@ -22,9 +22,7 @@ def role_std(values: np.ndarray) -> float:
     return float(GroupLayout.from_offsets([0, values.size], values.size).std(values)[0])
 
 
-def reinforce_plus_plus_baseline(
-    values: np.ndarray, offsets: np.ndarray, /, *, epsilon: float = 1e-6, **_: Any
-) -> np.ndarray:
+def reinforce_plus_plus_baseline(values: np.ndarray, offsets: np.ndarray, /, *, epsilon: float = 1e-6, **_: Any) -> np.ndarray:
     """REINFORCE++-baseline: (r - group mean, 0 for a group of 1) / (role std of that + eps)."""
     layout = GroupLayout.from_offsets(offsets, len(values))
     baseline = np.where(layout.sizes > 1, layout.mean(values), 0.0)
