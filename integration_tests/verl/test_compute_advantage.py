@@ -93,7 +93,7 @@ def test_norm_adv_by_std_in_grpo_and_epsilon_come_from_the_algorithm_config(ref,
 
 
 def test_uids_group_by_exact_value(ref, algorithm_config):
-    """"1" and "01" are two prompts; rows of one prompt need not be adjacent."""
+    """ "1" and "01" are two prompts; rows of one prompt need not be adjacent."""
     out, _ = _run(ref, algorithm_config(), "rllm_rloo", rewards=[1.0, 0.0, 5.0, 2.0], lengths=[1, 1, 1, 1], uids=["1", "01", "1", "01"])
     np.testing.assert_allclose(out.batch["advantages"][:, 0].numpy(), [-4.0, -2.0, 4.0, 2.0])
 
