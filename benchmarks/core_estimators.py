@@ -11,7 +11,6 @@ Run: ``python -m benchmarks.core_estimators [--quick]``.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from functools import partial
 
@@ -19,8 +18,8 @@ import numpy as np
 
 from rllm_plugins.registry import get_estimator
 
-from .report import Report, Target
-from .timing import Table, format_ratio, format_time, machine_description, measure
+from .report import Report, Target, script_main
+from .timing import Table, format_ratio, format_time, measure
 
 __all__ = ["LOOPS", "run"]
 
@@ -183,11 +182,7 @@ def run(quick: bool = False) -> Report:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one small size, one run each (smoke test)")
-    args = parser.parse_args()
-    print(f"Machine: {machine_description()}\n")
-    print(run(args.quick).markdown())
+    script_main(__doc__, run, "one small size, one run each (smoke test)")
 
 
 if __name__ == "__main__":

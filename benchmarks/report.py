@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .timing import Table
+from .timing import Table, machine_description
 
-__all__ = ["Report", "Target"]
+__all__ = ["Report", "Target", "script_main"]
 
 
 @dataclass(frozen=True)
@@ -49,3 +51,12 @@ class Report:
             "series": {panel: {label: [list(p) for p in points] for label, points in lines.items()} for panel, lines in self.series.items()},
             "targets": [{"name": t.name, "measured": t.measured, "goal": t.goal, "met": t.met} for t in self.targets],
         }
+
+
+def script_main(doc: str, run: Callable[[bool], Report], quick_help: str) -> None:
+    """Command line of one benchmark script: ``[--quick]``; prints the machine, then the report."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    args = parser.parse_args()
+    print(f"Machine: {machine_description()}\n")
+    print(run(args.quick).markdown())

@@ -12,7 +12,6 @@ Run: ``python -m benchmarks.startup [--quick]``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -23,8 +22,8 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-from .report import Report, Target
-from .timing import Table, format_ratio, format_time, machine_description
+from .report import Report, Target, script_main
+from .timing import Table, format_ratio, format_time
 
 __all__ = ["build_plugin_wheel", "run"]
 
@@ -142,11 +141,7 @@ def run(quick: bool = False) -> Report:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="3 plugins, one process each (smoke test)")
-    args = parser.parse_args()
-    print(f"Machine: {machine_description()}\n")
-    print(run(args.quick).markdown())
+    script_main(__doc__, run, "3 plugins, one process each (smoke test)")
 
 
 if __name__ == "__main__":

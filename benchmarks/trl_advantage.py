@@ -12,15 +12,14 @@ Run: ``python -m benchmarks.trl_advantage [--quick]``.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from functools import partial
 
 import numpy as np
 import torch
 
-from .report import Report, Target
-from .timing import Table, format_ratio, format_time, machine_description, measure, measure_interleaved
+from .report import Report, Target, script_main
+from .timing import Table, format_ratio, format_time, measure, measure_interleaved
 
 __all__ = ["run", "trl_inline"]
 
@@ -129,11 +128,7 @@ def run(quick: bool = False) -> Report:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one small size, one run each (smoke test)")
-    args = parser.parse_args()
-    print(f"Machine: {machine_description()}\n")
-    print(run(args.quick).markdown())
+    script_main(__doc__, run, "one small size, one run each (smoke test)")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ Run: ``python -m benchmarks.verl_advantage [--quick]``.
 
 from __future__ import annotations
 
-import argparse
 import tracemalloc
 import uuid
 from collections.abc import Callable
@@ -28,8 +27,8 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from .report import Report, Target
-from .timing import Table, format_bytes, format_ratio, format_time, machine_description, measure_interleaved
+from .report import Report, Target, script_main
+from .timing import Table, format_bytes, format_ratio, format_time, measure_interleaved
 
 __all__ = ["make_dataproto", "peak_extra_memory", "run"]
 
@@ -178,11 +177,7 @@ def run(quick: bool = False) -> Report:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one small DataProto, one run each (smoke test)")
-    args = parser.parse_args()
-    print(f"Machine: {machine_description()}\n")
-    print(run(args.quick).markdown())
+    script_main(__doc__, run, "one small DataProto, one run each (smoke test)")
 
 
 if __name__ == "__main__":
