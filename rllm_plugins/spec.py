@@ -11,6 +11,7 @@ advantages float64 ``(N,)``; returns equal advantages for every built-in.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ import numpy as np
 
 from .segments import GroupLayout, offsets_from_sizes
 
-__all__ = ["AdvEstimatorSpec", "BatchedEstimator", "ListEstimator", "call_with_accepted_kwargs", "normalize_name"]
+__all__ = ["AdvEstimatorSpec", "BatchedEstimator", "ListEstimator", "accepted_keywords", "call_with_accepted_kwargs", "normalize_name"]
 
 ListEstimator = Callable[..., tuple[Sequence[Any], Sequence[Any]]]
 
@@ -51,8 +52,15 @@ def validate_name(name: object, where: str = "") -> str:
     return key
 
 
-def _accepts(fn: Callable[..., Any]) -> tuple[frozenset[str], bool]:
-    """Keyword names ``fn`` accepts, and whether it takes ``**kwargs``."""
+def accepted_keywords(fn: Callable[..., Any]) -> tuple[frozenset[str], bool]:
+    """Keyword names ``fn`` accepts, and whether it takes ``**kwargs`` (cached per function: estimators run every step)."""
+    try:
+        return _accepted_keywords_cached(fn)
+    except TypeError:  # an unhashable callable
+        return _accepted_keywords(fn)
+
+
+def _accepted_keywords(fn: Callable[..., Any]) -> tuple[frozenset[str], bool]:
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):  # builtins without a signature: pass everything
@@ -61,9 +69,12 @@ def _accepts(fn: Callable[..., Any]) -> tuple[frozenset[str], bool]:
     return names, any(p.kind is p.VAR_KEYWORD for p in params)
 
 
+_accepted_keywords_cached = functools.lru_cache(maxsize=256)(_accepted_keywords)
+
+
 def call_with_accepted_kwargs(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call ``fn`` with the keyword arguments it accepts (all of them if it takes ``**kwargs``)."""
-    names, var_kw = _accepts(fn)
+    names, var_kw = accepted_keywords(fn)
     if not var_kw:
         kwargs = {k: v for k, v in kwargs.items() if k in names}
     return fn(*args, **kwargs)

@@ -14,7 +14,6 @@ Options read from ``config`` (all optional):
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,6 +22,7 @@ import torch
 
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
+from rllm_plugins.spec import accepted_keywords
 
 __all__ = ["ESTIMATOR_KWARGS_KEY", "compute_rllm_advantage", "estimator_options", "group_rows", "verl_estimator"]
 
@@ -77,11 +77,7 @@ def estimator_options(config: Any, where: str) -> dict[str, Any]:
 def _wants_lengths(name: str) -> bool:
     """Whether the estimator names a ``lengths`` parameter (then it gets ``response_mask.sum(-1)``)."""
     spec = get_estimator(name).spec
-    fn = spec.batched if spec.batched is not None else spec.fn
-    try:
-        return "lengths" in inspect.signature(fn).parameters  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
+    return "lengths" in accepted_keywords(spec.batched if spec.batched is not None else spec.fn)[0]  # type: ignore[arg-type]
 
 
 def _row_sums(x: torch.Tensor) -> np.ndarray:
