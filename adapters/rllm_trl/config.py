@@ -8,10 +8,23 @@ from typing import Any, ClassVar
 
 from trl import GRPOConfig
 
+from rllm_plugins.config import AlgorithmConfig, build_algorithm_config
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.spec import normalize_name
 
-__all__ = ["RLLMGRPOConfig"]
+__all__ = ["RLLMGRPOConfig", "check_no_per_role_loss"]
+
+
+def check_no_per_role_loss(config: AlgorithmConfig) -> AlgorithmConfig:
+    """Raise ``ValueError`` if ``config`` asks for a per-role policy loss: TRL trains every role with one loss."""
+    if config.loss_fn_map:
+        pairs = ", ".join(f"{role!r}: ({config.estimator_map.get(role, config.estimator)!s}, {loss!r})" for role, loss in config.loss_fn_map.items())
+        raise ValueError(
+            f"per-role policy losses ({pairs}) are not applied with TRL: GRPOTrainer uses GRPOConfig.loss_type for every role "
+            "(rLLM applies a per-role loss only in its own backends). Give the estimator name alone, e.g. {'judge': 'rloo'}, "
+            "and choose the loss with loss_type"
+        )
+    return config
 
 
 @dataclass
@@ -47,7 +60,7 @@ class RLLMGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": 'Extra keyword arguments for every estimator call, e.g. `{"epsilon": 1e-4}` (a dict, or a JSON string on the command line).'},
     )
-    adv_estimator_map: dict[str, str] | str | None = field(
+    adv_estimator_map: dict[str, Any] | str | None = field(
         default=None,
         metadata={
             "help": 'Estimator per role, e.g. `{"judge": "rloo"}`; roles not listed use `adv_estimator`. '
@@ -67,6 +80,8 @@ class RLLMGRPOConfig(GRPOConfig):
         super().__post_init__()
         self.adv_estimator_kwargs = self._as_dict("adv_estimator_kwargs")
         self.adv_estimator_map = {str(role): name for role, name in self._as_dict("adv_estimator_map").items()}
+        if any(isinstance(name, (tuple, list)) for name in self.adv_estimator_map.values()):  # rLLM main's (estimator, loss_fn) pairs
+            check_no_per_role_loss(AlgorithmConfig(estimator_map=self.adv_estimator_map))
         self.adv_estimator = self._check_estimator(self.adv_estimator, "adv_estimator")
         for role, name in self.adv_estimator_map.items():
             self.adv_estimator_map[role] = self._check_estimator(name, f"adv_estimator_map[{role!r}]")
@@ -83,6 +98,11 @@ class RLLMGRPOConfig(GRPOConfig):
                 UserWarning,
                 stacklevel=3,
             )
+
+    def algorithm_config(self) -> AlgorithmConfig:
+        """These settings as rLLM's ``AlgorithmConfig`` (for the object path, ``compute_advantages_via_groups``)."""
+        node = {"adv_estimator": self.adv_estimator, "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo, "estimator_kwargs": self.adv_estimator_kwargs}
+        return check_no_per_role_loss(build_algorithm_config(node, self.adv_estimator_map))
 
     def _as_dict(self, name: str) -> dict[str, Any]:
         value = getattr(self, name)
