@@ -13,7 +13,7 @@ __all__ = ["check_no_per_role_loss", "verl_algorithm_config"]
 def check_no_per_role_loss(config: AlgorithmConfig) -> AlgorithmConfig:
     """Raise ``ValueError`` if ``config`` asks for a per-role policy loss: verl trains every role with one actor loss."""
     if config.loss_fn_map:
-        pairs = ", ".join(f"{role!r}: ({config.estimator_map.get(role, config.estimator)!s}, {loss!r})" for role, loss in config.loss_fn_map.items())
+        pairs = ", ".join(f"{role!r}: ({config.estimator_name(role)!r}, {loss!r})" for role, loss in config.loss_fn_map.items())
         raise ValueError(
             f"per-role policy losses ({pairs}) are not applied with verl: its actor uses actor_rollout_ref.actor.policy_loss.loss_mode "
             "for every row (rLLM applies a per-role loss only in its own backends). Give the estimator name alone, e.g. {'judge': 'rloo'}"

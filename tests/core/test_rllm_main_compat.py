@@ -26,9 +26,9 @@ from rllm_plugins import (
     collect_reward_and_advantage_from_trajectory_groups,
     get_adv_estimator,
     get_rllm_adv_estimator,
-    rLLMAdvantageEstimator,
     register_adv_estimator,
     register_rllm_adv_estimator,
+    rLLMAdvantageEstimator,
     unregister_rllm_adv_estimator,
 )
 from rllm_plugins.config import USE_RLLM_DEPRECATION
@@ -86,7 +86,8 @@ def test_bad_pairs_are_errors(value, message):
 def test_a_pair_and_loss_fn_map_must_agree():
     with pytest.raises(ValueError, match="role 'judge': estimator_map gives loss_fn 'ppo' but loss_fn_map gives 'cispo'; set it in one place"):
         AlgorithmConfig(estimator_map={"judge": ("rloo", "ppo")}, loss_fn_map={"judge": "cispo"})
-    assert AlgorithmConfig(estimator_map={"judge": ("rloo", "ppo")}, loss_fn_map={"judge": "ppo", "solver": "dro"}).loss_fn_map == {"judge": "ppo", "solver": "dro"}
+    agreeing = AlgorithmConfig(estimator_map={"judge": ("rloo", "ppo")}, loss_fn_map={"judge": "ppo", "solver": "dro"})
+    assert agreeing.loss_fn_map == {"judge": "ppo", "solver": "dro"}
 
 
 # --- 2. the new fields, use_rllm, from_config (config.py: AlgorithmConfig and AlgorithmConfig.from_config) ---
@@ -219,7 +220,7 @@ def test_verls_algorithm_node_is_not_mistaken_for_rllms():
 
 
 def test_the_two_estimator_names_of_a_whole_config_must_agree():
-    with pytest.raises(ValueError, match="algorithm.adv_estimator='gae' and rllm.algorithm.adv_estimator='grpo' disagree"):
+    with pytest.raises(ValueError, match=r"algorithm\.adv_estimator='gae' and rllm\.algorithm\.adv_estimator='grpo' disagree"):
         AlgorithmConfig.from_config({"algorithm": {"adv_estimator": "gae"}, "rllm": {"algorithm": {"adv_estimator": "grpo"}}})
     same = AlgorithmConfig.from_config({"algorithm": {"adv_estimator": "RLOO"}, "rllm": {"algorithm": {"adv_estimator": "rloo"}}})
     assert same.estimator is rLLMAdvantageEstimator.RLOO
