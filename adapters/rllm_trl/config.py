@@ -43,7 +43,7 @@ class RLLMGRPOConfig(GRPOConfig):
         default="grpo",
         metadata={
             "help": "Name of the rLLM advantage estimator: a built-in (`grpo`, `rloo`, `reinforce`, "
-            "`reinforce_plus_plus_baseline`, `prpo`, `opo`, `grpo_passk`, `trl_grpo`, `trl_grpo_batch`) or one from an "
+            "`reinforce_plus_plus_baseline`, `prpo`, `prpo_std_optional`, `opo`, `grpo_passk`, `trl_grpo`, `trl_grpo_batch`) or one from an "
             "installed `rllm_plugins` plugin (`rllm-plugins estimators` lists them). `grpo` is rLLM's GRPO "
             "(population std, eps 1e-6; Shao et al., 2024); `trl_grpo` is TRL's own (sample std, eps 1e-4)."
         },
@@ -51,7 +51,7 @@ class RLLMGRPOConfig(GRPOConfig):
     norm_adv_by_std_in_grpo: bool = field(
         default=True,
         metadata={
-            "help": "Divide by the group standard deviation in std-normalising estimators (`grpo`, `prpo`, `trl_grpo`, "
+            "help": "Divide by the group standard deviation in std-normalising estimators (`grpo`, `prpo_std_optional`, `trl_grpo`, "
             "...). `False` gives the Dr. GRPO advantage `r - mean` (Liu et al., 2025), which avoids the question-level "
             "difficulty bias of std scaling."
         },
