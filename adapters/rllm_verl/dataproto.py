@@ -61,7 +61,7 @@ def _rows_equal(data: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """(len(a),) bool: whether row ``a[i]`` equals row ``b[i]`` in every tensor and non-tensor column."""
     same = np.ones(len(a), dtype=bool)
     if data.batch is not None:
-        for key in data.batch.keys():
+        for key in data.batch.keys():  # noqa: SIM118 - TensorDict
             tensor = data.batch[key].detach().to("cpu")
             same &= (tensor[torch.from_numpy(a)] == tensor[torch.from_numpy(b)]).reshape(len(a), -1).all(dim=1).numpy()
     for column in data.non_tensor_batch.values():
