@@ -66,7 +66,8 @@ def _rows_equal(data: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
             same &= (tensor[torch.from_numpy(a)] == tensor[torch.from_numpy(b)]).reshape(len(a), -1).all(dim=1).numpy()
     for column in data.non_tensor_batch.values():
         column = np.asarray(column)
-        same &= np.array([_equal(column[i], column[j]) for i, j in zip(a.tolist(), b.tolist(), strict=True)], dtype=bool)
+        for k in np.flatnonzero(same).tolist():  # only rows still equal: usually none
+            same[k] = _equal(column[a[k]], column[b[k]])
     return same
 
 
