@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from .registry import get_estimator
+from .spec import AdvEstimatorSpec
 
-__all__ = ["CONTEXT_KEYS", "EstimatorOptions", "check_estimator_kwargs", "estimator_options_of"]
+__all__ = ["CONTEXT_KEYS", "EstimatorOptions", "check_estimator_kwargs", "estimator_options_of", "spec_options"]
 
 CONTEXT_KEYS = frozenset({"rewards", "values", "offsets", "algorithm_config", "traj_groups", "lengths", "norm_adv_by_std_in_grpo"})
 """Arguments the collector and the adapters pass themselves; never set through estimator kwargs."""
@@ -70,8 +71,12 @@ def _options_cached(fn: Callable[..., Any] | None, batched: Callable[..., Any] |
 
 def estimator_options_of(name: str) -> EstimatorOptions:
     """The options of the registered estimator ``name`` (signature inspection cached per spec)."""
-    spec = get_estimator(name).spec
-    declared = getattr(spec, "options", None)
+    return spec_options(get_estimator(name).spec)
+
+
+def spec_options(spec: AdvEstimatorSpec) -> EstimatorOptions:
+    """The options of an :class:`AdvEstimatorSpec`: its forms' keyword parameters plus its declared ``options``."""
+    declared = spec.options
     try:
         return _options_cached(spec.fn, spec.batched, declared)
     except TypeError:  # an unhashable callable

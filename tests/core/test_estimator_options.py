@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,7 @@ from rllm_plugins import (
     register_rllm_adv_estimator,
     unregister_rllm_adv_estimator,
 )
-from rllm_plugins.options import check_estimator_kwargs, estimator_options_of
+from rllm_plugins.options import check_estimator_kwargs, estimator_options_of, spec_options
 from rllm_plugins.types import Step, Trajectory, TrajectoryGroup
 
 BUILTIN = "rllm-plugins (built-in)"
@@ -111,10 +113,10 @@ def test_a_spec_declares_the_options_its_kwargs_read():
     def fn(rewards, **kwargs):
         return list(rewards), list(rewards)
 
-    from rllm_plugins.options import _options_cached
-
-    declared = _options_cached(fn, None, ("alpha",))
-    assert (dict(declared.defaults), declared.open) == ({"alpha": __import__("inspect").Parameter.empty}, False)
-    assert AdvEstimatorSpec("h_declared", fn=fn, options=["alpha"]).options == ("alpha",)
+    spec = AdvEstimatorSpec("h_declared", fn=fn, options=["alpha"])
+    assert spec.options == ("alpha",)
+    declared = spec_options(spec)
+    assert (dict(declared.defaults), declared.open) == ({"alpha": inspect.Parameter.empty}, False)
+    assert spec_options(AdvEstimatorSpec("h_undeclared", fn=fn)).open
     with pytest.raises(TypeError, match="options must be a sequence of option names"):
         AdvEstimatorSpec("h_declared", fn=fn, options="alpha")
