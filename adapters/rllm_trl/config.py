@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from trl import GRPOConfig
 
 from rllm_plugins.config import AlgorithmConfig, build_algorithm_config
+from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.spec import normalize_name
 
@@ -85,6 +86,12 @@ class RLLMGRPOConfig(GRPOConfig):
         self.adv_estimator = self._check_estimator(self.adv_estimator, "adv_estimator")
         for role, name in self.adv_estimator_map.items():
             self.adv_estimator_map[role] = self._check_estimator(name, f"adv_estimator_map[{role!r}]")
+        check_estimator_kwargs(
+            [self.adv_estimator, *self.adv_estimator_map.values()],
+            self.adv_estimator_kwargs,
+            where="RLLMGRPOConfig.adv_estimator_kwargs",
+            norm_field="RLLMGRPOConfig.norm_adv_by_std_in_grpo",
+        )
         if self.adv_estimator_map and self.role_column is None:
             raise ValueError("adv_estimator_map is set but role_column is None: set role_column to the dataset column naming each prompt's role")
         ignored = []

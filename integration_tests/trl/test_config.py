@@ -62,7 +62,7 @@ def test_command_line_parses_every_field():
             "--bf16",
             "false",
             "--adv_estimator",
-            "OPO",
+            "PRPO",
             "--norm_adv_by_std_in_grpo",
             "false",
             "--adv_estimator_kwargs",
@@ -73,7 +73,7 @@ def test_command_line_parses_every_field():
             "role",
         ]
     )
-    assert config.adv_estimator == "opo" and config.norm_adv_by_std_in_grpo is False
+    assert config.adv_estimator == "prpo" and config.norm_adv_by_std_in_grpo is False
     assert config.adv_estimator_kwargs == {"epsilon": 0.001} and config.adv_estimator_map == {"judge": "rloo"} and config.role_column == "role"
 
 
