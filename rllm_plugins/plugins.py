@@ -4,6 +4,9 @@ Built-ins register first, then every entry point of the group ``rllm_plugins`` i
 our own loop, so that a broken plugin is skipped with a warning naming it (or raises under
 ``RLLM_PLUGINS_STRICT=1``), ``RLLM_PLUGINS_DISABLE=a,b`` blocks entry points by name, and two
 plugins offering one name become a conflict that is reported when the name is used.
+
+It is also the one home of the user-code registrations (``@register_rllm_adv_estimator`` outside
+a plugin), which win over built-ins and plugins; :mod:`.registry` is the public face of it all.
 """
 
 from __future__ import annotations
@@ -30,9 +33,14 @@ __all__ = [
     "PluginRecord",
     "PluginState",
     "Provider",
+    "add_user_estimator",
+    "claim_user_registrations",
     "loading_provider",
     "plugin_state",
+    "remove_user_estimator",
     "reset_plugins",
+    "user_estimator",
+    "user_overrides",
 ]
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT
@@ -154,6 +162,66 @@ def _importing(provider: Provider) -> Iterator[list[AdvEstimatorSpec]]:
         _local.provider = None
 
 
+# --- user-code registrations: they win over built-ins and plugins ---------------------------
+
+_user_lock = threading.Lock()
+_user: dict[str, Estimator] = {}
+
+
+def add_user_estimator(estimator: Estimator) -> list[tuple[str, Estimator]]:
+    """Register ``estimator`` (from user code) under each of its names; returns the ``(name, previous)`` it overrides.
+
+    Never starts discovery (this may run inside a plugin's import): ``previous`` is a user-code
+    registration, a built-in, or a plugin's estimator once plugins are loaded.
+    """
+    loaded = loaded_estimators()
+    overridden = []
+    with _user_lock:
+        for name in estimator.spec.names:
+            previous = _user.get(name) or loaded.get(name)
+            if previous is not None and previous.spec.fn is not estimator.spec.fn:
+                overridden.append((name, previous))
+            _user[name] = estimator
+    return overridden
+
+
+def remove_user_estimator(name: str) -> bool:
+    """Remove the user-code registration of ``name`` and its aliases; False if user code registered no ``name``."""
+    with _user_lock:
+        estimator = _user.get(name)
+        if estimator is None:
+            return False
+        for n in estimator.spec.names:
+            _user.pop(n, None)
+    return True
+
+
+def user_estimator(name: str) -> Estimator | None:
+    """The user-code registration of ``name``, if any."""
+    return _user.get(name)
+
+
+def user_overrides() -> dict[str, Estimator]:
+    """The user-code registrations by name."""
+    return dict(_user)
+
+
+def claim_user_registrations(module: str) -> list[AdvEstimatorSpec]:
+    """Remove and return the user-code registrations made by functions of ``module``.
+
+    A decorator-only plugin module imported by user code before discovery registered as user
+    code; when its entry point is loaded, the plugin claims them back.
+    """
+    with _user_lock:
+        claimed = {n: e for n, e in _user.items() if getattr(e.spec.fn, "__module__", None) == module}
+        for n in claimed:
+            del _user[n]
+    return list({id(e.spec): e.spec for e in claimed.values()}.values())
+
+
+# --- discovery -------------------------------------------------------------------------------
+
+
 def loaded_estimators() -> dict[str, Estimator]:
     """Estimators known so far without starting discovery: the built-ins, plus plugins once loaded."""
     state = _state
@@ -238,8 +306,6 @@ def _load_entry_point(manager: pluggy.PluginManager, ep: metadata.EntryPoint, pr
     with _importing(provider) as captured:
         plugin = ep.load()
     if not captured:  # a decorator-only module that user code imported before discovery
-        from .registry import claim_user_registrations
-
         captured.extend(claim_user_registrations(ep.module))
     registered = f"{provider.distribution}:{ep.name}"
     manager.register(plugin, name=registered)
@@ -307,8 +373,6 @@ def _build() -> PluginState:
 
 def _warn_user_overrides(state: PluginState) -> None:
     """User code registered a name before discovery found a plugin offering it: say who wins."""
-    from .registry import user_overrides
-
     for name, estimator in user_overrides().items():
         theirs = state.estimators.get(name)
         if theirs is not None and theirs.provider.kind == "plugin" and theirs.spec.fn is not estimator.spec.fn:

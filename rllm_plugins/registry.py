@@ -6,7 +6,6 @@ and installed plugins (discovered on first use; see :mod:`.plugins`).
 
 from __future__ import annotations
 
-import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -35,10 +34,6 @@ class EstimatorConflictError(ValueError):
     """Several installed plugins offer the name."""
 
 
-_user_lock = threading.Lock()
-_user: dict[str, plugins.Estimator] = {}
-
-
 def register_rllm_adv_estimator(
     name: Any,
     *,
@@ -60,52 +55,24 @@ def register_rllm_adv_estimator(
             plugins.capture(spec)
             return func
         provider = plugins.Provider(f"{func.__module__}.{func.__qualname__}", kind="user")
-        estimator = plugins.Estimator(spec, provider)
-        loaded = plugins.loaded_estimators()  # never starts discovery: this may run inside a plugin's import
-        with _user_lock:
-            for n in spec.names:
-                previous = _user.get(n) or loaded.get(n)
-                if previous is not None and previous.spec.fn is not func:
-                    warnings.warn(f"estimator {n!r} from {provider} overrides the one from {previous.provider}", UserWarning, stacklevel=2)
-                _user[n] = estimator
+        for n, previous in plugins.add_user_estimator(plugins.Estimator(spec, provider)):
+            warnings.warn(f"estimator {n!r} from {provider} overrides the one from {previous.provider}", UserWarning, stacklevel=2)
         return func
 
     return decorator
 
 
-def claim_user_registrations(module: str) -> list[AdvEstimatorSpec]:
-    """Remove and return the user-code registrations made by functions of ``module``.
-
-    A decorator-only plugin module imported by user code before discovery registered as user
-    code; when its entry point is loaded, the plugin claims them back.
-    """
-    with _user_lock:
-        claimed = {n: e for n, e in _user.items() if getattr(e.spec.fn, "__module__", None) == module}
-        for n in claimed:
-            del _user[n]
-    return list({id(e.spec): e.spec for e in claimed.values()}.values())
-
-
-def user_overrides() -> dict[str, plugins.Estimator]:
-    """The user-code registrations by name (they win over built-ins and plugins)."""
-    return dict(_user)
-
-
 def unregister_rllm_adv_estimator(name: Any) -> None:
     """Remove a user-code registration (and its aliases); built-ins and plugins stay."""
     key = normalize_name(name)
-    with _user_lock:
-        estimator = _user.get(key)
-        if estimator is None:
-            raise UnknownEstimatorError(f"no estimator {key!r} was registered in user code")
-        for n in estimator.spec.names:
-            _user.pop(n, None)
+    if not plugins.remove_user_estimator(key):
+        raise UnknownEstimatorError(f"no estimator {key!r} was registered in user code")
 
 
 def get_estimator(name: Any) -> plugins.Estimator:
     """The registered estimator for ``name``, with its provider and both calling forms."""
     key = normalize_name(name)
-    estimator = _user.get(key)
+    estimator = plugins.user_estimator(key)
     if estimator is not None:
         return estimator
     state = plugins.plugin_state()
@@ -156,7 +123,7 @@ def get_rllm_adv_estimator(name: Any) -> ListEstimator:
 def available_estimators() -> list[str]:
     """Every name that resolves to exactly one estimator, sorted."""
     state = plugins.plugin_state()
-    return sorted(set(state.estimators) | set(_user))
+    return sorted(set(state.estimators) | set(plugins.user_overrides()))
 
 
 def _prepare_adv_estimator_input(rewards: list[Any], algorithm_config: AlgorithmConfig, traj_groups: list[Any] | None = None) -> dict[str, Any]:
