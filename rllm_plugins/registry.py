@@ -22,6 +22,7 @@ __all__ = [
     "get_estimator_spec",
     "get_rllm_adv_estimator",
     "register_rllm_adv_estimator",
+    "unavailable_because",
     "unregister_rllm_adv_estimator",
 ]
 
@@ -90,6 +91,22 @@ def get_estimator(name: Any) -> plugins.Estimator:
     raise UnknownEstimatorError(_unknown_message(name, key))
 
 
+def unavailable_because(key: str) -> str | None:
+    """Why the name ``key`` may resolve to nothing because of a plugin that did not load, or None if all loaded.
+
+    The plugin whose entry-point name is ``key`` (the usual convention) is named alone; otherwise
+    every plugin that failed to load or is disabled is listed, since any of them may offer ``key``.
+    """
+    unavailable = [r for r in plugins.plugin_state().records if r.why_unavailable() is not None]
+    namesake = next((r for r in unavailable if r.name == key), None)
+    if namesake is not None:
+        fix = "Fix or uninstall it" if namesake.status == "error" else f"Remove {key!r} from {plugins.DISABLE_ENV} to use it"
+        return f"{namesake.why_unavailable()}. {fix} (`rllm-plugins plugins` shows every plugin's status)."
+    if not unavailable:
+        return None
+    return "Plugins that did not load, which may offer it: " + "; ".join(str(r.why_unavailable()) for r in unavailable) + "."
+
+
 def _unknown_message(name: Any, key: str) -> str:
     names = available_estimators()
     if key == "other":
@@ -97,12 +114,16 @@ def _unknown_message(name: Any, key: str) -> str:
             "rLLMAdvantageEstimator.OTHER stands for 'some other estimator' and cannot be computed; "
             f"set the name of a registered estimator instead. Available: {', '.join(names)}"
         )
+    because = unavailable_because(key)
+    if because is not None and any(r.name == key for r in plugins.plugin_state().records):
+        return f"estimator {name!r} is not available: {because}"
     import difflib  # only on this error path
 
-    close = difflib.get_close_matches(key, names, n=1)
+    # a plugin that did not load may be the cause: then only a near-typo is worth suggesting
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.85 if because else 0.6)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     return (
-        f"Unknown advantage estimator {name!r}.{hint} Available: {', '.join(names)}. "
+        f"Unknown advantage estimator {name!r}.{f' {because}' if because else ''}{hint} Available: {', '.join(names)}. "
         "Register a custom one with @register_rllm_adv_estimator or install an estimator plugin."
     )
 
