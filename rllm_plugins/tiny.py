@@ -1,15 +1,20 @@
 """A tiny chat model built locally (no model hub): a byte-level BPE tokenizer and a ~30k-parameter Qwen2.
 
-For tests, demos and CPU smoke runs of ``GRPOTrainer``; the model is random and learns nothing useful.
+For tests, demos and CPU smoke runs of TRL's ``GRPOTrainer`` or verl; the model starts random.
+Needs torch, transformers and tokenizers (either extra brings them), but neither TRL nor verl.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from .extras import require_extra
+
+require_extra("rllm_plugins.tiny", ("trl", "verl"), ["torch", "transformers", "tokenizers"])
+
+import torch  # noqa: E402
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
 __all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "build_tiny_model", "build_tiny_tokenizer"]
 
@@ -22,7 +27,11 @@ CHAT_TEMPLATE = (
 
 
 def build_tiny_tokenizer(corpus: Iterable[str], vocab_size: int = 320) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE of ``vocab_size`` tokens on ``corpus`` in memory; ChatML template, left padding."""
+    """Train a byte-level BPE of ``vocab_size`` tokens on ``corpus`` (the texts it will see) in memory.
+
+    Special tokens :data:`SPECIAL_TOKENS` (``<|im_end|>`` is EOS, ``<|pad|>`` pads, on the left),
+    and the ChatML :data:`CHAT_TEMPLATE`, so TRL's conversational prompts work too.
+    """
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
