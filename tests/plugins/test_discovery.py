@@ -24,6 +24,7 @@ from rllm_plugins.estimators import BUILTIN_SPECS
 from rllm_plugins.plugins import PluginLoadError, plugin_state, reset_plugins
 from rllm_plugins.registry import get_estimator
 
+
 def broken_error(site: Path) -> str:
     """The load error of the fixture ``fixture_broken``, at the line of the plugin that failed (its import of a missing module)."""
     return f"ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency' (at {site}/rllm_fixture_broken/__init__.py:3)"
@@ -34,6 +35,7 @@ def broken_warning(site: Path) -> str:
         f"rllm_plugins: skipping plugin 'fixture_broken' (distribution rllm-fixture-broken 0.3.0), which failed to load: {broken_error(site)}. "
         "Fix or uninstall it, or set RLLM_PLUGINS_DISABLE=fixture_broken to silence this."
     )
+
 
 GRPO_WARNING = "rllm_plugins: plugin 'fixture_grpo_taker' (distribution rllm-fixture-grpo-taker 0.1.0) offers 'grpo', a built-in name; its version is ignored"
 CONFLICT_ERROR = (

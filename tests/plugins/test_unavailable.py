@@ -26,10 +26,7 @@ def broken_because(site: Path) -> str:
 
 
 def namesake_message(site: Path) -> str:
-    return (
-        f"estimator 'fixture_broken' is not available: {broken_because(site)}. "
-        "Fix or uninstall it (`rllm-plugins plugins` shows every plugin's status)."
-    )
+    return f"estimator 'fixture_broken' is not available: {broken_because(site)}. Fix or uninstall it (`rllm-plugins plugins` shows every plugin's status)."
 
 
 def test_the_name_of_a_plugin_that_failed_to_load_names_the_plugin_its_distribution_and_error(load_plugins, plugin_site):
