@@ -104,12 +104,12 @@ try:
     )
 except ValueError as error:
     print("verl:", error)
-for name in ("rllm_fixture_broken", "rllm_scaled_baseline"):
+for name in ("rllm_fixture_broken", "rllm_scaled_baseline", "rllm_shared_baseline"):
     print("verl-check:", verl_check(["algorithm.adv_estimator=" + name]).errors[0])
 """
 
 
-def test_verls_registry_and_verl_check_say_why(cli_env, plugin_site):
+def test_verls_registry_and_verl_check_say_why_a_name_is_unavailable_or_in_conflict(cli_env, plugin_site):
     pytest.importorskip("verl")
     env = {**cli_env, "RLLM_PLUGINS_DISABLE": "fixture_good"}
     done = subprocess.run([sys.executable, "-c", VERL_SCRIPT], capture_output=True, text=True, env=env, timeout=300, check=False)
@@ -122,3 +122,6 @@ def test_verls_registry_and_verl_check_say_why(cli_env, plugin_site):
         f"{broken_because(plugin_site)}; plugin 'fixture_good' (distribution rllm-fixture-good 1.2.0) is disabled by RLLM_PLUGINS_DISABLE. "
     )
     assert " verl knows: " in lines[2]
+    assert lines[3].startswith(
+        "verl-check: 'rllm_shared_baseline' is registered in verl but cannot run: estimator 'shared_baseline' is offered by 2 installed plugins: "
+    )
