@@ -1,5 +1,7 @@
 """rLLM-native outcome advantage estimators, as a plugin package for verl and TRL."""
 
+__version__ = "0.1.0"  # the distribution's version too (pyproject.toml reads it from here)
+
 from .advantage import collect_reward_and_advantage_from_trajectory_groups
 from .config import AlgorithmConfig, RolloutCorrectionConfig, build_algorithm_config, rLLMAdvantageEstimator
 from .estimators import (
@@ -26,6 +28,7 @@ from .spec import AdvEstimatorSpec
 from .types import Step, Trajectory, TrajectoryGroup
 
 __all__ = [
+    "__version__",
     "AdvEstimatorSpec",
     "AlgorithmConfig",
     "EstimatorConflictError",

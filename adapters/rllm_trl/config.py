@@ -10,7 +10,7 @@ from trl import GRPOConfig
 
 from rllm_plugins.config import AlgorithmConfig, build_algorithm_config
 from rllm_plugins.options import check_estimator_kwargs
-from rllm_plugins.registry import get_estimator
+from rllm_plugins.registry import available_estimators, get_estimator
 from rllm_plugins.spec import normalize_name
 
 __all__ = ["RLLMGRPOConfig", "check_no_per_role_loss"]
@@ -127,5 +127,10 @@ class RLLMGRPOConfig(GRPOConfig):
         try:
             get_estimator(name)
         except ValueError as e:
+            bare = normalize_name(name).removeprefix("rllm_")
+            if bare != normalize_name(name) and bare in available_estimators():
+                raise type(e)(
+                    f"{where}={name!r}: the 'rllm_' prefix is verl's spelling (algorithm.adv_estimator=rllm_<name>); in TRL set {where}={bare!r}"
+                ) from None
             raise type(e)(f"{where}: {e}") from None
         return normalize_name(name)

@@ -99,6 +99,8 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     """
     from verl.trainer.ppo import core_algos
 
+    from rllm_plugins.registry import get_estimator, unavailable_because
+
     from .registration import VERL_PREFIX, register_estimators_into_verl
 
     rllm_names = register_estimators_into_verl()
@@ -113,14 +115,19 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     name = str(name)
     known = sorted(core_algos.ADV_ESTIMATOR_REGISTRY)
     if name not in core_algos.ADV_ESTIMATOR_REGISTRY:
-        close = difflib.get_close_matches(name, known, n=1)
+        because = unavailable_because(name.removeprefix(VERL_PREFIX)) if name.startswith(VERL_PREFIX) else None
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85 if because else 0.6)
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        message = f"unknown advantage estimator {name!r}.{hint} verl knows: {', '.join(known)}"
+        message = f"unknown advantage estimator {name!r}.{f' {because}' if because else ''}{hint} verl knows: {', '.join(known)}"
         return VerlCheckReport(False, name, config_name, rllm_names, [message])
     if name.startswith(VERL_PREFIX) and name in rllm_names:
         policy_error = entry_point_policy_error()
         if policy_error is not None:
             return VerlCheckReport(False, name, config_name, rllm_names, [policy_error])
+        try:
+            get_estimator(name.removeprefix(VERL_PREFIX))
+        except ValueError as error:  # a plugin that did not load, or a name two plugins offer
+            return VerlCheckReport(False, name, config_name, rllm_names, [f"{name!r} is registered in verl but cannot run: {error}"])
         try:
             _dry_run(name, algorithm)
         except Exception as error:

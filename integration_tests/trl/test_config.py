@@ -34,6 +34,26 @@ def test_unknown_estimator_in_the_map_names_the_role():
         RLLMGRPOConfig(**BASE, adv_estimator_map={"judge": "nope"}, role_column="role")
 
 
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"adv_estimator": "rllm_rloo"},
+            "adv_estimator='rllm_rloo': the 'rllm_' prefix is verl's spelling (algorithm.adv_estimator=rllm_<name>); in TRL set adv_estimator='rloo'",
+        ),
+        (
+            {"adv_estimator_map": {"judge": "rllm_median_baseline"}, "role_column": "role"},
+            "adv_estimator_map['judge']='rllm_median_baseline': the 'rllm_' prefix is verl's spelling (algorithm.adv_estimator=rllm_<name>); "
+            "in TRL set adv_estimator_map['judge']='median_baseline'",
+        ),
+    ],
+)
+def test_the_verl_spelling_of_a_name_says_to_drop_the_prefix(fields, message):
+    with pytest.raises(ValueError) as caught:
+        RLLMGRPOConfig(**BASE, **fields)
+    assert str(caught.value) == message
+
+
 def test_estimator_map_needs_a_role_column():
     with pytest.raises(ValueError, match="role_column"):
         RLLMGRPOConfig(**BASE, adv_estimator_map={"judge": "rloo"})
