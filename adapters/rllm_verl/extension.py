@@ -84,7 +84,8 @@ def _signature_mismatch(extension: Extension, fn: Any) -> str | None:
     kinds_ok = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters)
     if found != extension.parameters or not kinds_ok:
         expected = ", ".join(n if d is inspect.Parameter.empty else f"{n}={d!r}" for n, d in extension.parameters)
-        return f"its signature is {inspect.signature(fn, follow_wrapped=False)}, this version of rllm-plugins supports ({expected}); verl's own function is used"
+        found_text = inspect.signature(fn, follow_wrapped=False)
+        return f"its signature is {found_text}, this version of rllm-plugins supports ({expected}); verl's own function is used"
     return None
 
 

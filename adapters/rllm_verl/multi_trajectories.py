@@ -92,7 +92,7 @@ def extend(original: Callable[..., Any]) -> Callable[..., Any]:
             except ValueError as error:
                 raise ValueError(f"advantage estimator {adv_estimator!r} in compute_advantage_for_multi_trajectories: {error}") from None
             if not sessions.one_output_each:
-                if "response_mask" not in data.batch.keys():
+                if "response_mask" not in data.batch.keys():  # noqa: SIM118 - a TensorDict
                     from verl.trainer.ppo.ray_trainer import compute_response_mask
 
                     data.batch["response_mask"] = compute_response_mask(data)

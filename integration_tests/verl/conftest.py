@@ -80,7 +80,8 @@ def make_session_batch(rng: np.random.Generator, response_length: int = RESPONSE
         row, length = rows[src]
         rewards[out] = torch.from_numpy(row)
         mask[out, :length] = 1
-    data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": np.array([uids[i] for i in order], dtype=object)})
+    row_uids = np.array([uids[i] for i in order], dtype=object)
+    data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": row_uids})
     return data, [keys[i] for i in order]
 
 

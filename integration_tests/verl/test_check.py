@@ -38,3 +38,8 @@ def test_verls_own_names_pass_and_bad_overrides_are_reported():
     assert verl_check(["algorithm.adv_estimator=grpo"]).ok
     report = verl_check(["algorithm.no_such_key=1"])
     assert not report.ok and "Hydra could not compose the config" in report.errors[0]
+
+
+def test_the_report_says_whether_the_session_extension_is_active(capsys):
+    assert main(["algorithm.adv_estimator=rllm_rloo"]) == 0
+    assert "session extension (rllm_* over v1 multi-output sessions): active" in capsys.readouterr().out

@@ -43,7 +43,8 @@ class TaskRunnerLike:
 
         out = {}
         for name in names:
-            data = DataProto.from_dict(tensors={"token_level_rewards": rewards.clone(), "response_mask": mask.clone()}, non_tensors={"uid": np.array(uids, dtype=object)})
+            tensors = {"token_level_rewards": rewards.clone(), "response_mask": mask.clone()}
+            data = DataProto.from_dict(tensors=tensors, non_tensors={"uid": np.array(uids, dtype=object)})
             out[name] = trainer_base.compute_advantage_for_multi_trajectories(data, keys, adv_estimator=name).batch["advantages"].numpy()
         out["extension"] = getattr(trainer_base.compute_advantage_for_multi_trajectories, "rllm_extension", None)
         return out

@@ -117,7 +117,7 @@ def test_legacy_compute_advantage_stays_one_row_one_trajectory(ref, algorithm_co
     import verl.trainer.ppo.ray_trainer as ray_trainer
 
     assert not hasattr(ray_trainer.compute_advantage, "rllm_extension")
-    data, keys = ref.make_session_batch(np.random.default_rng(5))
+    data, _ = ref.make_session_batch(np.random.default_rng(5))
     row_rewards = data.batch["token_level_rewards"].to(torch.float64).sum(-1).numpy()
     expected = ref.broadcast(ref.per_group(row_rewards, list(data.non_tensor_batch["uid"]), ref.grpo), data.batch["response_mask"])
     out = compute_advantage(data, adv_estimator="rllm_grpo", config=algorithm_config())
@@ -153,8 +153,9 @@ def test_a_non_finite_final_reward_raises_naming_the_row(ref, algorithm_config):
 
 def test_bf16_rewards_come_back_in_bf16(ref, algorithm_config):
     data, keys = ref.make_session_batch(np.random.default_rng(6))
-    expected = ref.sessions(keys, data.non_tensor_batch["uid"], data.batch["token_level_rewards"].to(torch.bfloat16), data.batch["response_mask"], ref.session_estimators["rllm_rloo"])
     data.batch["token_level_rewards"] = data.batch["token_level_rewards"].to(torch.bfloat16)
+    rloo = ref.session_estimators["rllm_rloo"]
+    expected = ref.sessions(keys, data.non_tensor_batch["uid"], data.batch["token_level_rewards"], data.batch["response_mask"], rloo)
     out = run(data, keys, "rllm_rloo", algorithm_config(adv_estimator="rllm_rloo")).batch["advantages"]
     assert out.dtype == torch.bfloat16
     np.testing.assert_allclose(out.float().numpy(), expected, rtol=1e-2, atol=1e-2)
