@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .extension import Extension, install
+from .sessions import Sessions, first_outputs_only, parse_sessions, session_advantages
 
 __all__ = ["SESSIONS", "SESSIONS_ENV", "install_session_extension"]
 
@@ -34,7 +35,7 @@ def _rllm_name(adv_estimator: Any) -> str | None:
     return getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(adv_estimator), "rllm_estimator", None)
 
 
-def session_compute(name: str, data: Any, sessions: Any, config: Any) -> Any:
+def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> Any:
     """Write the session-level advantages of the rLLM estimator ``name`` into ``data`` (a verl DataProto); returns it."""
     import numpy as np
     import torch
@@ -42,7 +43,6 @@ def session_compute(name: str, data: Any, sessions: Any, config: Any) -> Any:
     from rllm_plugins.registry import get_estimator
 
     from .bridge import _check_inputs, _wants_lengths, estimator_options
-    from .sessions import session_advantages
 
     where = f"advantage estimator 'rllm_{name}' (sessions of compute_advantage_for_multi_trajectories)"
     rewards, mask, uids = data.batch["token_level_rewards"], data.batch["response_mask"], data.non_tensor_batch["uid"]
@@ -84,20 +84,21 @@ def extend(original: Callable[..., Any]) -> Callable[..., Any]:
         config: Any = None,
     ) -> Any:
         name = _rllm_name(adv_estimator)
-        if name is not None and batch_keys is not None and "uid" in data.non_tensor_batch:
-            from .sessions import parse_sessions
+        if name is None or batch_keys is None or "uid" not in data.non_tensor_batch:
+            return original(data, batch_keys, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config)
+        if len(batch_keys) == len(data) and first_outputs_only(batch_keys):  # the usual case, without parsing keys
+            return original(data, batch_keys, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config)
+        try:
+            sessions = parse_sessions(list(batch_keys), data.non_tensor_batch["uid"])
+        except ValueError as error:
+            raise ValueError(f"advantage estimator {adv_estimator!r} in compute_advantage_for_multi_trajectories: {error}") from None
+        if sessions.one_output_each:
+            return original(data, batch_keys, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config)
+        if "response_mask" not in data.batch.keys():  # noqa: SIM118 - a TensorDict
+            from verl.trainer.ppo.ray_trainer import compute_response_mask
 
-            try:
-                sessions = parse_sessions(list(batch_keys), data.non_tensor_batch["uid"])
-            except ValueError as error:
-                raise ValueError(f"advantage estimator {adv_estimator!r} in compute_advantage_for_multi_trajectories: {error}") from None
-            if not sessions.one_output_each:
-                if "response_mask" not in data.batch.keys():  # noqa: SIM118 - a TensorDict
-                    from verl.trainer.ppo.ray_trainer import compute_response_mask
-
-                    data.batch["response_mask"] = compute_response_mask(data)
-                return session_compute(name, data, sessions, config)
-        return original(data, batch_keys, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config)
+            data.batch["response_mask"] = compute_response_mask(data)
+        return session_compute(name, data, sessions, config)
 
     compute_advantage_for_multi_trajectories.__doc__ = (
         f"{original.__doc__ or ''}\n\n    rllm-plugins: for ``rllm_*`` estimators, a session with several outputs is one "

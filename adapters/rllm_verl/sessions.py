@@ -17,7 +17,7 @@ import numpy as np
 
 from .bridge import group_rows
 
-__all__ = ["Sessions", "parse_sessions", "session_advantages"]
+__all__ = ["Sessions", "first_outputs_only", "parse_sessions", "session_advantages"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,11 @@ class Sessions:
     def one_output_each(self) -> bool:
         """Whether every session has exactly one output (then sessions and rows coincide)."""
         return len(self.final_rows) == len(self.session_of_row)
+
+
+def first_outputs_only(keys: Sequence[Any]) -> bool:
+    """Whether every key ends in ``_0``: each session has only its first output (the usual case, checked cheaply)."""
+    return all(str(key).endswith("_0") for key in keys)
 
 
 def parse_sessions(keys: Sequence[Any], uids: Sequence[Any]) -> Sessions:

@@ -73,9 +73,10 @@ def test_worked_example_two_sessions_of_three_and_one_outputs(ref, algorithm_con
     np.testing.assert_allclose(ref.broadcast(np.array([1.0, 1.0, 1.0, -1.0]), data.batch["response_mask"]), rloo.batch["advantages"].numpy(), atol=1e-6)
 
 
-def test_one_output_per_session_is_exactly_the_row_path(ref, algorithm_config):
+@pytest.mark.parametrize("index", [0, 2])
+def test_one_output_per_session_is_exactly_the_row_path(ref, algorithm_config, index):
     rewards, uids = [1.0, 0.0, 0.0, 3.0, 1.0], ["a", "a", "a", "b", "b"]
-    keys = [f"{u}_{i}_0" for i, u in enumerate(uids)]
+    keys = [f"{u}_{i}_{index}" for i, u in enumerate(uids)]
     for name in ("rllm_grpo", "rllm_rloo", "rllm_median_baseline"):
         ours = run(ref.make_batch(rewards, [3, 5, 1, 7, 2], uids), keys, name, algorithm_config(adv_estimator=name))
         rows = compute_advantage(ref.make_batch(rewards, [3, 5, 1, 7, 2], uids), adv_estimator=name, config=algorithm_config(adv_estimator=name))
@@ -129,7 +130,7 @@ def test_legacy_compute_advantage_stays_one_row_one_trajectory(ref, algorithm_co
     [
         (["a_0_0", "a_0_1", "a_1"], r"row 2: batch key 'a_1' is not of the form \{uid\}_\{session_id\}_\{index\}"),
         (["a_0_0", "a_0_x", "a_1_0"], r"row 1: batch key 'a_0_x' ends in 'x', not an integer output index"),
-        (["a_0_0", "a_0_0", "a_1_0"], r"row 1: batch key 'a_0_0' appears twice \(also row 0\)"),
+        (["a_0_1", "a_0_1", "a_1_0"], r"row 1: batch key 'a_0_1' appears twice \(also row 0\)"),
         (["a_0_0", "a_0_1"], r"2 batch keys for 3 rows"),
     ],
 )
