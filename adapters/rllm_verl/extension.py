@@ -187,7 +187,7 @@ def install(extension: Extension) -> str:
                 pending.append(extension)
             if _finder not in sys.meta_path:
                 sys.meta_path.insert(0, _finder)
-            _status.setdefault(extension.name, f"pending (applied when {extension.module} is imported)")
+            _status[extension.name] = f"pending (applied when {extension.module} is imported)"
             return _status[extension.name]
         except Exception as error:
             _status[extension.name] = f"not applied: {type(error).__name__}: {error}"
