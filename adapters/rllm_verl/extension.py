@@ -145,11 +145,13 @@ class _Finder(importlib.abc.MetaPathFinder):
 
     def __init__(self) -> None:
         self.extensions: dict[str, list[Extension]] = {}
+        self._busy = threading.local()  # a finder that asks every finder, us included, must not recurse
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         extensions = self.extensions.get(fullname)
-        if not extensions:
+        if not extensions or getattr(self._busy, "name", None) == fullname:
             return None
+        self._busy.name = fullname
         try:
             for finder in sys.meta_path:
                 if finder is self or not hasattr(finder, "find_spec"):
@@ -166,6 +168,8 @@ class _Finder(importlib.abc.MetaPathFinder):
             for extension in extensions:
                 _warn_once(extension, f"the import hook failed: {type(error).__name__}: {error}")
             return None
+        finally:
+            self._busy.name = None
 
 
 _finder = _Finder()
