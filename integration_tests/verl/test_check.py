@@ -69,3 +69,8 @@ def test_rllm_plugins_verl_check_without_verl_says_what_to_install():
         f"rllm-plugins verl-check: cannot load the command from rllm-plugins {rllm_plugins.__version__} (rllm_verl.check:main): "
         'ModuleNotFoundError: rllm_verl needs verl, torch, and verl is not installed. Install: pip install "rllm-plugins[verl]"\n'
     )
+
+
+def test_the_report_says_whether_the_session_extension_is_active(capsys):
+    assert main(["algorithm.adv_estimator=rllm_rloo"]) == 0
+    assert "session extension (rllm_* over v1 multi-output sessions): active" in capsys.readouterr().out
