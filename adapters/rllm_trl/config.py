@@ -1,27 +1,64 @@
-"""``RLLMGRPOConfig``: TRL's ``GRPOConfig`` plus the rLLM estimator settings."""
+"""``RLLMGRPOConfig``: TRL's ``GRPOConfig`` plus the rLLM estimator settings, and the checks a trainer runs on its config.
+
+:func:`advantage_settings` reads the advantage fields of any ``GRPOConfig`` (a plain one has no
+``adv_estimator``: its advantages are TRL's own, ``trl_grpo`` following ``scale_rewards``);
+:func:`check_trainer_setup` adds the dataset checks a trainer can run before its first step.
+"""
 
 from __future__ import annotations
 
+import math
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import datasets
+import numpy as np
 from trl import GRPOConfig
 
+from rllm_plugins.estimators.trl_compat import trl_scaling
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.spec import normalize_name
 
-__all__ = ["RLLMGRPOConfig"]
+from .advantages import role_name, takes_keyword
+
+__all__ = ["AdvantageSettings", "RLLMGRPOConfig", "advantage_settings", "check_estimator_kwargs", "check_trainer_setup"]
+
+TRL_ESTIMATOR = "trl_grpo"  # the estimator of a plain GRPOConfig: TRL's formula, following scale_rewards
+# adv_estimator_kwargs keys that are settings of their own, and where to set them instead
+_NOT_KWARGS = {
+    "norm_adv_by_std_in_grpo": "set the config field norm_adv_by_std_in_grpo instead",
+    "scale_rewards": "set GRPOConfig's scale_rewards instead (estimators that take it, such as trl_grpo, receive it)",
+    "lengths": "the trainer passes every completion's length itself",
+}
+
+
+@dataclass(frozen=True)
+class AdvantageSettings:
+    """What a trainer computes: ``estimator`` for roles not in ``estimator_map`` (registry keys),
+    the options of every call, the role column, and TRL's settings given to the estimators
+    that take them (``trl_settings``: ``{"scale_rewards": "group" | "batch" | "none"}``).
+    ``overridden`` says, one line each, which TRL settings not at their default an estimator
+    in use does not follow.
+    """
+
+    estimator: str
+    estimator_map: dict[str, str]
+    norm_adv_by_std_in_grpo: bool
+    estimator_kwargs: dict[str, Any]
+    role_column: str | None
+    trl_settings: dict[str, Any]
+    overridden: tuple[str, ...] = ()
 
 
 @dataclass
 class RLLMGRPOConfig(GRPOConfig):
     """``GRPOConfig`` whose advantages come from an rLLM estimator chosen by name.
 
-    The estimator replaces TRL's inline advantage formula, so ``scale_rewards`` and
-    ``multi_objective_aggregation`` no longer apply (a warning says so when they are set to
-    something other than TRL's defaults); ``adv_estimator="trl_grpo"`` reproduces TRL's
-    ``scale_rewards="group"``, ``"trl_grpo_batch"`` its ``"batch"``.
+    ``adv_estimator="trl_grpo"`` follows TRL's ``scale_rewards`` and gives ``GRPOTrainer``'s
+    advantages; another estimator replaces TRL's formula, and a warning names each TRL advantage
+    setting it overrides (``scale_rewards``, ``multi_objective_aggregation`` not at TRL's defaults).
     """
 
     _VALID_DICT_FIELDS: ClassVar[list[str]] = [*GRPOConfig._VALID_DICT_FIELDS, "adv_estimator_kwargs", "adv_estimator_map"]
@@ -32,7 +69,7 @@ class RLLMGRPOConfig(GRPOConfig):
             "help": "Name of the rLLM advantage estimator: a built-in (`grpo`, `rloo`, `reinforce`, "
             "`reinforce_plus_plus_baseline`, `prpo`, `opo`, `grpo_passk`, `trl_grpo`, `trl_grpo_batch`) or one from an "
             "installed `rllm_plugins` plugin (`rllm-plugins estimators` lists them). `grpo` is rLLM's GRPO "
-            "(population std, eps 1e-6; Shao et al., 2024); `trl_grpo` is TRL's own (sample std, eps 1e-4)."
+            "(population std, eps 1e-6; Shao et al., 2024); `trl_grpo` is TRL's own and follows `scale_rewards`."
         },
     )
     norm_adv_by_std_in_grpo: bool = field(
@@ -65,40 +102,148 @@ class RLLMGRPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.adv_estimator_kwargs = self._as_dict("adv_estimator_kwargs")
-        self.adv_estimator_map = {str(role): name for role, name in self._as_dict("adv_estimator_map").items()}
-        self.adv_estimator = self._check_estimator(self.adv_estimator, "adv_estimator")
-        for role, name in self.adv_estimator_map.items():
-            self.adv_estimator_map[role] = self._check_estimator(name, f"adv_estimator_map[{role!r}]")
-        if self.adv_estimator_map and self.role_column is None:
-            raise ValueError("adv_estimator_map is set but role_column is None: set role_column to the dataset column naming each prompt's role")
-        ignored = []
-        if self.scale_rewards != "group":
-            ignored.append(f"scale_rewards={self.scale_rewards!r} (use adv_estimator='trl_grpo_batch' for 'batch', norm_adv_by_std_in_grpo=False for 'none')")
-        if self.multi_objective_aggregation != "sum_then_normalize":
-            ignored.append(f"multi_objective_aggregation={self.multi_objective_aggregation!r} (rewards are combined as a weighted sum)")
-        if ignored:
-            warnings.warn(
-                f"RLLMGRPOConfig: advantages come from the rLLM estimator {self.adv_estimator!r}, so these settings are ignored: {'; '.join(ignored)}",
-                UserWarning,
-                stacklevel=3,
-            )
+        settings = advantage_settings(self)
+        self.adv_estimator, self.adv_estimator_map, self.adv_estimator_kwargs = settings.estimator, settings.estimator_map, settings.estimator_kwargs
+        for line in settings.overridden:
+            warnings.warn(f"RLLMGRPOConfig: {line}", UserWarning, stacklevel=3)
 
-    def _as_dict(self, name: str) -> dict[str, Any]:
-        value = getattr(self, name)
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise ValueError(f"{name} must be a dict (or a JSON object string), got {type(value).__name__}: {value!r}")
-        return dict(value)
 
-    @staticmethod
-    def _check_estimator(name: Any, where: str) -> str:
-        """The registry key of ``name``; an unknown name raises the registry's error, prefixed with ``where``."""
-        if not isinstance(name, str):
-            raise ValueError(f"{where} must be an estimator name (str), got {type(name).__name__}: {name!r}")
+def _as_dict(args: Any, name: str) -> dict[str, Any]:
+    value = getattr(args, name, None)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a dict (or a JSON object string), got {type(value).__name__}: {value!r}")
+    return dict(value)
+
+
+def _check_estimator(name: Any, where: str) -> str:
+    """The registry key of ``name``; an unknown name raises the registry's error, prefixed with ``where``."""
+    if not isinstance(name, str):
+        raise ValueError(f"{where} must be an estimator name (str), got {type(name).__name__}: {name!r}")
+    try:
+        get_estimator(name)
+    except ValueError as e:
+        raise type(e)(f"{where}: {e}") from None
+    return normalize_name(name)
+
+
+def check_estimator_kwargs(kwargs: Any) -> dict[str, Any]:
+    """``adv_estimator_kwargs`` as a dict, its types checked: str keys, ``epsilon`` a positive finite number.
+
+    Keys that are settings of their own (``norm_adv_by_std_in_grpo``, ``scale_rewards``) or
+    that the trainer supplies (``lengths``) are refused, saying where to set them.
+    """
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"adv_estimator_kwargs must be a dict (or a JSON object string), got {type(kwargs).__name__}: {kwargs!r}")
+    for key, value in kwargs.items():
+        if not isinstance(key, str):
+            raise ValueError(f"adv_estimator_kwargs: keys are keyword names (str), got {type(key).__name__}: {key!r}")
+        if key in _NOT_KWARGS:
+            raise ValueError(f"adv_estimator_kwargs[{key!r}]: {_NOT_KWARGS[key]}")
+        if key == "epsilon":
+            number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+            if not number or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"adv_estimator_kwargs['epsilon'] must be a positive finite number, got {type(value).__name__}: {value!r}")
+    return dict(kwargs)
+
+
+def advantage_settings(args: Any) -> AdvantageSettings:
+    """Check and resolve the advantage fields of ``args`` (an ``RLLMGRPOConfig`` or any ``GRPOConfig``).
+
+    Raises ``ValueError`` for a bad value (naming the field) and for combinations without a
+    meaning: ``norm_adv_by_std_in_grpo=False`` with ``scale_rewards="batch"`` for an estimator that
+    follows ``scale_rewards``, and ``multi_objective_aggregation="normalize_then_sum"`` with one.
+    """
+    estimator = _check_estimator(getattr(args, "adv_estimator", TRL_ESTIMATOR), "adv_estimator")
+    estimator_map = {}
+    for role, name in _as_dict(args, "adv_estimator_map").items():
+        estimator_map[role_name(role, f"adv_estimator_map key {role!r}")] = _check_estimator(name, f"adv_estimator_map[{role!r}]")
+    role_column = getattr(args, "role_column", None)
+    if role_column is not None and (not isinstance(role_column, str) or not role_column):
+        raise ValueError(f"role_column must be a dataset column name (a non-empty str) or None, got {type(role_column).__name__}: {role_column!r}")
+    if estimator_map and role_column is None:
+        raise ValueError("adv_estimator_map is set but role_column is None: set role_column to the dataset column naming each prompt's role")
+    norm = getattr(args, "norm_adv_by_std_in_grpo", True)
+    if not isinstance(norm, (bool, np.bool_)):
+        raise ValueError(f"norm_adv_by_std_in_grpo must be True or False, got {type(norm).__name__}: {norm!r}")
+    kwargs = check_estimator_kwargs(getattr(args, "adv_estimator_kwargs", None))
+    scale_rewards = trl_scaling(getattr(args, "scale_rewards", "group"))
+    aggregation = getattr(args, "multi_objective_aggregation", "sum_then_normalize")
+
+    in_use = list(dict.fromkeys([estimator, *estimator_map.values()]))
+    followers = [name for name in in_use if takes_keyword(name, "scale_rewards")]
+    others = [name for name in in_use if name not in followers]
+    if followers:
         try:
-            get_estimator(name)
+            trl_scaling(scale_rewards, bool(norm))
         except ValueError as e:
-            raise type(e)(f"{where}: {e}") from None
-        return normalize_name(name)
+            raise ValueError(f"adv_estimator {followers[0]!r} follows scale_rewards: {e}") from None
+        if aggregation != "sum_then_normalize":
+            raise ValueError(
+                f"adv_estimator {followers[0]!r} follows TRL's settings but does not implement "
+                f"multi_objective_aggregation={aggregation!r}; use 'sum_then_normalize'"
+            )
+    overridden = []
+    if others and scale_rewards != "group" and not (scale_rewards == "none" and not norm):
+        hint = " (or norm_adv_by_std_in_grpo=False for unscaled advantages)" if scale_rewards == "none" else ""
+        overridden.append(
+            f"scale_rewards={scale_rewards!r} is overridden by {_estimators(others)}, which "
+            f"{'computes the advantages its' if len(others) == 1 else 'compute the advantages their'} own way; "
+            f"set adv_estimator='trl_grpo' to follow scale_rewards{hint}"
+        )
+    if others and aggregation != "sum_then_normalize":
+        overridden.append(f"multi_objective_aggregation={aggregation!r} is overridden by {_estimators(others)}: rewards are combined as a weighted sum")
+    return AdvantageSettings(
+        estimator=estimator,
+        estimator_map=estimator_map,
+        norm_adv_by_std_in_grpo=bool(norm),
+        estimator_kwargs=kwargs,
+        role_column=role_column,
+        trl_settings={"scale_rewards": scale_rewards},
+        overridden=tuple(overridden),
+    )
+
+
+def _estimators(names: list[str]) -> str:
+    return f"adv_estimator {names[0]!r}" if len(names) == 1 else f"the estimators {names}"
+
+
+def _named_datasets(train_dataset: Any, eval_dataset: Any) -> Iterator[tuple[str, Any]]:
+    if train_dataset is not None:
+        yield "train_dataset", train_dataset
+    if isinstance(eval_dataset, dict):
+        for key, dataset in eval_dataset.items():
+            yield f"eval_dataset[{key!r}]", dataset
+    elif eval_dataset is not None:
+        yield "eval_dataset", eval_dataset
+
+
+def check_trainer_setup(args: Any, train_dataset: Any = None, eval_dataset: Any = None) -> AdvantageSettings:
+    """:func:`advantage_settings`, plus what would otherwise fail at the first step: ``role_column``
+    missing from a dataset (or dropped by ``remove_unused_columns``) and role values that are no
+    role names (``None``, ``""``, holding ``":"``). Datasets without known columns are checked per batch.
+    """
+    settings = advantage_settings(args)
+    column = settings.role_column
+    if column is None:
+        return settings
+    if getattr(args, "remove_unused_columns", False):
+        raise ValueError(f"remove_unused_columns=True drops role_column={column!r} before the rewards are computed; set remove_unused_columns=False")
+    for where, dataset in _named_datasets(train_dataset, eval_dataset):
+        columns = getattr(dataset, "column_names", None)
+        if columns is None:
+            continue
+        if column not in columns:
+            raise ValueError(
+                f"role_column={column!r} is not a column of {where} (columns: {sorted(columns)}); "
+                "add it, or set role_column to the column naming each prompt's role"
+            )
+        if isinstance(dataset, datasets.Dataset):
+            if not isinstance(dataset.features[column], datasets.Value):
+                raise ValueError(f"role_column={column!r} of {where} holds {dataset.features[column]}; a role is one name per prompt (str)")
+            for value in dataset.unique(column):
+                role_name(value, f"role_column={column!r} of {where}")
+    return settings
