@@ -37,8 +37,8 @@ _NOT_KWARGS = {
 @dataclass(frozen=True)
 class AdvantageSettings:
     """What a trainer computes: ``estimator`` for roles not in ``estimator_map`` (registry keys),
-    the options of every call, the role column, and TRL's settings given to the estimators
-    that take them (``trl_settings``: ``{"scale_rewards": "group" | "batch" | "none"}``).
+    the options of every call, the role column, and TRL's settings not at their default, given
+    to the estimators that take them (``trl_settings``: ``{}`` or ``{"scale_rewards": "batch" | "none"}``).
     ``overridden`` says, one line each, which TRL settings not at their default an estimator
     in use does not follow.
     """
@@ -153,9 +153,12 @@ def check_estimator_kwargs(kwargs: Any) -> dict[str, Any]:
 def advantage_settings(args: Any) -> AdvantageSettings:
     """Check and resolve the advantage fields of ``args`` (an ``RLLMGRPOConfig`` or any ``GRPOConfig``).
 
-    Raises ``ValueError`` for a bad value (naming the field) and for combinations without a
-    meaning: ``norm_adv_by_std_in_grpo=False`` with ``scale_rewards="batch"`` for an estimator that
-    follows ``scale_rewards``, and ``multi_objective_aggregation="normalize_then_sum"`` with one.
+    ``scale_rewards`` other than TRL's default goes to the estimators that name it as a keyword
+    (``trl_grpo``, ``trl_grpo_batch``), each tried once here on two small groups; the others get a
+    line in ``overridden``. Raises ``ValueError`` for a bad value (naming the field) and for
+    combinations without a meaning: settings such an estimator rejects (``trl_grpo`` with
+    ``scale_rewards="batch"`` and ``norm_adv_by_std_in_grpo=False``, ``trl_grpo_batch`` with
+    ``"none"``), and ``multi_objective_aggregation="normalize_then_sum"`` with one of them.
     """
     estimator = _check_estimator(getattr(args, "adv_estimator", TRL_ESTIMATOR), "adv_estimator")
     estimator_map = {}
@@ -173,19 +176,17 @@ def advantage_settings(args: Any) -> AdvantageSettings:
     scale_rewards = trl_scaling(getattr(args, "scale_rewards", "group"))
     aggregation = getattr(args, "multi_objective_aggregation", "sum_then_normalize")
 
+    trl_settings = {} if scale_rewards == "group" else {"scale_rewards": scale_rewards}  # TRL's default: nothing to pass
     in_use = list(dict.fromkeys([estimator, *estimator_map.values()]))
     followers = [name for name in in_use if takes_keyword(name, "scale_rewards")]
     others = [name for name in in_use if name not in followers]
-    if followers:
-        try:
-            trl_scaling(scale_rewards, bool(norm))
-        except ValueError as e:
-            raise ValueError(f"adv_estimator {followers[0]!r} follows scale_rewards: {e}") from None
-        if aggregation != "sum_then_normalize":
-            raise ValueError(
-                f"adv_estimator {followers[0]!r} follows TRL's settings but does not implement "
-                f"multi_objective_aggregation={aggregation!r}; use 'sum_then_normalize'"
-            )
+    for name in followers:
+        _dry_run(name, {**kwargs, "norm_adv_by_std_in_grpo": bool(norm), **trl_settings})
+    if followers and aggregation != "sum_then_normalize":
+        raise ValueError(
+            f"adv_estimator {followers[0]!r} follows TRL's settings but does not implement "
+            f"multi_objective_aggregation={aggregation!r}; use 'sum_then_normalize'"
+        )
     overridden = []
     if others and scale_rewards != "group" and not (scale_rewards == "none" and not norm):
         hint = " (or norm_adv_by_std_in_grpo=False for unscaled advantages)" if scale_rewards == "none" else ""
@@ -202,9 +203,17 @@ def advantage_settings(args: Any) -> AdvantageSettings:
         norm_adv_by_std_in_grpo=bool(norm),
         estimator_kwargs=kwargs,
         role_column=role_column,
-        trl_settings={"scale_rewards": scale_rewards},
+        trl_settings=trl_settings,
         overridden=tuple(overridden),
     )
+
+
+def _dry_run(name: str, options: dict[str, Any]) -> None:
+    """Call estimator ``name`` once on two small groups, so that settings it rejects fail at config time."""
+    try:
+        get_estimator(name).batched_form(np.array([1.0, 0.0, 0.5, 0.25]), np.array([0, 2, 4]), **options)
+    except ValueError as e:
+        raise ValueError(f"estimator {name!r}: {e}") from None
 
 
 def _estimators(names: list[str]) -> str:

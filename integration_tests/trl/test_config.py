@@ -67,11 +67,9 @@ def test_overridden_trl_settings_warn_once_naming_the_setting_and_the_estimator(
 
 def test_overriding_estimators_in_the_map_are_named_with_the_default_one():
     with pytest.warns(UserWarning) as record:
-        RLLMGRPOConfig(
-            **BASE, adv_estimator="trl_grpo", adv_estimator_map={"judge": "rloo", "critic": "trl_grpo_batch"}, role_column="role", scale_rewards="none"
-        )
+        RLLMGRPOConfig(**BASE, adv_estimator="trl_grpo", adv_estimator_map={"judge": "rloo", "critic": "grpo"}, role_column="role", scale_rewards="none")
     assert [str(w.message) for w in record] == [
-        "RLLMGRPOConfig: scale_rewards='none' is overridden by the estimators ['rloo', 'trl_grpo_batch'], which compute the advantages their own way; "
+        "RLLMGRPOConfig: scale_rewards='none' is overridden by the estimators ['rloo', 'grpo'], which compute the advantages their own way; "
         "set adv_estimator='trl_grpo' to follow scale_rewards (or norm_adv_by_std_in_grpo=False for unscaled advantages)"
     ]
 
@@ -81,7 +79,15 @@ def test_trl_grpo_follows_scale_rewards_without_warnings(scale_rewards):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         config = RLLMGRPOConfig(**BASE, adv_estimator="trl_grpo", scale_rewards=scale_rewards)
-    assert advantage_settings(config).trl_settings == {"scale_rewards": {True: "group", False: "none"}.get(scale_rewards, scale_rewards)}
+    mode = {True: "group", False: "none"}.get(scale_rewards, scale_rewards)
+    assert advantage_settings(config).trl_settings == ({} if mode == "group" else {"scale_rewards": mode})  # TRL's default is not passed
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch"])
+def test_trl_grpo_batch_takes_batch_and_the_default_without_warnings(scale_rewards):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        RLLMGRPOConfig(**BASE, adv_estimator="trl_grpo_batch", scale_rewards=scale_rewards)
 
 
 def test_unscaled_rllm_estimators_with_scale_rewards_none_do_not_warn():
@@ -106,8 +112,12 @@ def test_a_plain_grpo_config_is_read_as_trl_grpo_following_its_settings():
     [
         (
             {"adv_estimator": "trl_grpo", "scale_rewards": "batch", "norm_adv_by_std_in_grpo": False},
-            "adv_estimator 'trl_grpo' follows scale_rewards: scale_rewards='batch' divides by the batch std but norm_adv_by_std_in_grpo=False "
+            "estimator 'trl_grpo': scale_rewards='batch' divides by the batch std but norm_adv_by_std_in_grpo=False "
             "asks for no scaling: set scale_rewards='none' for unscaled advantages, or norm_adv_by_std_in_grpo=True",
+        ),
+        (
+            {"adv_estimator": "trl_grpo_batch", "scale_rewards": "none"},
+            "estimator 'trl_grpo_batch': trl_grpo_batch scales by the batch std, but scale_rewards='none': choose trl_grpo, which follows scale_rewards",
         ),
         (
             {"adv_estimator": "trl_grpo", "multi_objective_aggregation": "normalize_then_sum"},

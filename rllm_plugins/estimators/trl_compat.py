@@ -7,7 +7,7 @@
 - ``"batch"``: group mean, sample std of all the role's rewards;
 - ``"none"`` (or False, or ``norm_adv_by_std_in_grpo=False``): ``r - mean_g``.
 
-``trl_grpo_batch`` is ``"batch"`` whatever ``scale_rewards`` says.
+``trl_grpo_batch`` is ``"batch"``; any other ``scale_rewards`` given to it is an error.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def trl_grpo(
     """TRL GRPO with TRL's scale_rewards: (r - group mean) / (group or batch sample std + 1e-4), or r - group mean."""
     mode = trl_scaling(scale_rewards, norm_adv_by_std_in_grpo)
     if mode == "batch":
-        return trl_grpo_batch(values, offsets, epsilon=epsilon)
+        return trl_grpo_batch(values, offsets, scale_rewards=mode, epsilon=epsilon)
     layout = GroupLayout.from_offsets(offsets, len(values))
     centred, mean = _centred(layout, values)
     if mode == "none":
@@ -62,8 +62,12 @@ def trl_grpo(
     return np.nan_to_num(centred, nan=0.0, copy=False)
 
 
-def trl_grpo_batch(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-4, **_: Any) -> np.ndarray:
+def trl_grpo_batch(
+    values: np.ndarray, offsets: np.ndarray, /, *, scale_rewards: Any = "batch", norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-4, **_: Any
+) -> np.ndarray:
     """TRL GRPO, scale_rewards="batch": (r - group mean) / (sample std of all rewards + 1e-4)."""
+    if trl_scaling(scale_rewards) != "batch":
+        raise ValueError(f"trl_grpo_batch scales by the batch std, but scale_rewards={scale_rewards!r}: choose trl_grpo, which follows scale_rewards")
     layout = GroupLayout.from_offsets(offsets, len(values))
     centred, _ = _centred(layout, values)
     if not norm_adv_by_std_in_grpo or values.size <= 1:

@@ -172,6 +172,12 @@ def test_trl_grpo_unscaled_when_norm_is_off_and_rejects_batch_with_it():
         get_rllm_adv_estimator("trl_grpo")(rewards=groups, scale_rewards="batch", norm_adv_by_std_in_grpo=False)
 
 
+@pytest.mark.parametrize("scale_rewards", ["group", "none", True, False])
+def test_trl_grpo_batch_rejects_any_other_scale_rewards(scale_rewards):
+    with pytest.raises(ValueError, match=rf"trl_grpo_batch scales by the batch std, but scale_rewards={re.escape(repr(scale_rewards))}: choose trl_grpo"):
+        get_rllm_adv_estimator("trl_grpo_batch")(rewards=[np.array([1.0, 0.0])], scale_rewards=scale_rewards)
+
+
 @pytest.mark.parametrize("bad", ["Group", "global", 1, None])
 def test_trl_grpo_rejects_unknown_scale_rewards(bad):
     with pytest.raises(ValueError, match=rf"scale_rewards must be 'group', 'batch', 'none', True or False, got {re.escape(repr(bad))}"):
