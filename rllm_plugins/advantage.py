@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .config import AlgorithmConfig
+from .diagnostics import batch_diagnostics
 from .registry import _prepare_adv_estimator_input, get_estimator
 from .segments import GroupLayout
-from .spec import call_with_accepted_kwargs
+from .spec import call_with_accepted_kwargs, flatten_groups
 from .types import Step, TrajectoryGroup
 
 __all__ = ["collect_reward_and_advantage_from_trajectory_groups", "compute_role_metrics"]
@@ -158,7 +159,8 @@ def collect_reward_and_advantage_from_trajectory_groups(
     group carrying an advantage, that group's per-token advantages are used instead (float ->
     repeated over ``response_ids``, missing -> zeros). ``collect_advantage=False`` only
     collects rewards. Metrics: ``reward/{role}/{mean,std,max,min}`` and
-    ``advantage/{role}/{mean,std,max,min,fraction_zero}``; empty groups contribute nothing.
+    ``advantage/{role}/{mean,std,max,min,fraction_zero}`` and the ``batch/{role}/...`` group
+    diagnostics of :mod:`.diagnostics`; empty groups contribute nothing.
     """
     if algorithm_config.stepwise_advantage_mode != "broadcast":
         raise ValueError(f"only broadcast mode is supported, got stepwise_advantage_mode={algorithm_config.stepwise_advantage_mode!r}")
@@ -216,4 +218,5 @@ def collect_reward_and_advantage_from_trajectory_groups(
         metrics.update(compute_role_metrics(advantages_by_role, "advantage", with_fraction_zero=True))
         for role, count in mismatches_by_role.items():
             metrics[f"advantage/{role}/precomputed_length_mismatches"] = float(count)
+        metrics.update(batch_diagnostics({role: flatten_groups(batch.rewards) for role, batch in role_batches.items()}))
     return metrics

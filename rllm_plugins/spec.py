@@ -114,15 +114,46 @@ def _lengths_from_groups(traj_groups: Sequence[Any] | None) -> np.ndarray | None
     )
 
 
-def list_form_of(batched: BatchedEstimator) -> ListEstimator:
-    """Wrap a batched estimator in rLLM's list-of-arrays calling convention."""
+def _is_algorithm_config(value: Any) -> bool:
+    """Whether a positional argument is an rLLM ``AlgorithmConfig`` (any object with its attributes, as rLLM reads it)."""
+    return not isinstance(value, (bool, int, float, np.generic, np.ndarray)) and hasattr(value, "norm_adv_by_std_in_grpo") and hasattr(value, "estimator")
 
-    def list_form(rewards: Sequence[Any], **kwargs: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        if len(rewards) == 0:
-            return [], []
+
+def _bind_positional(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], spec_names: tuple[str, ...], main_names: tuple[str, ...]) -> None:
+    """Put positional ``args`` into ``kwargs``: ``(algorithm_config, *main_names)`` or ``(*spec_names)``."""
+    names = spec_names
+    if args and _is_algorithm_config(args[0]):
+        if "algorithm_config" in kwargs:
+            raise TypeError(f"{name}() got multiple values for argument 'algorithm_config'")
+        kwargs["algorithm_config"], args, names = args[0], args[1:], main_names
+    if len(args) > len(names):
+        forms = [f"rewards, {', '.join(spec_names)}" if spec_names else "rewards", f"rewards, algorithm_config{''.join(', ' + n for n in main_names)}"]
+        raise TypeError(f"{name}() takes at most {len(names)} positional argument(s) after rewards here ({' | '.join(forms)}), got {len(args)}")
+    for key, value in zip(names, args, strict=False):
+        if key in kwargs:
+            raise TypeError(f"{name}() got multiple values for argument {key!r}")
+        kwargs[key] = value
+
+
+def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_args: tuple[str, ...] = (), main_args: tuple[str, ...] = ()) -> ListEstimator:
+    """Wrap a batched estimator in rLLM's list-of-arrays calling convention, for both rLLM signatures.
+
+    ``fn(rewards, *spec_args, **kw)`` (the spec's) and ``fn(rewards, algorithm_config, *main_args, **kw)``
+    (rLLM main's) both work, positionally or by keyword. ``algorithm_config.norm_adv_by_std_in_grpo``
+    is used unless ``norm_adv_by_std_in_grpo`` is given explicitly (the explicit keyword wins).
+    """
+    func_name = name or getattr(batched, "__name__", "estimator")
+
+    def list_form(rewards: Sequence[Any], *args: Any, **kwargs: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        if args:
+            _bind_positional(func_name, args, kwargs, spec_args, main_args)
         if "episilon" in kwargs:  # the spec's spelling
             kwargs.setdefault("epsilon", kwargs.pop("episilon"))
-        kwargs.pop("algorithm_config", None)
+        config = kwargs.pop("algorithm_config", None)
+        if config is not None and "norm_adv_by_std_in_grpo" not in kwargs and hasattr(config, "norm_adv_by_std_in_grpo"):
+            kwargs["norm_adv_by_std_in_grpo"] = config.norm_adv_by_std_in_grpo
+        if len(rewards) == 0:
+            return [], []
         traj_groups = kwargs.pop("traj_groups", None)
         values, offsets = flatten_groups(rewards)
         if kwargs.get("lengths") is None:
@@ -134,7 +165,7 @@ def list_form_of(batched: BatchedEstimator) -> ListEstimator:
         return by_group, list(by_group)
 
     list_form.__doc__ = batched.__doc__
-    list_form.__name__ = getattr(batched, "__name__", "estimator")
+    list_form.__name__ = list_form.__qualname__ = func_name
     return list_form
 
 

@@ -17,13 +17,14 @@ import datasets
 import numpy as np
 from trl import GRPOConfig
 
+from rllm_plugins.config import AlgorithmConfig, build_algorithm_config
 from rllm_plugins.estimators.trl_compat import trl_scaling
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.spec import normalize_name
 
 from .advantages import role_name, takes_keyword
 
-__all__ = ["AdvantageSettings", "RLLMGRPOConfig", "advantage_settings", "check_estimator_kwargs", "check_trainer_setup"]
+__all__ = ["AdvantageSettings", "RLLMGRPOConfig", "advantage_settings", "check_estimator_kwargs", "check_no_per_role_loss", "check_trainer_setup"]
 
 TRL_ESTIMATOR = "trl_grpo"  # the estimator of a plain GRPOConfig: TRL's formula, following scale_rewards
 # adv_estimator_kwargs keys that are settings of their own, and where to set them instead
@@ -32,6 +33,18 @@ _NOT_KWARGS = {
     "scale_rewards": "set GRPOConfig's scale_rewards instead (estimators that take it, such as trl_grpo, receive it)",
     "lengths": "the trainer passes every completion's length itself",
 }
+
+
+def check_no_per_role_loss(config: AlgorithmConfig) -> AlgorithmConfig:
+    """Raise ``ValueError`` if ``config`` asks for a per-role policy loss: TRL trains every role with one loss."""
+    if config.loss_fn_map:
+        pairs = ", ".join(f"{role!r}: ({config.estimator_name(role)!r}, {loss!r})" for role, loss in config.loss_fn_map.items())
+        raise ValueError(
+            f"per-role policy losses ({pairs}) are not applied with TRL: GRPOTrainer uses GRPOConfig.loss_type for every role "
+            "(rLLM applies a per-role loss only in its own backends). Give the estimator name alone, e.g. {'judge': 'rloo'}, "
+            "and choose the loss with loss_type"
+        )
+    return config
 
 
 @dataclass(frozen=True)
@@ -67,7 +80,7 @@ class RLLMGRPOConfig(GRPOConfig):
         default="grpo",
         metadata={
             "help": "Name of the rLLM advantage estimator: a built-in (`grpo`, `rloo`, `reinforce`, "
-            "`reinforce_plus_plus_baseline`, `prpo`, `opo`, `grpo_passk`, `trl_grpo`, `trl_grpo_batch`) or one from an "
+            "`reinforce_plus_plus_baseline`, `prpo`, `prpo_std_optional`, `opo`, `grpo_passk`, `trl_grpo`, `trl_grpo_batch`) or one from an "
             "installed `rllm_plugins` plugin (`rllm-plugins estimators` lists them). `grpo` is rLLM's GRPO "
             "(population std, eps 1e-6; Shao et al., 2024); `trl_grpo` is TRL's own and follows `scale_rewards`."
         },
@@ -75,7 +88,7 @@ class RLLMGRPOConfig(GRPOConfig):
     norm_adv_by_std_in_grpo: bool = field(
         default=True,
         metadata={
-            "help": "Divide by the group standard deviation in std-normalising estimators (`grpo`, `prpo`, `trl_grpo`, "
+            "help": "Divide by the group standard deviation in std-normalising estimators (`grpo`, `prpo_std_optional`, `trl_grpo`, "
             "...). `False` gives the Dr. GRPO advantage `r - mean` (Liu et al., 2025), which avoids the question-level "
             "difficulty bias of std scaling."
         },
@@ -84,7 +97,7 @@ class RLLMGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": 'Extra keyword arguments for every estimator call, e.g. `{"epsilon": 1e-4}` (a dict, or a JSON string on the command line).'},
     )
-    adv_estimator_map: dict[str, str] | str | None = field(
+    adv_estimator_map: dict[str, Any] | str | None = field(
         default=None,
         metadata={
             "help": 'Estimator per role, e.g. `{"judge": "rloo"}`; roles not listed use `adv_estimator`. '
@@ -106,6 +119,15 @@ class RLLMGRPOConfig(GRPOConfig):
         self.adv_estimator, self.adv_estimator_map, self.adv_estimator_kwargs = settings.estimator, settings.estimator_map, settings.estimator_kwargs
         for line in settings.overridden:
             warnings.warn(f"RLLMGRPOConfig: {line}", UserWarning, stacklevel=3)
+
+    def algorithm_config(self) -> AlgorithmConfig:
+        """These settings as rLLM's ``AlgorithmConfig`` (for the object path, ``compute_advantages_via_groups``).
+
+        TRL's settings not at their default join ``estimator_kwargs``, as the trainer gives them to the estimators that take them.
+        """
+        kwargs = {**self.adv_estimator_kwargs, **advantage_settings(self).trl_settings}
+        node = {"adv_estimator": self.adv_estimator, "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo, "estimator_kwargs": kwargs}
+        return check_no_per_role_loss(build_algorithm_config(node, self.adv_estimator_map))
 
 
 def _as_dict(args: Any, name: str) -> dict[str, Any]:
@@ -161,8 +183,11 @@ def advantage_settings(args: Any) -> AdvantageSettings:
     ``"none"``), and ``multi_objective_aggregation="normalize_then_sum"`` with one of them.
     """
     estimator = _check_estimator(getattr(args, "adv_estimator", TRL_ESTIMATOR), "adv_estimator")
+    raw_map = _as_dict(args, "adv_estimator_map")
+    if any(isinstance(name, (tuple, list)) for name in raw_map.values()):  # rLLM main's (estimator, loss_fn) pairs
+        check_no_per_role_loss(AlgorithmConfig(estimator_map={str(role): name for role, name in raw_map.items()}))
     estimator_map = {}
-    for role, name in _as_dict(args, "adv_estimator_map").items():
+    for role, name in raw_map.items():
         estimator_map[role_name(role, f"adv_estimator_map key {role!r}")] = _check_estimator(name, f"adv_estimator_map[{role!r}]")
     role_column = getattr(args, "role_column", None)
     if role_column is not None and (not isinstance(role_column, str) or not role_column):

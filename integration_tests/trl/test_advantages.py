@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from rllm_trl import compute_advantages, compute_advantages_via_groups, compute_metrics, prepare_batch
+from rllm_trl import RLLMGRPOConfig, compute_advantages, compute_advantages_via_groups, compute_metrics, prepare_batch
 
 from rllm_plugins import AlgorithmConfig
 
@@ -61,6 +61,19 @@ def test_object_path_agrees_with_fast_path(estimator):
     assert set(ours) == set(metrics)
     for key, value in metrics.items():
         assert ours[key] == pytest.approx(value, abs=1e-6), key
+
+
+@pytest.mark.parametrize("scale_rewards", ["batch", "none"])
+def test_the_config_algorithm_config_carries_scale_rewards_to_the_object_path(scale_rewards):
+    rewards, weights = gathered(seed=2)
+    batch = prepare_batch(rewards, weights, G)
+    config = RLLMGRPOConfig(output_dir="unused", use_cpu=True, bf16=False, adv_estimator="trl_grpo", scale_rewards=scale_rewards)
+    ids = [[1]] * rewards.shape[0]
+
+    slow, _ = compute_advantages_via_groups(batch, ids, ids, config.algorithm_config())
+    fast = compute_advantages(batch, "trl_grpo", trl_settings={"scale_rewards": scale_rewards})
+    np.testing.assert_allclose(slow, fast, rtol=0, atol=1e-6)
+    assert np.abs(fast - compute_advantages(batch, "trl_grpo")).max() > 0.01  # group scaling would differ
 
 
 def test_each_role_uses_its_estimator():
@@ -130,3 +143,21 @@ def test_unknown_estimator_raises_the_registry_error():
 
 def test_empty_batch_gives_no_advantages():
     assert compute_advantages(prepare_batch(torch.zeros(0, 1), torch.ones(1), 4)).shape == (0,)
+
+
+def test_batch_diagnostics_count_the_scorable_rows_of_each_group():
+    # rLLM main's batch/{role}/... (rllm/trainer/algorithms/advantage.py, collect_reward_and_advantage_from_trajectory_groups)
+    rewards = torch.tensor([[1.0], [1.0], [1.0], [float("nan")], [0.0], [1.0], [0.0], [0.0], [float("nan")], [float("nan")], [float("nan")], [1.0]])
+    batch = prepare_batch(rewards, torch.ones(1), 4, roles=["s"] * 8 + ["j"] * 4)
+    metrics = compute_metrics(batch, compute_advantages(batch, "grpo"))
+    # role s: group [1, 1, 1] (the NaN row left out) is too easy, [0, 1, 0, 0] informative; role j: one scorable row, no group of 2
+    assert metrics["batch/s/total"] == 2 and metrics["batch/s/informative"] == 1 and metrics["batch/s/fractions/too_easy"] == 0.5
+    assert metrics["batch/s/group_reward_mean/p50"] == pytest.approx((1.0 + 0.25) / 2)
+    assert metrics["batch/s/group_reward_std/p90"] == pytest.approx(0.0 + 0.9 * np.std([0.0, 1.0, 0.0, 0.0]))
+    assert not any(k.startswith("batch/j/") for k in metrics)
+
+
+def test_the_object_path_refuses_a_per_role_loss():
+    batch = prepare_batch(torch.zeros(8, 1), torch.ones(1), G)
+    with pytest.raises(ValueError, match="are not applied with TRL"):
+        compute_advantages_via_groups(batch, [[1]] * 8, [[2]] * 8, AlgorithmConfig(estimator_map={"judge": ("rloo", "ppo")}))

@@ -6,7 +6,7 @@ from ..spec import AdvEstimatorSpec
 from .grpo import calculate_grpo_advantages, grpo
 from .grpo_passk import calculate_grpo_passk_advantages, grpo_passk
 from .opo import calculate_opo_advantages, opo
-from .prpo import calculate_prpo_advantages, prpo
+from .prpo import calculate_prpo_advantages, calculate_prpo_std_optional_advantages, prpo, prpo_std_optional
 from .reinforce import calculate_reinforce_advantages, reinforce
 from .reinforce_plus_plus_baseline import calculate_reinforce_plus_plus_baseline_advantages, reinforce_plus_plus_baseline
 from .rloo import calculate_rloo_advantages, rloo
@@ -18,6 +18,7 @@ BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
     AdvEstimatorSpec("reinforce_plus_plus_baseline", calculate_reinforce_plus_plus_baseline_advantages, reinforce_plus_plus_baseline),
     AdvEstimatorSpec("rloo", calculate_rloo_advantages, rloo),
     AdvEstimatorSpec("prpo", calculate_prpo_advantages, prpo),
+    AdvEstimatorSpec("prpo_std_optional", calculate_prpo_std_optional_advantages, prpo_std_optional),
     AdvEstimatorSpec("opo", calculate_opo_advantages, opo),
     AdvEstimatorSpec("grpo_passk", calculate_grpo_passk_advantages, grpo_passk),
     AdvEstimatorSpec("trl_grpo", calculate_trl_grpo_advantages, trl_grpo),
@@ -30,6 +31,7 @@ __all__ = [
     "calculate_grpo_passk_advantages",
     "calculate_opo_advantages",
     "calculate_prpo_advantages",
+    "calculate_prpo_std_optional_advantages",
     "calculate_reinforce_advantages",
     "calculate_reinforce_plus_plus_baseline_advantages",
     "calculate_rloo_advantages",

@@ -31,5 +31,6 @@ def reinforce_plus_plus_baseline(values: np.ndarray, offsets: np.ndarray, /, *, 
     return centred
 
 
-calculate_reinforce_plus_plus_baseline_advantages = list_form_of(reinforce_plus_plus_baseline)
-calculate_reinforce_plus_plus_baseline_advantages.__name__ = "calculate_reinforce_plus_plus_baseline_advantages"
+calculate_reinforce_plus_plus_baseline_advantages = list_form_of(
+    reinforce_plus_plus_baseline, "calculate_reinforce_plus_plus_baseline_advantages", spec_args=("epsilon",), main_args=("epsilon",)
+)
