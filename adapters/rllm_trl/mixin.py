@@ -72,12 +72,13 @@ class RLLMAdvantageMixin:
         lengths = self.accelerator.gather(torch.tensor([len(ids) for ids in completion_ids_list], device=device))
         roles = None
         role_column = self.advantage_settings.role_column
-        if role_column is not None:
-            missing = [i for i, example in enumerate(inputs) if role_column not in example]
-            if missing:
-                raise ValueError(f"role_column={role_column!r}: example {missing[0]} of this batch has no such column (columns: {sorted(inputs[missing[0]])})")
-            where = f"role_column={role_column!r}, example {{}} of this batch"
-            roles = gather_object([role_name(example[role_column], where.format(i)) for i, example in enumerate(inputs)])
+        if role_column is not None:  # gathered before any check, so that every process raises the same error
+            gathered = gather_object([(example[role_column], None) if role_column in example else (None, sorted(example)) for example in inputs])
+            roles = []
+            for row, (value, columns) in enumerate(gathered):
+                if columns is not None:
+                    raise ValueError(f"role_column={role_column!r}: completion {row} of the gathered batch has no such column (columns: {columns})")
+                roles.append(role_name(value, f"role_column={role_column!r}, completion {row} of the gathered batch"))
         self._rllm_pending = {"rewards_per_func": rewards_per_func, "lengths": lengths, "roles": roles}
         return rewards_per_func
 

@@ -106,4 +106,12 @@ def test_a_role_of_none_at_a_step_raises_instead_of_becoming_the_role_none(build
     inputs = [{"prompt": p, "role": role} for p, role in zip(PROMPTS[:2], ["a", None], strict=True) for _ in range(4)]
     with pytest.raises(ValueError) as info:
         trainer._generate_and_score_completions(inputs)
-    assert str(info.value) == "role_column='role', example 4 of this batch: role is None; every prompt needs a role name (fill in the role column)"
+    assert str(info.value) == "role_column='role', completion 4 of the gathered batch: role is None; every prompt needs a role name (fill in the role column)"
+
+
+def test_an_example_without_the_role_column_at_a_step_raises_naming_the_columns(build):
+    trainer = build(with_roles(["a", "b", "a", "b"]), role_column="role")
+    inputs = [{"prompt": p} for p in PROMPTS[:2] for _ in range(4)]
+    with pytest.raises(ValueError) as info:
+        trainer._generate_and_score_completions(inputs)
+    assert str(info.value) == "role_column='role': completion 0 of the gathered batch has no such column (columns: ['prompt'])"
