@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .outputs import as_advantages, as_groups
 from .segments import GroupLayout, offsets_from_sizes
 
 __all__ = ["AdvEstimatorSpec", "BatchedEstimator", "ListEstimator", "accepted_keywords", "call_with_accepted_kwargs", "normalize_name"]
@@ -143,6 +144,7 @@ def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_arg
     is used unless ``norm_adv_by_std_in_grpo`` is given explicitly (the explicit keyword wins).
     """
     func_name = name or getattr(batched, "__name__", "estimator")
+    who = f"estimator {func_name!r}"
 
     def list_form(rewards: Sequence[Any], *args: Any, **kwargs: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
         if args:
@@ -160,7 +162,7 @@ def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_arg
             lengths = _lengths_from_groups(traj_groups)
             if lengths is not None and lengths.size == values.size:
                 kwargs["lengths"] = lengths
-        advantages = batched(values, offsets, **kwargs)
+        advantages = as_advantages(batched(values, offsets, **kwargs), who)
         by_group = GroupLayout.from_offsets(offsets, values.size).split(advantages)
         return by_group, list(by_group)
 
@@ -169,18 +171,20 @@ def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_arg
     return list_form
 
 
-def batched_form_of(fn: ListEstimator) -> BatchedEstimator:
-    """Wrap a list-form estimator so it takes (values, offsets): one array per group, then concatenated."""
+def batched_form_of(fn: ListEstimator, name: str | None = None) -> BatchedEstimator:
+    """Wrap a list-form estimator so it takes (values, offsets): one array per group, then concatenated (``name`` for errors)."""
+    who = f"estimator {name or getattr(fn, '__name__', fn)!r}"
 
     def batched(values: np.ndarray, offsets: np.ndarray, /, **kwargs: Any) -> np.ndarray:
         layout = GroupLayout.from_offsets(offsets, len(values))
         advantages, _returns = call_with_accepted_kwargs(fn, rewards=layout.split(np.asarray(values, dtype=np.float64)), **kwargs)
+        advantages = as_groups(advantages, who)
         if len(advantages) != layout.num_groups:
-            raise ValueError(f"estimator {getattr(fn, '__name__', fn)!r} returned {len(advantages)} groups of advantages for {layout.num_groups} groups")
-        parts = [np.asarray(a, dtype=np.float64).reshape(-1) for a in advantages]
+            raise ValueError(f"{who} returned {len(advantages)} groups of advantages for {layout.num_groups} groups")
+        parts = [as_advantages(a, who) for a in advantages]
         for g, (part, size) in enumerate(zip(parts, layout.sizes.tolist(), strict=True)):
             if part.size != size:
-                raise ValueError(f"estimator {getattr(fn, '__name__', fn)!r} returned {part.size} advantages for group {g} of {size} trajectories")
+                raise ValueError(f"{who} returned {part.size} advantages for group {g} of {size} trajectories")
         return np.concatenate(parts) if parts else np.zeros(0)
 
     batched.__doc__ = fn.__doc__
@@ -195,7 +199,9 @@ class AdvEstimatorSpec:
     Give ``fn`` (list form), ``batched`` (batched form) or both; the missing one is derived.
     ``name`` and ``aliases`` are normalised to lower case and must match ``[a-z][a-z0-9_]*``.
     ``group_order_invariant`` declares that permuting whole groups permutes the output the
-    same way (true for every per-group and role-level statistic).
+    same way (true for every per-group and role-level statistic). ``options`` names the keyword
+    options an estimator with ``**kwargs`` reads beyond its named parameters (``()``: none); left
+    None, any key is accepted (see :mod:`.options`).
     """
 
     name: str
@@ -204,12 +210,17 @@ class AdvEstimatorSpec:
     description: str = ""
     aliases: tuple[str, ...] = ()
     group_order_invariant: bool = True
+    options: tuple[str, ...] | None = None
     list_form: ListEstimator = field(init=False, repr=False, compare=False)
     batched_form: BatchedEstimator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", validate_name(self.name))
         object.__setattr__(self, "aliases", tuple(validate_name(a, f"aliases of {self.name!r}") for a in self.aliases))
+        if self.options is not None:
+            if isinstance(self.options, str) or not all(isinstance(o, str) for o in self.options):
+                raise TypeError(f"estimator {self.name!r}: options must be a sequence of option names (str), got {self.options!r}")
+            object.__setattr__(self, "options", tuple(self.options))
         if self.fn is None and self.batched is None:
             raise ValueError(f"estimator {self.name!r} needs a list-form `fn`, a `batched` form, or both")
         if self.fn is not None and not callable(self.fn):
@@ -218,8 +229,8 @@ class AdvEstimatorSpec:
             raise TypeError(f"estimator {self.name!r}: batched must be callable, got {type(self.batched).__name__}")
         description = self.description or _first_line(self.fn or self.batched)
         object.__setattr__(self, "description", description)
-        object.__setattr__(self, "list_form", self.fn if self.fn is not None else list_form_of(self.batched))  # type: ignore[arg-type]
-        object.__setattr__(self, "batched_form", self.batched if self.batched is not None else batched_form_of(self.fn))  # type: ignore[arg-type]
+        object.__setattr__(self, "list_form", self.fn if self.fn is not None else list_form_of(self.batched, self.name))  # type: ignore[arg-type]
+        object.__setattr__(self, "batched_form", self.batched if self.batched is not None else batched_form_of(self.fn, self.name))  # type: ignore[arg-type]
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ import torch
 
 from rllm_plugins.advantage import compute_role_metrics
 from rllm_plugins.diagnostics import batch_diagnostics
+from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.spec import accepted_keywords
@@ -179,8 +180,8 @@ def _estimate_role(
     kwargs.update((key, value) for key, value in trl_settings.items() if takes_keyword(name, key))
     if batch.lengths is not None:
         kwargs.setdefault("lengths", batch.lengths[rows])
-    advantages = np.asarray(estimator.batched_form(values, offsets, **kwargs), dtype=np.float64).reshape(-1)
     who = f"estimator {name!r} ({estimator.provider}) for role {batch.roles[role]!r}"
+    advantages = as_advantages(estimator.batched_form(values, offsets, **kwargs), who)
     if advantages.size != values.size:
         raise ValueError(f"{who} returned {advantages.size} advantages for {values.size} scorable completions")
     if not np.isfinite(advantages).all():

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,20 +18,16 @@ from trl import GRPOConfig
 
 from rllm_plugins.config import AlgorithmConfig, build_algorithm_config
 from rllm_plugins.estimators.trl_compat import trl_scaling
+from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.spec import normalize_name
 
 from .advantages import role_name, takes_keyword
 
-__all__ = ["AdvantageSettings", "RLLMGRPOConfig", "advantage_settings", "check_estimator_kwargs", "check_no_per_role_loss", "check_trainer_setup"]
+__all__ = ["AdvantageSettings", "RLLMGRPOConfig", "advantage_settings", "check_adv_estimator_kwargs", "check_no_per_role_loss", "check_trainer_setup"]
 
 TRL_ESTIMATOR = "trl_grpo"  # the estimator of a plain GRPOConfig: TRL's formula, following scale_rewards
-# adv_estimator_kwargs keys that are settings of their own, and where to set them instead
-_NOT_KWARGS = {
-    "norm_adv_by_std_in_grpo": "set the config field norm_adv_by_std_in_grpo instead",
-    "scale_rewards": "set GRPOConfig's scale_rewards instead (estimators that take it, such as trl_grpo, receive it)",
-    "lengths": "the trainer passes every completion's length itself",
-}
+TRL_SETTINGS = ("scale_rewards",)  # GRPOConfig fields given to the estimators that name them
 
 
 def check_no_per_role_loss(config: AlgorithmConfig) -> AlgorithmConfig:
@@ -150,25 +145,19 @@ def _check_estimator(name: Any, where: str) -> str:
     return normalize_name(name)
 
 
-def check_estimator_kwargs(kwargs: Any) -> dict[str, Any]:
-    """``adv_estimator_kwargs`` as a dict, its types checked: str keys, ``epsilon`` a positive finite number.
-
-    Keys that are settings of their own (``norm_adv_by_std_in_grpo``, ``scale_rewards``) or
-    that the trainer supplies (``lengths``) are refused, saying where to set them.
+def check_adv_estimator_kwargs(kwargs: Any, estimators: list[str]) -> dict[str, Any]:
+    """``adv_estimator_kwargs`` as a dict, checked against the options of ``estimators`` (the core's rule:
+    known keys, values of the right type); TRL's own settings (``scale_rewards``) are refused here, as
+    the trainer passes the ``GRPOConfig`` field to the estimators that take it.
     """
     if kwargs is None:
         return {}
     if not isinstance(kwargs, dict):
         raise ValueError(f"adv_estimator_kwargs must be a dict (or a JSON object string), got {type(kwargs).__name__}: {kwargs!r}")
-    for key, value in kwargs.items():
-        if not isinstance(key, str):
-            raise ValueError(f"adv_estimator_kwargs: keys are keyword names (str), got {type(key).__name__}: {key!r}")
-        if key in _NOT_KWARGS:
-            raise ValueError(f"adv_estimator_kwargs[{key!r}]: {_NOT_KWARGS[key]}")
-        if key == "epsilon":
-            number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-            if not number or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"adv_estimator_kwargs['epsilon'] must be a positive finite number, got {type(value).__name__}: {value!r}")
+    for key in TRL_SETTINGS:
+        if key in kwargs:
+            raise ValueError(f"RLLMGRPOConfig.adv_estimator_kwargs: {key!r} is a GRPOConfig field; set {key} instead (the estimators that take it receive it)")
+    check_estimator_kwargs(estimators, kwargs, where="RLLMGRPOConfig.adv_estimator_kwargs", norm_field="RLLMGRPOConfig.norm_adv_by_std_in_grpo")
     return dict(kwargs)
 
 
@@ -197,12 +186,12 @@ def advantage_settings(args: Any) -> AdvantageSettings:
     norm = getattr(args, "norm_adv_by_std_in_grpo", True)
     if not isinstance(norm, (bool, np.bool_)):
         raise ValueError(f"norm_adv_by_std_in_grpo must be True or False, got {type(norm).__name__}: {norm!r}")
-    kwargs = check_estimator_kwargs(getattr(args, "adv_estimator_kwargs", None))
+    in_use = list(dict.fromkeys([estimator, *estimator_map.values()]))
+    kwargs = check_adv_estimator_kwargs(getattr(args, "adv_estimator_kwargs", None), in_use)
     scale_rewards = trl_scaling(getattr(args, "scale_rewards", "group"))
     aggregation = getattr(args, "multi_objective_aggregation", "sum_then_normalize")
 
     trl_settings = {} if scale_rewards == "group" else {"scale_rewards": scale_rewards}  # TRL's default: nothing to pass
-    in_use = list(dict.fromkeys([estimator, *estimator_map.values()]))
     followers = [name for name in in_use if takes_keyword(name, "scale_rewards")]
     others = [name for name in in_use if name not in followers]
     for name in followers:

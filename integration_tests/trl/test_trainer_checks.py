@@ -84,7 +84,7 @@ def test_options_changed_after_the_config_are_checked_again(build, make_config, 
     args.adv_estimator_kwargs = {"epsilon": "1e-4"}
     with pytest.raises(ValueError) as info:
         build(with_roles(["a", "b", "a", "b"]), args=args)
-    assert str(info.value) == "adv_estimator_kwargs['epsilon'] must be a positive finite number, got str: '1e-4'"
+    assert str(info.value) == "RLLMGRPOConfig.adv_estimator_kwargs: option 'epsilon' of estimator 'grpo' must be a number >= 0, got str '1e-4'"
 
 
 def test_a_plain_grpo_config_follows_trl_and_says_nothing(build, recwarn):
