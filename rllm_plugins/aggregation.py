@@ -1,0 +1,182 @@
+"""Several reward functions per trajectory: combine them before or after the estimator.
+
+A role's rewards are ``rewards`` of shape ``(N, F)``: ``N`` trajectories in contiguous groups
+(``offsets`` ``(G + 1,)``, see :mod:`.segments`) and ``F`` reward functions, NaN where a function
+gave no reward (None). A row whose every function is NaN is *unscorable*: it takes part in no
+statistic and gets advantage 0. ``weights`` ``(F,)`` default to 1.
+
+- ``sum_then_normalize``: ``r = nansum(weights * rewards, axis=1)``, then the estimator once.
+- ``normalize_then_sum`` (GDPO, https://arxiv.org/abs/2601.05242): the estimator's batched form on
+  each function separately, over the rows where that function is present and the same groups;
+  the weighted sum of those advantages (an absent function adds 0); then a whitening over the
+  role's scorable rows, ``(s - mean) / (sample std + whiten_epsilon)`` (0 when fewer than 2 rows).
+
+With one function and unit weight, ``sum_then_normalize`` is the estimator itself.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from .segments import GroupLayout, offsets_from_sizes
+
+__all__ = ["AGGREGATIONS", "Aggregation", "aggregate_advantages", "check_aggregation", "normalize_then_sum", "sum_then_normalize", "whiten"]
+
+Aggregation = Literal["sum_then_normalize", "normalize_then_sum"]
+AGGREGATIONS: tuple[str, ...] = ("sum_then_normalize", "normalize_then_sum")
+
+Batched = Callable[..., Any]
+
+
+def check_aggregation(value: object, where: str = "multi_objective_aggregation") -> str:
+    """``value`` if it names an aggregation, else a ``ValueError`` listing the choices."""
+    if not isinstance(value, str) or value not in AGGREGATIONS:
+        raise ValueError(f"{where} must be one of {', '.join(repr(a) for a in AGGREGATIONS)}, got {value!r}")
+    return value
+
+
+def _function_name(names: Sequence[str] | None, f: int) -> str:
+    return f"reward function {f}" + (f" ({names[f]!r})" if names is not None and f < len(names) else "")
+
+
+def _prepare(
+    rewards: np.ndarray, offsets: np.ndarray, weights: Any, lengths: Any, names: Sequence[str] | None, where: str
+) -> tuple[np.ndarray, GroupLayout, np.ndarray, np.ndarray | None]:
+    """Validate: rewards float64 ``(N, F)``, the layout, weights float64 ``(F,)``, lengths float64 ``(N,)`` or None."""
+    array = np.asarray(rewards)
+    if array.ndim == 1:
+        array = array.reshape(-1, 1)
+    if array.ndim != 2:
+        raise ValueError(f"{where}: rewards must have shape (N, num_reward_functions), got {array.shape}")
+    if array.dtype.kind not in "biuf":
+        raise ValueError(f"{where}: rewards must be real numbers (NaN for a missing one), got dtype {array.dtype}")
+    array = array.astype(np.float64, copy=False)
+    layout = GroupLayout.from_offsets(offsets, array.shape[0])
+    if np.isinf(array).any():
+        row, f = (int(i[0]) for i in np.nonzero(np.isinf(array)))
+        raise ValueError(f"{where}: row {row}, {_function_name(names, f)}: reward is {array[row, f]}; rewards must be finite or NaN (missing)")
+    if weights is None:
+        w = np.ones(array.shape[1])
+    else:
+        try:
+            w = np.asarray(weights, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: weights must be {array.shape[1]} real numbers, got {weights!r}") from None
+        if w.size != array.shape[1]:
+            raise ValueError(f"{where}: {w.size} weights for {array.shape[1]} reward functions")
+        if not np.isfinite(w).all():
+            raise ValueError(f"{where}: weights must be finite, got {w.tolist()}")
+    if lengths is not None:
+        lengths = np.asarray(lengths, dtype=np.float64).reshape(-1)
+        if lengths.size != array.shape[0]:
+            raise ValueError(f"{where}: lengths has {lengths.size} entries for {array.shape[0]} rows")
+    return array, layout, w, lengths
+
+
+def _present_offsets(layout: GroupLayout, present: np.ndarray) -> np.ndarray:
+    """Offsets ``(G + 1,)`` of the groups restricted to the rows where ``present`` ``(N,)`` is True."""
+    return offsets_from_sizes(layout.sum(present.astype(np.int64)))
+
+
+def _estimate(estimator: Batched, values: np.ndarray, offsets: np.ndarray, lengths: np.ndarray | None, kwargs: dict[str, Any], what: str) -> np.ndarray:
+    """One batched estimator call, checked: advantages float64 ``(n,)``."""
+    if lengths is not None and "lengths" not in kwargs:
+        kwargs = {**kwargs, "lengths": lengths}
+    advantages = np.asarray(estimator(values, offsets, **kwargs), dtype=np.float64).reshape(-1)
+    if advantages.size != values.size:
+        raise ValueError(f"{what}: the estimator returned {advantages.size} advantages for {values.size} rows")
+    if not np.isfinite(advantages).all():
+        i = int(np.flatnonzero(~np.isfinite(advantages))[0])
+        raise ValueError(f"{what}: the estimator gave advantage {advantages[i]} to row {i} of the rows it was given; advantages must be finite")
+    return advantages
+
+
+def whiten(values: np.ndarray, scorable: np.ndarray | None = None, epsilon: float = 1e-6) -> np.ndarray:
+    """``(values - mean) / (sample std + epsilon)`` over the rows where ``scorable`` ``(N,)`` is True; 0 elsewhere.
+
+    Fewer than two scorable rows give 0 (no spread to normalise by), as does a zero denominator.
+    """
+    out = np.zeros(values.size)
+    rows = slice(None) if scorable is None or scorable.all() else np.flatnonzero(scorable)
+    x = values[rows]
+    if x.size < 2:
+        return out
+    whole = GroupLayout.from_offsets([0, x.size], x.size)
+    mean = whole.mean(x)
+    denominator = float(whole.std(x, mean, ddof=1)[0]) + epsilon
+    if denominator > 0:
+        out[rows] = (x - mean[0]) / denominator
+    return out
+
+
+def sum_then_normalize(
+    rewards: np.ndarray,
+    offsets: np.ndarray,
+    estimator: Batched,
+    *,
+    weights: Any = None,
+    lengths: Any = None,
+    names: Sequence[str] | None = None,
+    where: str = "sum_then_normalize",
+    **kwargs: Any,
+) -> np.ndarray:
+    """Weighted NaN-sum of ``rewards`` ``(N, F)``, then ``estimator`` on the scorable rows: advantages float64 ``(N,)``."""
+    array, layout, w, lengths = _prepare(rewards, offsets, weights, lengths, names, where)
+    present = ~np.isnan(array)
+    scorable = present.any(axis=1)
+    combined = np.where(present, array, 0.0) @ w if array.shape[1] > 1 or not present.all() else array[:, 0] * w[0]
+    out = np.zeros(array.shape[0])
+    if scorable.all():
+        out[:] = _estimate(estimator, combined, layout.offsets, lengths, kwargs, where)
+    elif scorable.any():
+        rows = np.flatnonzero(scorable)
+        sub = lengths[rows] if lengths is not None else None
+        out[rows] = _estimate(estimator, combined[rows], _present_offsets(layout, scorable), sub, kwargs, where)
+    return out
+
+
+def normalize_then_sum(
+    rewards: np.ndarray,
+    offsets: np.ndarray,
+    estimator: Batched,
+    *,
+    weights: Any = None,
+    lengths: Any = None,
+    whiten_epsilon: float = 1e-6,
+    names: Sequence[str] | None = None,
+    where: str = "normalize_then_sum",
+    **kwargs: Any,
+) -> np.ndarray:
+    """GDPO with any estimator: per-function advantages, weighted sum, whitening over the role; float64 ``(N,)``.
+
+    ``whiten_epsilon`` is the whitening's (TRL uses 1e-4); the estimator's own options (its ``epsilon``
+    included) go in ``kwargs``.
+    """
+    if isinstance(whiten_epsilon, bool) or not isinstance(whiten_epsilon, numbers.Real) or not math.isfinite(whiten_epsilon) or whiten_epsilon < 0:
+        raise ValueError(f"{where}: whiten_epsilon must be a finite number >= 0, got {whiten_epsilon!r}")
+    array, layout, w, lengths = _prepare(rewards, offsets, weights, lengths, names, where)
+    present = ~np.isnan(array)
+    total = np.zeros(array.shape[0])
+    for f in range(array.shape[1]):
+        what = f"{where}, {_function_name(names, f)}"
+        column = present[:, f]
+        if column.all():
+            total += w[f] * _estimate(estimator, np.ascontiguousarray(array[:, f]), layout.offsets, lengths, kwargs, what)
+        elif column.any():
+            rows = np.flatnonzero(column)
+            sub = lengths[rows] if lengths is not None else None
+            total[rows] += w[f] * _estimate(estimator, array[rows, f], _present_offsets(layout, column), sub, kwargs, what)
+    return whiten(total, present.any(axis=1), float(whiten_epsilon))
+
+
+def aggregate_advantages(rewards: np.ndarray, offsets: np.ndarray, estimator: Batched, *, aggregation: str = "sum_then_normalize", **kwargs: Any) -> np.ndarray:
+    """:func:`sum_then_normalize` or :func:`normalize_then_sum` by name (``whiten_epsilon`` only applies to the latter)."""
+    if check_aggregation(aggregation) == "normalize_then_sum":
+        return normalize_then_sum(rewards, offsets, estimator, **kwargs)
+    kwargs.pop("whiten_epsilon", None)
+    return sum_then_normalize(rewards, offsets, estimator, **kwargs)
