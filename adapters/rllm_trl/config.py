@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from trl import GRPOConfig
 
+from rllm_plugins.aggregation import check_aggregation
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.spec import normalize_name
 
@@ -18,10 +19,11 @@ __all__ = ["RLLMGRPOConfig"]
 class RLLMGRPOConfig(GRPOConfig):
     """``GRPOConfig`` whose advantages come from an rLLM estimator chosen by name.
 
-    The estimator replaces TRL's inline advantage formula, so ``scale_rewards`` and
-    ``multi_objective_aggregation`` no longer apply (a warning says so when they are set to
-    something other than TRL's defaults); ``adv_estimator="trl_grpo"`` reproduces TRL's
-    ``scale_rewards="group"``, ``"trl_grpo_batch"`` its ``"batch"``.
+    The estimator replaces TRL's inline advantage formula, so ``scale_rewards`` no longer applies
+    (a warning says so when it is not TRL's default); ``adv_estimator="trl_grpo"`` reproduces TRL's
+    ``scale_rewards="group"``, ``"trl_grpo_batch"`` its ``"batch"``. ``multi_objective_aggregation``
+    is honoured for every estimator: ``"normalize_then_sum"`` (GDPO) runs the estimator on each
+    reward function, sums the weighted advantages and whitens them over the batch (per role).
     """
 
     _VALID_DICT_FIELDS: ClassVar[list[str]] = [*GRPOConfig._VALID_DICT_FIELDS, "adv_estimator_kwargs", "adv_estimator_map"]
@@ -72,11 +74,10 @@ class RLLMGRPOConfig(GRPOConfig):
             self.adv_estimator_map[role] = self._check_estimator(name, f"adv_estimator_map[{role!r}]")
         if self.adv_estimator_map and self.role_column is None:
             raise ValueError("adv_estimator_map is set but role_column is None: set role_column to the dataset column naming each prompt's role")
+        check_aggregation(self.multi_objective_aggregation)
         ignored = []
         if self.scale_rewards != "group":
             ignored.append(f"scale_rewards={self.scale_rewards!r} (use adv_estimator='trl_grpo_batch' for 'batch', norm_adv_by_std_in_grpo=False for 'none')")
-        if self.multi_objective_aggregation != "sum_then_normalize":
-            ignored.append(f"multi_objective_aggregation={self.multi_objective_aggregation!r} (rewards are combined as a weighted sum)")
         if ignored:
             warnings.warn(
                 f"RLLMGRPOConfig: advantages come from the rLLM estimator {self.adv_estimator!r}, so these settings are ignored: {'; '.join(ignored)}",

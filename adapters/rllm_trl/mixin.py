@@ -48,7 +48,8 @@ class RLLMAdvantageMixin:
     """Put before ``GRPOTrainer`` (or a subclass of it) in the bases; configure with ``RLLMGRPOConfig`` fields.
 
     Reads ``args.adv_estimator``, ``args.norm_adv_by_std_in_grpo``, ``args.adv_estimator_kwargs``,
-    ``args.adv_estimator_map`` and ``args.role_column`` (defaults: ``grpo``, True, {}, {}, None).
+    ``args.adv_estimator_map``, ``args.role_column`` (defaults: ``grpo``, True, {}, {}, None) and
+    TRL's ``args.multi_objective_aggregation``.
     After each generation, ``last_reward_batch`` and ``last_advantages`` hold the global batch
     and the ``(N_global,)`` advantages used.
     """
@@ -90,6 +91,7 @@ class RLLMAdvantageMixin:
             self.num_generations if mode == "train" else self.num_generations_eval,
             roles=pending["roles"],
             lengths=pending["lengths"],
+            reward_names=self.reward_func_names,
         )
         advantages = compute_advantages(
             batch,
@@ -97,6 +99,7 @@ class RLLMAdvantageMixin:
             estimator_map=getattr(args, "adv_estimator_map", None),
             norm_adv_by_std_in_grpo=getattr(args, "norm_adv_by_std_in_grpo", True),
             estimator_kwargs=getattr(args, "adv_estimator_kwargs", None),
+            aggregation=getattr(args, "multi_objective_aggregation", "sum_then_normalize"),
         )
         local = output["advantages"]
         start = self.accelerator.process_index * local.shape[0]

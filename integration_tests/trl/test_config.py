@@ -44,13 +44,24 @@ def test_estimator_map_needs_a_role_column():
     [
         ({"scale_rewards": "batch"}, "scale_rewards='batch'"),
         ({"scale_rewards": False}, "scale_rewards='none'"),
-        ({"multi_objective_aggregation": "normalize_then_sum"}, "multi_objective_aggregation='normalize_then_sum'"),
     ],
 )
 def test_overridden_trl_settings_warn_naming_the_setting(setting, named):
     with pytest.warns(UserWarning, match="these settings are ignored") as record:
         RLLMGRPOConfig(**BASE, adv_estimator="rloo", **setting)
     assert named in str(record[0].message)
+
+
+def test_normalize_then_sum_is_honoured_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        config = RLLMGRPOConfig(**BASE, adv_estimator="rloo", multi_objective_aggregation="normalize_then_sum")
+    assert config.multi_objective_aggregation == "normalize_then_sum"
+
+
+def test_unknown_aggregation_is_refused_at_config_time():
+    with pytest.raises(ValueError, match="multi_objective_aggregation must be one of 'sum_then_normalize', 'normalize_then_sum', got 'gdpo'"):
+        RLLMGRPOConfig(**BASE, multi_objective_aggregation="gdpo")
 
 
 def test_command_line_parses_every_field():
