@@ -18,3 +18,10 @@ try:
     register_estimators_into_verl()
 except Exception as error:  # verl would hide it; say it once, loudly enough
     logger.warning("rllm-plugins: could not register the rllm_* advantage estimators into verl: %s: %s", type(error).__name__, error)
+
+try:
+    from .reward_keys import install
+
+    install()  # guarded and never raising itself; see rllm_verl.reward_keys
+except Exception as error:
+    logger.warning("rllm-plugins: could not extend verl's compute_advantage: %s: %s", type(error).__name__, error)
