@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Literal
 
+from .aggregation import check_aggregation
 from .spec import normalize_name
 
 __all__ = ["AlgorithmConfig", "rLLMAdvantageEstimator"]
@@ -55,6 +58,12 @@ class AlgorithmConfig:
     ``estimator`` is the default for every role; ``estimator_map`` maps a group role
     (``TrajectoryGroup.group_role``) to another estimator. Either may name a registered
     custom or plugin estimator. ``estimator_kwargs`` are passed to every estimator call.
+
+    Trajectories may carry several named rewards in ``Trajectory.metadata["rewards"]`` (a mapping
+    name -> number or None); ``multi_objective_aggregation`` then combines them, with
+    ``reward_weights`` (name -> weight, default 1): ``"sum_then_normalize"`` runs the estimator on
+    the weighted sum, ``"normalize_then_sum"`` (GDPO) on each reward, sums the weighted
+    advantages and whitens them over the role (see :mod:`rllm_plugins.aggregation`).
     """
 
     use_rllm: bool = False
@@ -67,6 +76,8 @@ class AlgorithmConfig:
     lr_schedule: Literal["linear", "cosine", "constant"] = "constant"
     warmup_steps_ratio: float = 0.0
     estimator_kwargs: dict[str, Any] = field(default_factory=dict)
+    multi_objective_aggregation: Literal["sum_then_normalize", "normalize_then_sum"] = "sum_then_normalize"
+    reward_weights: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.stepwise_advantage_mode == "per_step":
@@ -77,6 +88,14 @@ class AlgorithmConfig:
         self.estimator = _as_estimator(self.estimator)
         self.estimator_map = {str(role): _as_estimator(name) for role, name in dict(self.estimator_map).items()}
         self.estimator_kwargs = dict(self.estimator_kwargs)
+        check_aggregation(self.multi_objective_aggregation, "AlgorithmConfig.multi_objective_aggregation")
+        if not isinstance(self.reward_weights, Mapping):
+            got = f"{type(self.reward_weights).__name__} {self.reward_weights!r}"
+            raise ValueError(f"AlgorithmConfig.reward_weights must map reward names to weights, got {got}")
+        for name, weight in self.reward_weights.items():
+            if not isinstance(name, str) or isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight):
+                raise ValueError(f"AlgorithmConfig.reward_weights[{name!r}] must be a finite number keyed by a reward name, got {weight!r}")
+        self.reward_weights = {name: float(weight) for name, weight in self.reward_weights.items()}
 
     def estimator_name(self, role: str) -> str:
         """Registry name of the estimator ``role`` uses."""
@@ -88,7 +107,8 @@ class AlgorithmConfig:
 
         ``algorithm.adv_estimator`` (else ``rllm.algorithm.adv_estimator``), ``rllm.stepwise_advantage.
         {mode, norm_adv_by_std_in_grpo, use_rllm}``, ``rllm.algorithm.{use_precomputed_advantage,
-        loss_fn, lr_schedule, warmup_steps_ratio, estimator_map, estimator_kwargs}``.
+        loss_fn, lr_schedule, warmup_steps_ratio, estimator_map, estimator_kwargs, multi_objective_aggregation,
+        reward_weights}``.
         """
 
         def get(path: str, default: Any = None) -> Any:
@@ -111,6 +131,8 @@ class AlgorithmConfig:
             lr_schedule=get("rllm.algorithm.lr_schedule", "constant"),
             warmup_steps_ratio=get("rllm.algorithm.warmup_steps_ratio", 0.0),
             estimator_kwargs=get("rllm.algorithm.estimator_kwargs", {}),
+            multi_objective_aggregation=get("rllm.algorithm.multi_objective_aggregation", "sum_then_normalize"),
+            reward_weights=get("rllm.algorithm.reward_weights", {}),
         )
 
 
