@@ -44,10 +44,15 @@ def _function_name(names: Sequence[str] | None, f: int) -> str:
     return f"reward function {f}" + (f" ({names[f]!r})" if names is not None and f < len(names) else "")
 
 
+def _all_finite(values: np.ndarray) -> bool:
+    """Whether every value is finite: one sum (no temporary), the element-wise test only when the sum is not finite."""
+    return math.isfinite(float(values.sum())) or bool(np.isfinite(values).all())
+
+
 def _prepare(
     rewards: np.ndarray, offsets: np.ndarray, weights: Any, lengths: Any, names: Sequence[str] | None, where: str
-) -> tuple[np.ndarray, GroupLayout, np.ndarray, np.ndarray | None]:
-    """Validate: rewards float64 ``(N, F)``, the layout, weights float64 ``(F,)``, lengths float64 ``(N,)`` or None."""
+) -> tuple[np.ndarray, GroupLayout, np.ndarray, np.ndarray | None, bool]:
+    """Validate: rewards float64 ``(N, F)``, the layout, weights ``(F,)``, lengths ``(N,)`` or None, and whether no reward is missing."""
     array = np.asarray(rewards)
     if array.ndim == 1:
         array = array.reshape(-1, 1)
@@ -57,7 +62,8 @@ def _prepare(
         raise ValueError(f"{where}: rewards must be real numbers (NaN for a missing one), got dtype {array.dtype}")
     array = array.astype(np.float64, copy=False)
     layout = GroupLayout.from_offsets(offsets, array.shape[0])
-    if np.isinf(array).any():
+    complete = _all_finite(array)
+    if not complete and np.isinf(array).any():  # NaN (missing) is allowed, inf is not
         row, f = (int(i[0]) for i in np.nonzero(np.isinf(array)))
         raise ValueError(f"{where}: row {row}, {_function_name(names, f)}: reward is {array[row, f]}; rewards must be finite or NaN (missing)")
     if weights is None:
@@ -75,7 +81,7 @@ def _prepare(
         lengths = np.asarray(lengths, dtype=np.float64).reshape(-1)
         if lengths.size != array.shape[0]:
             raise ValueError(f"{where}: lengths has {lengths.size} entries for {array.shape[0]} rows")
-    return array, layout, w, lengths
+    return array, layout, w, lengths, complete
 
 
 def _present_offsets(layout: GroupLayout, present: np.ndarray) -> np.ndarray:
@@ -90,10 +96,16 @@ def _estimate(estimator: Batched, values: np.ndarray, offsets: np.ndarray, lengt
     advantages = np.asarray(estimator(values, offsets, **kwargs), dtype=np.float64).reshape(-1)
     if advantages.size != values.size:
         raise ValueError(f"{what}: the estimator returned {advantages.size} advantages for {values.size} rows")
-    if not np.isfinite(advantages).all():
+    if not _all_finite(advantages):
         i = int(np.flatnonzero(~np.isfinite(advantages))[0])
         raise ValueError(f"{what}: the estimator gave advantage {advantages[i]} to row {i} of the rows it was given; advantages must be finite")
     return advantages
+
+
+def _own(advantages: np.ndarray, rewards: np.ndarray) -> np.ndarray:
+    """``advantages`` if it is a fresh array the estimator made (then it may be overwritten), else a copy."""
+    fresh = advantages.base is None and advantages.flags.writeable and not np.may_share_memory(advantages, rewards)
+    return advantages if fresh else np.array(advantages)
 
 
 def whiten(values: np.ndarray, scorable: np.ndarray | None = None, epsilon: float = 1e-6) -> np.ndarray:
@@ -101,17 +113,34 @@ def whiten(values: np.ndarray, scorable: np.ndarray | None = None, epsilon: floa
 
     Fewer than two scorable rows give 0 (no spread to normalise by), as does a zero denominator.
     """
-    out = np.zeros(values.size)
-    rows = slice(None) if scorable is None or scorable.all() else np.flatnonzero(scorable)
-    x = values[rows]
-    if x.size < 2:
+    every = scorable is None or bool(scorable.all())
+    x = np.array(values if every else values[scorable], dtype=np.float64)
+    out = _whiten_in_place(x, epsilon)
+    if every:
         return out
-    whole = GroupLayout.from_offsets([0, x.size], x.size)
-    mean = whole.mean(x)
-    denominator = float(whole.std(x, mean, ddof=1)[0]) + epsilon
-    if denominator > 0:
-        out[rows] = (x - mean[0]) / denominator
-    return out
+    full = np.zeros(values.size)
+    full[scorable] = out
+    return full
+
+
+def _whiten_in_place(x: np.ndarray, epsilon: float) -> np.ndarray:
+    """:func:`whiten` of every value of ``x`` ``(n,)``, overwriting ``x`` (no temporary in the common case)."""
+    if x.size < 2:
+        x[:] = 0.0
+        return x
+    mean = float(x.mean())
+    if not math.isfinite(mean):  # the sum overflowed: the overflow-safe mean
+        mean = float(GroupLayout.from_offsets([0, x.size], x.size).mean(x)[0])
+    x -= mean
+    std = math.sqrt(float(np.einsum("i,i->", x, x)) / (x.size - 1))
+    if not math.isfinite(std):  # the squares overflowed: the overflow-safe two-pass std
+        std = float(GroupLayout.from_offsets([0, x.size], x.size).std(x, np.zeros(1), ddof=1)[0])
+    denominator = std + epsilon
+    if not denominator > 0:
+        x[:] = 0.0
+        return x
+    x /= denominator
+    return x
 
 
 def sum_then_normalize(
@@ -126,10 +155,15 @@ def sum_then_normalize(
     **kwargs: Any,
 ) -> np.ndarray:
     """Weighted NaN-sum of ``rewards`` ``(N, F)``, then ``estimator`` on the scorable rows: advantages float64 ``(N,)``."""
-    array, layout, w, lengths = _prepare(rewards, offsets, weights, lengths, names, where)
+    array, layout, w, lengths, complete = _prepare(rewards, offsets, weights, lengths, names, where)
+    if complete:  # the common case: every function scored every row
+        combined = array[:, 0] * w[0]
+        for f in range(1, array.shape[1]):
+            combined += array[:, f] * w[f]
+        return _estimate(estimator, combined, layout.offsets, lengths, kwargs, where)
     present = ~np.isnan(array)
     scorable = present.any(axis=1)
-    combined = np.where(present, array, 0.0) @ w if array.shape[1] > 1 or not present.all() else array[:, 0] * w[0]
+    combined = np.where(present, array, 0.0) @ w
     out = np.zeros(array.shape[0])
     if scorable.all():
         out[:] = _estimate(estimator, combined, layout.offsets, lengths, kwargs, where)
@@ -159,18 +193,29 @@ def normalize_then_sum(
     """
     if isinstance(whiten_epsilon, bool) or not isinstance(whiten_epsilon, numbers.Real) or not math.isfinite(whiten_epsilon) or whiten_epsilon < 0:
         raise ValueError(f"{where}: whiten_epsilon must be a finite number >= 0, got {whiten_epsilon!r}")
-    array, layout, w, lengths = _prepare(rewards, offsets, weights, lengths, names, where)
-    present = ~np.isnan(array)
-    total = np.zeros(array.shape[0])
+    array, layout, w, lengths, complete = _prepare(rewards, offsets, weights, lengths, names, where)
+    present = None if complete else ~np.isnan(array)
+    total: np.ndarray | None = None
     for f in range(array.shape[1]):
         what = f"{where}, {_function_name(names, f)}"
-        column = present[:, f]
-        if column.all():
-            total += w[f] * _estimate(estimator, np.ascontiguousarray(array[:, f]), layout.offsets, lengths, kwargs, what)
-        elif column.any():
+        column = None if present is None else present[:, f]
+        if column is None or column.all():
+            advantages = _estimate(estimator, np.ascontiguousarray(array[:, f]), layout.offsets, lengths, kwargs, what)
+            if total is None:
+                total = advantages * w[f] if w[f] != 1.0 else _own(advantages, array)
+            else:
+                total += advantages if w[f] == 1.0 else w[f] * advantages
+            continue
+        if total is None:
+            total = np.zeros(array.shape[0])
+        if column.any():
             rows = np.flatnonzero(column)
             sub = lengths[rows] if lengths is not None else None
             total[rows] += w[f] * _estimate(estimator, array[rows, f], _present_offsets(layout, column), sub, kwargs, what)
+    if total is None:  # no reward function
+        total = np.zeros(array.shape[0])
+    if present is None:
+        return _whiten_in_place(total, float(whiten_epsilon))
     return whiten(total, present.any(axis=1), float(whiten_epsilon))
 
 

@@ -207,3 +207,13 @@ def test_a_misbehaving_estimator_is_named_with_the_function():
         normalize_then_sum(np.ones((2, 1)), np.array([0, 2]), short, names=["correct"], where="role 'solver'")
     with np.errstate(divide="ignore"), pytest.raises(ValueError, match=r"advantages must be finite"):
         sum_then_normalize(np.ones((2, 1)), np.array([0, 2]), infinite)
+
+
+def test_an_estimator_returning_its_input_leaves_the_callers_rewards_alone():
+    def identity(values, offsets, /, **_):
+        return values
+
+    rewards = np.array([[1.0], [3.0], [2.0]])
+    out = normalize_then_sum(rewards, np.array([0, 3]), identity)
+    assert rewards.tolist() == [[1.0], [3.0], [2.0]]
+    np.testing.assert_allclose(out, [-1.0, 1.0, 0.0], atol=1e-5)
