@@ -49,9 +49,22 @@ def _all_finite(values: np.ndarray) -> bool:
     return math.isfinite(float(values.sum())) or bool(np.isfinite(values).all())
 
 
+class _Layout:
+    """The groups: ``offsets`` as given (the estimator validates them), the validated :class:`GroupLayout` on first use."""
+
+    def __init__(self, offsets: np.ndarray, num_rows: int) -> None:
+        self.offsets, self._num_rows, self._layout = np.asarray(offsets), num_rows, None
+
+    @property
+    def groups(self) -> GroupLayout:
+        if self._layout is None:
+            self._layout = GroupLayout.from_offsets(self.offsets, self._num_rows)
+        return self._layout
+
+
 def _prepare(
     rewards: np.ndarray, offsets: np.ndarray, weights: Any, lengths: Any, names: Sequence[str] | None, where: str
-) -> tuple[np.ndarray, GroupLayout, np.ndarray, np.ndarray | None, bool]:
+) -> tuple[np.ndarray, _Layout, np.ndarray, np.ndarray | None, bool]:
     """Validate: rewards float64 ``(N, F)``, the layout, weights ``(F,)``, lengths ``(N,)`` or None, and whether no reward is missing."""
     array = np.asarray(rewards)
     if array.ndim == 1:
@@ -61,7 +74,7 @@ def _prepare(
     if array.dtype.kind not in "biuf":
         raise ValueError(f"{where}: rewards must be real numbers (NaN for a missing one), got dtype {array.dtype}")
     array = array.astype(np.float64, copy=False)
-    layout = GroupLayout.from_offsets(offsets, array.shape[0])
+    layout = _Layout(offsets, array.shape[0])
     complete = _all_finite(array)
     if not complete and np.isinf(array).any():  # NaN (missing) is allowed, inf is not
         row, f = (int(i[0]) for i in np.nonzero(np.isinf(array)))
@@ -84,9 +97,9 @@ def _prepare(
     return array, layout, w, lengths, complete
 
 
-def _present_offsets(layout: GroupLayout, present: np.ndarray) -> np.ndarray:
+def _present_offsets(layout: _Layout, present: np.ndarray) -> np.ndarray:
     """Offsets ``(G + 1,)`` of the groups restricted to the rows where ``present`` ``(N,)`` is True."""
-    return offsets_from_sizes(layout.sum(present.astype(np.int64)))
+    return offsets_from_sizes(layout.groups.sum(present.astype(np.int64)))
 
 
 def _estimate(estimator: Batched, values: np.ndarray, offsets: np.ndarray, lengths: np.ndarray | None, kwargs: dict[str, Any], what: str) -> np.ndarray:
@@ -102,9 +115,9 @@ def _estimate(estimator: Batched, values: np.ndarray, offsets: np.ndarray, lengt
     return advantages
 
 
-def _own(advantages: np.ndarray, rewards: np.ndarray) -> np.ndarray:
+def _own(advantages: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
     """``advantages`` if it is a fresh array the estimator made (then it may be overwritten), else a copy."""
-    fresh = advantages.base is None and advantages.flags.writeable and not np.may_share_memory(advantages, rewards)
+    fresh = advantages.base is None and advantages.flags.writeable and not any(np.may_share_memory(advantages, x) for x in inputs)
     return advantages if fresh else np.array(advantages)
 
 
@@ -195,14 +208,15 @@ def normalize_then_sum(
         raise ValueError(f"{where}: whiten_epsilon must be a finite number >= 0, got {whiten_epsilon!r}")
     array, layout, w, lengths, complete = _prepare(rewards, offsets, weights, lengths, names, where)
     present = None if complete else ~np.isnan(array)
+    by_function = np.ascontiguousarray(array.T)  # (F, N): each function's rewards contiguous, one copy in all
     total: np.ndarray | None = None
     for f in range(array.shape[1]):
         what = f"{where}, {_function_name(names, f)}"
         column = None if present is None else present[:, f]
         if column is None or column.all():
-            advantages = _estimate(estimator, np.ascontiguousarray(array[:, f]), layout.offsets, lengths, kwargs, what)
+            advantages = _estimate(estimator, by_function[f], layout.offsets, lengths, kwargs, what)
             if total is None:
-                total = advantages * w[f] if w[f] != 1.0 else _own(advantages, array)
+                total = advantages * w[f] if w[f] != 1.0 else _own(advantages, array, by_function)
             else:
                 total += advantages if w[f] == 1.0 else w[f] * advantages
             continue
@@ -211,7 +225,7 @@ def normalize_then_sum(
         if column.any():
             rows = np.flatnonzero(column)
             sub = lengths[rows] if lengths is not None else None
-            total[rows] += w[f] * _estimate(estimator, array[rows, f], _present_offsets(layout, column), sub, kwargs, what)
+            total[rows] += w[f] * _estimate(estimator, by_function[f, rows], _present_offsets(layout, column), sub, kwargs, what)
     if total is None:  # no reward function
         total = np.zeros(array.shape[0])
     if present is None:
