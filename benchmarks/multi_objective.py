@@ -29,6 +29,8 @@ __all__ = ["run"]
 TARGET_RATIO = 1.2
 GROUP_SIZE = 8
 ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
+COLUMNS = ["estimator", "F", "rows", "F calls + sum + whitening", "normalize_then_sum", "ratio"]
+COLUMNS += ["bare F calls", "ratio to bare", "1 call on the sum", "sum_then_normalize", "ratio to 1 call"]
 
 
 def _separate_calls(batched, columns: list[np.ndarray], offsets: np.ndarray) -> list[np.ndarray]:
@@ -49,10 +51,7 @@ def run(quick: bool = False) -> Report:
     report = Report("multi_objective")
     table = Table(
         f"Several reward functions (groups of {GROUP_SIZE}): the (N, F) path vs F separate estimator calls",
-        [
-            "estimator", "F", "rows", "F calls + sum + whitening", "normalize_then_sum", "ratio",
-            "bare F calls", "ratio to bare", "1 call on the sum", "sum_then_normalize", "ratio to 1 call",
-        ],  # fmt: skip
+        COLUMNS,
     )
     table.notes.append(
         "F calls + sum + whitening: the estimator's batched form on each column (already contiguous), the weighted sum and "
