@@ -59,12 +59,17 @@ def run(quick: bool = False) -> Report:
         "the column copies to the first."
     )
     table.notes.append("1 call on the sum: the estimator on a precomputed weighted sum; sum_then_normalize adds validation and the sum.")
+    table.notes.append(
+        "The (N, F) table is in Fortran order, as the TRL and verl adapters build it; a C-order table costs one transposed copy "
+        "more (about 50 ms for 1M x 4 float64 on this machine)."
+    )
     worst: dict[int, float] = {}
     for estimator_name in ESTIMATORS:
         batched = get_estimator(estimator_name).batched_form
         for f_count in counts:
             for n in sizes:
                 table_nf = rng.integers(0, 3, size=(n, f_count)).astype(np.float64) + rng.normal(0.0, 0.1, size=(n, f_count))
+                table_nf = np.asfortranarray(table_nf)  # as the adapters build it: each function's column contiguous
                 weights = np.linspace(1.0, 0.5, f_count)
                 offsets = np.arange(0, n + 1, GROUP_SIZE, dtype=np.int64)
                 columns = [np.ascontiguousarray(table_nf[:, f]) for f in range(f_count)]

@@ -202,13 +202,14 @@ def normalize_then_sum(
     """GDPO with any estimator: per-function advantages, weighted sum, whitening over the role; float64 ``(N,)``.
 
     ``whiten_epsilon`` is the whitening's (TRL uses 1e-4); the estimator's own options (its ``epsilon``
-    included) go in ``kwargs``.
+    included) go in ``kwargs``. Rewards in Fortran order (each function's column contiguous) save one
+    transposed copy of the table.
     """
     if isinstance(whiten_epsilon, bool) or not isinstance(whiten_epsilon, numbers.Real) or not math.isfinite(whiten_epsilon) or whiten_epsilon < 0:
         raise ValueError(f"{where}: whiten_epsilon must be a finite number >= 0, got {whiten_epsilon!r}")
     array, layout, w, lengths, complete = _prepare(rewards, offsets, weights, lengths, names, where)
     present = None if complete else ~np.isnan(array)
-    by_function = np.ascontiguousarray(array.T)  # (F, N): each function's rewards contiguous, one copy in all
+    by_function = np.ascontiguousarray(array.T)  # (F, N): a view of F-ordered rewards, else one transposed copy
     total: np.ndarray | None = None
     for f in range(array.shape[1]):
         what = f"{where}, {_function_name(names, f)}"

@@ -125,7 +125,7 @@ def prepare_batch(
     names = tuple(str(n) for n in reward_names) if reward_names is not None else ()
     if names and len(names) != rewards_per_func.shape[1]:
         raise ValueError(f"reward_names has {len(names)} names for {rewards_per_func.shape[1]} reward functions")
-    per_func = rewards_per_func.detach().to("cpu", torch.float64).numpy()
+    per_func = np.asfortranarray(rewards_per_func.detach().to("cpu", torch.float64).numpy())  # columns contiguous
     weights = torch.as_tensor(reward_weights).detach().to("cpu", torch.float64).numpy().reshape(-1)
     return RewardBatch(rewards, scorable, num_generations, role_names, group_roles, length_array, per_func, weights, names)
 

@@ -103,7 +103,7 @@ def reward_table(non_tensor_batch: dict[str, Any] | None, keys: Sequence[str], i
             f"non_tensor_batch only to 'gdpo'; rllm-plugins extends it so rllm_* estimators see it, and that extension is {state}{hint}."
         )
     rows = len(index)
-    table = np.empty((rows, len(keys)), dtype=np.float64)
+    table = np.empty((rows, len(keys)), dtype=np.float64, order="F")  # each key's column contiguous, as the aggregation reads them
     for f, key in enumerate(keys):
         if key not in non_tensor_batch:
             raise ValueError(_missing_message(where, key, sorted(non_tensor_batch)))

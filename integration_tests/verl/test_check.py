@@ -38,3 +38,10 @@ def test_verls_own_names_pass_and_bad_overrides_are_reported():
     assert verl_check(["algorithm.adv_estimator=grpo"]).ok
     report = verl_check(["algorithm.no_such_key=1"])
     assert not report.ok and "Hydra could not compose the config" in report.errors[0]
+
+
+def test_reward_key_options_are_tried_on_a_toy_batch_with_those_keys():
+    good = verl_check(["algorithm.adv_estimator=rllm_rloo", "+algorithm.gdpo_reward_keys=[accuracy,format]", "+algorithm.gdpo_reward_weights=[1.0,0.5]"])
+    assert good.ok, good
+    bad = verl_check(["algorithm.adv_estimator=rllm_rloo", "+algorithm.gdpo_reward_keys=[accuracy,format]", "+algorithm.gdpo_reward_weights=[1.0]"])
+    assert not bad.ok and "gdpo_reward_weights has 1 weights for the 2 keys" in bad.errors[0]
