@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .outputs import as_advantages
 from .segments import GroupLayout, offsets_from_sizes
 
 __all__ = ["AGGREGATIONS", "Aggregation", "aggregate_advantages", "check_aggregation", "normalize_then_sum", "sum_then_normalize", "whiten"]
@@ -106,7 +107,7 @@ def _estimate(estimator: Batched, values: np.ndarray, offsets: np.ndarray, lengt
     """One batched estimator call, checked: advantages float64 ``(n,)``."""
     if lengths is not None and "lengths" not in kwargs:
         kwargs = {**kwargs, "lengths": lengths}
-    advantages = np.asarray(estimator(values, offsets, **kwargs), dtype=np.float64).reshape(-1)
+    advantages = as_advantages(estimator(values, offsets, **kwargs), what)
     if advantages.size != values.size:
         raise ValueError(f"{what}: the estimator returned {advantages.size} advantages for {values.size} rows")
     if not _all_finite(advantages):

@@ -19,9 +19,11 @@ __all__ = [
     "EstimatorConflictError",
     "UnknownEstimatorError",
     "available_estimators",
+    "get_adv_estimator",
     "get_estimator",
     "get_estimator_spec",
     "get_rllm_adv_estimator",
+    "register_adv_estimator",
     "register_rllm_adv_estimator",
     "unregister_rllm_adv_estimator",
 ]
@@ -151,6 +153,10 @@ def get_rllm_adv_estimator(name: Any) -> ListEstimator:
     Unknown names raise ``ValueError`` listing the available names and the closest match.
     """
     return get_estimator(name).list_form
+
+
+register_adv_estimator = register_rllm_adv_estimator  # rLLM main's name
+get_adv_estimator = get_rllm_adv_estimator  # rLLM main's name
 
 
 def available_estimators() -> list[str]:

@@ -27,6 +27,8 @@ import torch
 
 from rllm_plugins.advantage import compute_role_metrics
 from rllm_plugins.aggregation import check_aggregation, normalize_then_sum
+from rllm_plugins.diagnostics import batch_diagnostics
+from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
 
@@ -149,8 +151,8 @@ def _estimate_role(batch: RewardBatch, role: int, name: str, options: Mapping[st
     kwargs = dict(options)
     if batch.lengths is not None:
         kwargs.setdefault("lengths", batch.lengths[rows])
-    advantages = np.asarray(estimator.batched_form(values, offsets, **kwargs), dtype=np.float64).reshape(-1)
     who = f"estimator {name!r} ({estimator.provider}) for role {batch.roles[role]!r}"
+    advantages = as_advantages(estimator.batched_form(values, offsets, **kwargs), who)
     if advantages.size != values.size:
         raise ValueError(f"{who} returned {advantages.size} advantages for {values.size} scorable completions")
     if not np.isfinite(advantages).all():
@@ -211,8 +213,19 @@ def compute_advantages(
     return advantages
 
 
+def _role_groups(batch: RewardBatch) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each role's scorable rewards and group offsets, the groups the estimator saw: ``{role: (values, offsets)}``."""
+    counts = np.count_nonzero(batch.scorable.reshape(-1, batch.num_generations), axis=1)
+    out = {}
+    for r, name in enumerate(batch.roles):
+        in_role = batch.group_roles == r
+        rows = batch.scorable & np.repeat(in_role, batch.num_generations)
+        out[name] = (batch.rewards[rows], offsets_from_sizes(counts[in_role]))
+    return out
+
+
 def compute_metrics(batch: RewardBatch, advantages: np.ndarray) -> dict[str, float]:
-    """``reward/{role}/*``, ``advantage/{role}/*`` (the core's keys) over the scorable rows, and
+    """``reward/{role}/*``, ``advantage/{role}/*`` and ``batch/{role}/*`` (the core's keys) over the scorable rows, and
     ``reward/{role}/{func}/{mean,std,max,min}`` over the rows where each named function gave a reward."""
     all_roles = np.repeat(batch.group_roles, batch.num_generations)
     row_roles = all_roles[batch.scorable]
@@ -224,4 +237,5 @@ def compute_metrics(batch: RewardBatch, advantages: np.ndarray) -> dict[str, flo
             given = ~np.isnan(column)
             metrics.update(compute_role_metrics({f"{name}/{func}": column[given & (all_roles == r)] for r, name in enumerate(batch.roles)}, "reward"))
     metrics.update(compute_role_metrics({name: used[row_roles == r] for r, name in enumerate(batch.roles)}, "advantage", with_fraction_zero=True))
+    metrics.update(batch_diagnostics(_role_groups(batch)))
     return metrics

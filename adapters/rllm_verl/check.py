@@ -3,8 +3,9 @@
 verl reports an unknown estimator only at the first advantage computation, after the workers
 started and the first rollout ran. :func:`verl_check` composes the same config verl's
 ``main_ppo`` would (same overrides), looks the estimator up in verl's registry (where the
-``rllm_*`` names are), and for an ``rllm_*`` name runs it once on a two-group toy batch with the
-configured options. ``rllm-plugins verl-check OVERRIDES...`` calls :func:`main`.
+``rllm_*`` names are), and for an ``rllm_*`` name checks that verl will load our ``verl.plugins`` entry point (named
+``rllm_plugins``; ``VERL_USE_EXTERNAL_PLUGINS`` may exclude it), checks the estimator options
+and runs it once on a two-group toy batch. ``rllm-plugins verl-check OVERRIDES...`` calls :func:`main`.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ import argparse
 import difflib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["VerlCheckReport", "main", "verl_check"]
+__all__ = ["ENTRY_POINT_NAME", "VerlCheckReport", "entry_point_policy_error", "main", "verl_check"]
+
+ENTRY_POINT_NAME = "rllm_plugins"  # our entry point in verl's ``verl.plugins`` group (not the distribution name)
+PLUGIN_MODULE = "rllm_verl.verl_plugin"
 
 
 @dataclass
@@ -48,6 +52,33 @@ def _compose(overrides: Sequence[str], config_name: str, config_dir: str | None)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=os.path.abspath(directory), version_base=None):
         return compose(config_name=config_name, overrides=list(overrides))
+
+
+def entry_point_policy_error(environ: Mapping[str, str] | None = None) -> str | None:
+    """Why verl would not load our entry point under ``VERL_USE_EXTERNAL_PLUGINS`` (None when it will).
+
+    verl reads the variable once, in ``import verl``: ``auto`` (the default) loads every
+    ``verl.plugins`` entry point, ``none`` none, and a comma-separated list only the entry points
+    it names. ``VERL_USE_EXTERNAL_MODULES`` naming ``rllm_verl.verl_plugin`` also registers ours.
+    """
+    environ = os.environ if environ is None else environ
+    raw = environ.get("VERL_USE_EXTERNAL_PLUGINS", "auto")
+    policy = raw.strip().lower()
+    modules = {m.strip() for m in environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",")}
+    if policy == "auto" or PLUGIN_MODULE in modules:
+        return None
+    allowed = [name.strip() for name in policy.split(",") if name.strip()] if policy != "none" else []
+    if ENTRY_POINT_NAME in allowed:
+        return None
+    if policy == "none":
+        reason, fix = "VERL_USE_EXTERNAL_PLUGINS=none turns verl's plugin discovery off", f"unset it, or set VERL_USE_EXTERNAL_PLUGINS={ENTRY_POINT_NAME}"
+    else:
+        reason = f"VERL_USE_EXTERNAL_PLUGINS={raw!r} lets verl load only the entry points {', '.join(map(repr, allowed)) or '(none)'}"
+        fix = f"add ours: VERL_USE_EXTERNAL_PLUGINS={','.join([*allowed, ENTRY_POINT_NAME])} (or unset it)"
+    return (
+        f"{reason}, so verl will not load the rllm_* estimators and the run fails with 'Unknown advantage estimator'. "
+        f"Fix: {fix}. The entry-point name is {ENTRY_POINT_NAME!r} (group verl.plugins), not the distribution name 'rllm-plugins'."
+    )
 
 
 def _dry_run(name: str, algorithm: object) -> None:
@@ -92,6 +123,9 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
         message = f"unknown advantage estimator {name!r}.{hint} verl knows: {', '.join(known)}"
         return VerlCheckReport(False, name, config_name, rllm_names, [message])
     if name.startswith(VERL_PREFIX) and name in rllm_names:
+        policy_error = entry_point_policy_error()
+        if policy_error is not None:
+            return VerlCheckReport(False, name, config_name, rllm_names, [policy_error])
         try:
             _dry_run(name, algorithm)
         except Exception as error:

@@ -73,7 +73,7 @@ def test_command_line_parses_every_field():
             "--bf16",
             "false",
             "--adv_estimator",
-            "OPO",
+            "PRPO",
             "--norm_adv_by_std_in_grpo",
             "false",
             "--adv_estimator_kwargs",
@@ -84,7 +84,7 @@ def test_command_line_parses_every_field():
             "role",
         ]
     )
-    assert config.adv_estimator == "opo" and config.norm_adv_by_std_in_grpo is False
+    assert config.adv_estimator == "prpo" and config.norm_adv_by_std_in_grpo is False
     assert config.adv_estimator_kwargs == {"epsilon": 0.001} and config.adv_estimator_map == {"judge": "rloo"} and config.role_column == "role"
 
 
@@ -92,3 +92,26 @@ def test_help_texts_are_present():
     fields = RLLMGRPOConfig.__dataclass_fields__
     for name in ("adv_estimator", "norm_adv_by_std_in_grpo", "adv_estimator_kwargs", "adv_estimator_map", "role_column"):
         assert fields[name].metadata["help"]
+
+
+def test_a_per_role_loss_pair_is_refused_because_trl_has_one_loss():
+    # rLLM main's estimator_map values may be (estimator, loss_fn) pairs (rllm/trainer/algorithms/config.py, AlgorithmConfig.__post_init__)
+    message = r"per-role policy losses \('judge': \('rloo', 'ppo'\)\) are not applied with TRL: GRPOTrainer uses GRPOConfig\.loss_type"
+    with pytest.raises(ValueError, match=message):
+        RLLMGRPOConfig(**BASE, adv_estimator_map={"judge": ("rloo", "ppo")}, role_column="role")
+    with pytest.raises(ValueError, match="are not applied with TRL"):  # the pair as JSON from the command line
+        RLLMGRPOConfig(**BASE, adv_estimator_map='{"judge": ["rloo", "ppo"]}', role_column="role")
+
+
+def test_algorithm_config_is_built_by_the_core_wiring():
+    from rllm_plugins import AlgorithmConfig, RolloutCorrectionConfig
+
+    fields = {"adv_estimator": "rloo", "norm_adv_by_std_in_grpo": False, "adv_estimator_kwargs": {"epsilon": 1e-3}, "adv_estimator_map": {"judge": "grpo"}}
+    config = RLLMGRPOConfig(**BASE, **fields, role_column="role")
+    assert config.algorithm_config() == AlgorithmConfig(
+        estimator="rloo",
+        norm_adv_by_std_in_grpo=False,
+        estimator_kwargs={"epsilon": 1e-3},
+        estimator_map={"judge": "grpo"},
+        rollout_correction=RolloutCorrectionConfig(tis_cap=2.0),  # rLLM main's from_config default
+    )
