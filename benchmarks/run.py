@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import core_estimators, startup, trl_advantage, verl_advantage
+from . import core_estimators, multi_objective, startup, trl_advantage, verl_advantage
 from .plot import save_plot
 from .report import Report, Target
 from .timing import machine_description
@@ -22,6 +22,7 @@ __all__ = ["BENCHMARKS", "main"]
 BENCHMARKS: dict[str, Callable[[bool], Report]] = {
     "startup": startup.run,  # first: fresh processes, before this one grows
     "core": core_estimators.run,
+    "multi_objective": multi_objective.run,
     "trl": trl_advantage.run,
     "verl": verl_advantage.run,
 }

@@ -2,27 +2,35 @@
 
 Two phases: everything is computed and validated first, then written to the steps, so an
 error leaves every ``step.advantage`` as it was.
+
+Several named rewards per trajectory live in ``Trajectory.metadata["rewards"]`` (name -> number or
+None); when a role's trajectories carry them, they replace ``Trajectory.reward`` and
+``AlgorithmConfig.multi_objective_aggregation`` combines them (:mod:`.aggregation`).
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from .aggregation import aggregate_advantages
 from .config import AlgorithmConfig
 from .diagnostics import batch_diagnostics
 from .options import check_estimator_kwargs
 from .outputs import as_advantages, as_groups
 from .registry import _prepare_adv_estimator_input, get_estimator
-from .segments import GroupLayout
+from .segments import GroupLayout, offsets_from_sizes
 from .spec import call_with_accepted_kwargs, flatten_groups, normalize_name
 from .types import Step, TrajectoryGroup
 
-__all__ = ["collect_reward_and_advantage_from_trajectory_groups", "compute_role_metrics"]
+__all__ = ["REWARDS_KEY", "collect_reward_and_advantage_from_trajectory_groups", "compute_role_metrics"]
+
+REWARDS_KEY = "rewards"  # Trajectory.metadata[REWARDS_KEY]: several named rewards, name -> number or None
 
 
 def _warn(message: str, *args: object) -> None:
@@ -42,6 +50,7 @@ class _RoleBatch:
     groups: list[TrajectoryGroup] = field(default_factory=list)
     indices: list[int] = field(default_factory=list)
     rewards: list[np.ndarray] = field(default_factory=list)
+    named: list[list[dict[str, float | None]] | None] = field(default_factory=list)  # per group: each trajectory's named rewards
 
 
 def _where(role: str, index: int, group: TrajectoryGroup, traj: int | None = None) -> str:
@@ -61,6 +70,67 @@ def _trajectory_rewards(group: TrajectoryGroup, index: int, role: str) -> np.nda
             raise ValueError(f"{_where(role, index, group, t)}: trajectory reward is {reward}; rewards must be finite")
         rewards[t] = reward
     return rewards
+
+
+def _named_rewards(group: TrajectoryGroup, index: int, role: str) -> list[dict[str, float | None]] | None:
+    """Each trajectory's ``metadata["rewards"]``, checked; None when no trajectory of the group has them."""
+    carried = [isinstance(t.metadata, Mapping) and REWARDS_KEY in t.metadata for t in group.trajectories]
+    if not any(carried):
+        return None
+    out = []
+    for t, traj in enumerate(group.trajectories):
+        where = _where(role, index, group, t)
+        if not carried[t]:
+            raise ValueError(f"{where}: metadata[{REWARDS_KEY!r}] is missing while other trajectories of the group have named rewards")
+        raw = traj.metadata[REWARDS_KEY]  # type: ignore[index]
+        if not isinstance(raw, Mapping) or not raw:
+            raise ValueError(f"{where}: metadata[{REWARDS_KEY!r}] must be a non-empty mapping of reward name -> number or None, got {raw!r}")
+        named: dict[str, float | None] = {}
+        for name, value in raw.items():
+            if not isinstance(name, str):
+                raise ValueError(f"{where}: metadata[{REWARDS_KEY!r}] has a non-string name {name!r}")
+            if value is not None and (not isinstance(value, numbers.Real) or not math.isfinite(value)):
+                raise ValueError(f"{where}: named reward {name!r} must be a finite number or None, got {type(value).__name__} {value!r}")
+            named[name] = None if value is None else float(value)
+        if all(v is None for v in named.values()):
+            raise ValueError(f"{where}: every named reward is None; a trajectory needs at least one reward in broadcast mode")
+        out.append(named)
+    return out
+
+
+def _combined(named: list[dict[str, float | None]], weights: Mapping[str, float]) -> np.ndarray:
+    """Weighted sum of each trajectory's present named rewards."""
+    return np.array([sum(weights.get(n, 1.0) * v for n, v in rewards.items() if v is not None) for rewards in named], dtype=np.float64)
+
+
+def _aggregate(role: str, batch: _RoleBatch, config: AlgorithmConfig) -> list[np.ndarray]:
+    """The role's advantages by group from its named rewards (or, for ``normalize_then_sum``, its single reward)."""
+    name = config.estimator_name(role)
+    estimator = get_estimator(name)
+    where = f"estimator {name!r} ({estimator.provider}) for role {role!r}"
+    if any(named is None for named in batch.named) and not all(named is None for named in batch.named):
+        g = next(i for i, named in enumerate(batch.named) if named is None)
+        where_g = _where(role, batch.indices[g], batch.groups[g])
+        raise ValueError(f"{where_g}: no named rewards (metadata[{REWARDS_KEY!r}]) while other groups of the role have them")
+    if batch.named[0] is None:  # one reward per trajectory: Trajectory.reward
+        names, table, weights = ["reward"], np.concatenate(batch.rewards).reshape(-1, 1), None
+    else:
+        rows = [rewards for named in batch.named for rewards in named]  # type: ignore[union-attr]
+        names = list(dict.fromkeys(n for rewards in rows for n in rewards))
+        table = np.array([[np.nan if rewards.get(n) is None else rewards[n] for n in names] for rewards in rows], dtype=np.float64)
+        weights = [config.reward_weights.get(n, 1.0) for n in names]
+    kwargs: dict[str, Any] = {**config.estimator_kwargs, "algorithm_config": config, "norm_adv_by_std_in_grpo": config.norm_adv_by_std_in_grpo}
+    if "lengths" not in kwargs:
+        kwargs["lengths"] = np.array([sum(len(s.response_ids) for s in t.steps) for g in batch.groups for t in g.trajectories], dtype=np.float64)
+
+    def batched(values: np.ndarray, offsets: np.ndarray, /, **options: Any) -> Any:
+        return call_with_accepted_kwargs(estimator.batched_form, values, offsets, **options)
+
+    offsets = offsets_from_sizes([len(g.trajectories) for g in batch.groups])
+    advantages = aggregate_advantages(
+        table, offsets, batched, aggregation=config.multi_objective_aggregation, weights=weights, names=names, where=where, **kwargs
+    )
+    return GroupLayout.from_offsets(offsets, advantages.size).split(advantages)
 
 
 def _precomputed(group: TrajectoryGroup, index: int, role: str) -> tuple[list[tuple[Step, list[float]]], list[float], int]:
@@ -160,7 +230,9 @@ def collect_reward_and_advantage_from_trajectory_groups(
     gets the trajectory's advantage. With ``use_precomputed_advantage`` and some step of a
     group carrying an advantage, that group's per-token advantages are used instead (float ->
     repeated over ``response_ids``, missing -> zeros). ``collect_advantage=False`` only
-    collects rewards. Metrics: ``reward/{role}/{mean,std,max,min}`` and
+    collects rewards. Trajectories with named rewards (``metadata["rewards"]``) are combined by
+    ``multi_objective_aggregation``. Metrics: ``reward/{role}/{mean,std,max,min}`` (of the weighted
+    sum for named rewards), ``reward/{role}/{name}/{mean,std,max,min}`` per named reward,
     ``advantage/{role}/{mean,std,max,min,fraction_zero}`` and the ``batch/{role}/...`` group
     diagnostics of :mod:`.diagnostics`; empty groups contribute nothing.
     """
@@ -173,6 +245,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
         )
 
     rewards_by_role: dict[str, list[float]] = {}
+    named_by_role: dict[str, list[float]] = {}  # "{role}/{reward name}" -> the present values
     advantages_by_role: dict[str, list[float]] = {}
     role_batches: dict[str, _RoleBatch] = {}
     token_writes: list[tuple[Step, list[float]]] = []
@@ -197,17 +270,28 @@ def collect_reward_and_advantage_from_trajectory_groups(
                 _where(role, index, group),
                 algorithm_config.estimator_name(role),
             )
-        rewards = _trajectory_rewards(group, index, role)
+        named = _named_rewards(group, index, role)
+        rewards = _trajectory_rewards(group, index, role) if named is None else _combined(named, algorithm_config.reward_weights)
         rewards_by_role.setdefault(role, []).extend(rewards.tolist())
+        for traj_rewards in named or ():
+            for name, value in traj_rewards.items():
+                named_by_role.setdefault(f"{role}/{name}", []).extend(() if value is None else (value,))
         if collect_advantage:
             batch = role_batches.setdefault(role, _RoleBatch())
             batch.groups.append(group)
             batch.indices.append(index)
             batch.rewards.append(rewards)
+            batch.named.append(named)
 
+    unknown = sorted(set(algorithm_config.reward_weights) - {key.split("/", 1)[1] for key in named_by_role})
+    if unknown and (named_by_role or role_batches or rewards_by_role):
+        raise ValueError(f"AlgorithmConfig.reward_weights names {unknown}, which no trajectory carries in metadata[{REWARDS_KEY!r}]; check the names")
     broadcast_writes: list[tuple[TrajectoryGroup, np.ndarray]] = []
     for role, batch in role_batches.items():
-        advantages_by_group = _call_estimator(role, batch, algorithm_config)
+        if algorithm_config.multi_objective_aggregation == "normalize_then_sum" or any(named is not None for named in batch.named):
+            advantages_by_group = _aggregate(role, batch, algorithm_config)
+        else:
+            advantages_by_group = _call_estimator(role, batch, algorithm_config)
         for group, advantages in zip(batch.groups, advantages_by_group, strict=True):
             broadcast_writes.append((group, advantages))
             advantages_by_role.setdefault(role, []).extend(advantages.tolist())
@@ -221,6 +305,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
         step.advantage = tokens
 
     metrics = compute_role_metrics(rewards_by_role, "reward")
+    metrics.update(compute_role_metrics(named_by_role, "reward"))
     if collect_advantage:
         metrics.update(compute_role_metrics(advantages_by_role, "advantage", with_fraction_zero=True))
         for role, count in mismatches_by_role.items():

@@ -8,12 +8,15 @@ optimiser fields, ``from_config(algorithm_node, stepwise_advantage_mode=..., est
 from __future__ import annotations
 
 import copy
+import math
+import numbers
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Literal
 
+from .aggregation import check_aggregation
 from .spec import normalize_name
 
 __all__ = ["AlgorithmConfig", "RolloutCorrectionConfig", "build_algorithm_config", "rLLMAdvantageEstimator"]
@@ -106,6 +109,12 @@ class AlgorithmConfig:
     fields (``loss_fn``, ``loss_fn_map``, ``kl_beta``, ``eps_clip``, ...) are stored for rLLM code
     that reads them; the verl and TRL adapters train with their framework's own settings.
     ``use_rllm`` is deprecated (rLLM main): setting it warns, and it changes nothing.
+
+    Trajectories may carry several named rewards in ``Trajectory.metadata["rewards"]`` (a mapping
+    name -> number or None); ``multi_objective_aggregation`` then combines them, with
+    ``reward_weights`` (name -> weight, default 1): ``"sum_then_normalize"`` runs the estimator on
+    the weighted sum, ``"normalize_then_sum"`` (GDPO) on each reward, sums the weighted
+    advantages and whitens them over the role (see :mod:`rllm_plugins.aggregation`).
     """
 
     use_rllm: bool | None = None
@@ -131,6 +140,8 @@ class AlgorithmConfig:
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     router_replay: Literal["disabled", "R2", "R3"] = "disabled"
     estimator_kwargs: dict[str, Any] = field(default_factory=dict)
+    multi_objective_aggregation: Literal["sum_then_normalize", "normalize_then_sum"] = "sum_then_normalize"
+    reward_weights: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.use_rllm is not None:
@@ -150,6 +161,14 @@ class AlgorithmConfig:
             self.rollout_correction = _rollout_correction(self.rollout_correction, default_cap=5.0)
         if self.env_loss_coef is None:  # rLLM main: 0.05 for its `echo` estimator, else off
             self.env_loss_coef = 0.05 if normalize_name(self.estimator) == "echo" else 0.0
+        check_aggregation(self.multi_objective_aggregation, "AlgorithmConfig.multi_objective_aggregation")
+        if not isinstance(self.reward_weights, Mapping):
+            got = f"{type(self.reward_weights).__name__} {self.reward_weights!r}"
+            raise ValueError(f"AlgorithmConfig.reward_weights must map reward names to weights, got {got}")
+        for name, weight in self.reward_weights.items():
+            if not isinstance(name, str) or isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight):
+                raise ValueError(f"AlgorithmConfig.reward_weights[{name!r}] must be a finite number keyed by a reward name, got {weight!r}")
+        self.reward_weights = {name: float(weight) for name, weight in self.reward_weights.items()}
 
     def estimator_name(self, role: str) -> str:
         """Registry name of the estimator ``role`` uses."""
@@ -167,7 +186,8 @@ class AlgorithmConfig:
           node as above (``rllm.algorithm.norm_adv_by_std_in_grpo`` and the stepwise one must agree when
           both are set; verl's ``algorithm.norm_adv_by_std_in_grpo`` is the fallback).
 
-        The algorithm node may also hold ``estimator_map`` and ``estimator_kwargs``; a key of it that
+        The algorithm node may also hold ``estimator_map``, ``estimator_kwargs``, ``multi_objective_aggregation``
+        and ``reward_weights``; a key of it that
         ``AlgorithmConfig`` does not know raises ``ValueError`` (with the closest known key).
         """
         whole = _get(config, "rllm") is not None or _is_mapping(_get(config, "algorithm"))
@@ -208,6 +228,8 @@ _NODE_KEYS: dict[str, tuple[str, Any]] = {
     "estimator_map": ("estimator_map", {}),
     "loss_fn_map": ("loss_fn_map", {}),
     "estimator_kwargs": ("estimator_kwargs", {}),
+    "multi_objective_aggregation": ("multi_objective_aggregation", "sum_then_normalize"),
+    "reward_weights": ("reward_weights", {}),
 }
 _ROLLOUT_CORRECTION_KEYS = tuple(f.name for f in fields(RolloutCorrectionConfig))
 

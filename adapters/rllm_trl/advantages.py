@@ -10,7 +10,11 @@ exactly as TRL does and runs an rLLM estimator on the groups:
   statistics and gets advantage 0;
 - each role (``roles``, one name per row; ``"all_groups"`` without one) runs its estimator once
   on the float64 batched form over all of its groups; TRL's own advantage settings
-  (``scale_rewards``) reach the estimators that name them as keyword parameters (``trl_grpo``).
+  (``scale_rewards``) reach the estimators that name them as keyword parameters (``trl_grpo``);
+- with ``aggregation="normalize_then_sum"`` (TRL's GDPO setting) each role runs its estimator on
+  each reward function instead (a None leaves that function out of its group), sums the weighted
+  advantages and whitens them over the role with TRL's sample std + 1e-4
+  (:func:`rllm_plugins.aggregation.normalize_then_sum`); TRL ignores ``scale_rewards`` there, and so do we.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 import torch
 
 from rllm_plugins.advantage import compute_role_metrics
+from rllm_plugins.aggregation import check_aggregation, normalize_then_sum
 from rllm_plugins.diagnostics import batch_diagnostics
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
@@ -43,6 +48,7 @@ __all__ = [
 ]
 
 DEFAULT_ROLE = "all_groups"  # TrajectoryGroup.group_role of a group_id without a role
+TRL_WHITEN_EPSILON = 1e-4  # TRL's constant in the batch whitening of normalize_then_sum
 
 
 @dataclass(frozen=True)
@@ -52,7 +58,9 @@ class RewardBatch:
     ``rewards`` float64 ``(N,)`` combined rewards (NaN on unscorable rows), ``scorable`` bool
     ``(N,)``, ``num_generations`` rows per group, ``roles`` the distinct role names (first
     appearance first), ``group_roles`` int64 ``(N // G,)`` index into ``roles`` of each group,
-    ``lengths`` float64 ``(N,)`` completion lengths or None.
+    ``lengths`` float64 ``(N,)`` completion lengths or None; ``rewards_per_func`` float64 ``(N, F)``
+    (NaN where a function returned None), ``reward_weights`` float64 ``(F,)`` and ``reward_names``
+    (F names, or empty) for per-function aggregation and metrics.
     """
 
     rewards: np.ndarray
@@ -61,6 +69,9 @@ class RewardBatch:
     roles: tuple[str, ...]
     group_roles: np.ndarray
     lengths: np.ndarray | None = None
+    rewards_per_func: np.ndarray | None = None
+    reward_weights: np.ndarray | None = None
+    reward_names: tuple[str, ...] = ()
 
     @property
     def num_groups(self) -> int:
@@ -129,11 +140,13 @@ def prepare_batch(
     num_generations: int,
     roles: Sequence[str] | None = None,
     lengths: torch.Tensor | np.ndarray | Sequence[int] | None = None,
+    reward_names: Sequence[str] | None = None,
 ) -> RewardBatch:
     """Validate and combine a gathered batch: ``(N, F)`` rewards -> :class:`RewardBatch`."""
     if isinstance(num_generations, bool) or not isinstance(num_generations, int) or num_generations < 1:
         raise ValueError(f"num_generations must be a positive int, got {num_generations!r}")
-    combined = combine_rewards(torch.as_tensor(rewards_per_func), reward_weights)
+    rewards_per_func = torch.as_tensor(rewards_per_func)
+    combined = combine_rewards(rewards_per_func, reward_weights)
     num_rows = combined.numel()
     if num_rows % num_generations:
         raise ValueError(f"{num_rows} completions do not split into groups of num_generations={num_generations}")
@@ -149,7 +162,12 @@ def prepare_batch(
         if length_array.size != num_rows:
             raise ValueError(f"lengths has {length_array.size} entries for {num_rows} completions")
     role_names, group_roles = _group_roles(roles, num_rows, num_generations)
-    return RewardBatch(rewards, scorable, num_generations, role_names, group_roles, length_array)
+    names = tuple(str(n) for n in reward_names) if reward_names is not None else ()
+    if names and len(names) != rewards_per_func.shape[1]:
+        raise ValueError(f"reward_names has {len(names)} names for {rewards_per_func.shape[1]} reward functions")
+    per_func = np.asfortranarray(rewards_per_func.detach().to("cpu", torch.float64).numpy())  # columns contiguous
+    weights = torch.as_tensor(reward_weights).detach().to("cpu", torch.float64).numpy().reshape(-1)
+    return RewardBatch(rewards, scorable, num_generations, role_names, group_roles, length_array, per_func, weights, names)
 
 
 def takes_keyword(name: str, keyword: str) -> bool:
@@ -190,6 +208,30 @@ def _estimate_role(
     return rows, advantages
 
 
+def _normalize_then_sum_role(batch: RewardBatch, role: int, name: str, options: Mapping[str, Any]) -> tuple[np.ndarray | slice, np.ndarray]:
+    """GDPO over role ``role``'s groups with estimator ``name``: (rows, advantages of those rows, 0 where unscorable)."""
+    if batch.rewards_per_func is None:
+        raise ValueError("normalize_then_sum needs the per-function rewards: build the batch with prepare_batch")
+    estimator = get_estimator(name)
+    G = batch.num_generations  # noqa: N806 - the paper's name
+    rows: np.ndarray | slice = slice(None) if len(batch.roles) == 1 else np.flatnonzero(np.repeat(batch.group_roles == role, G))
+    per_func = batch.rewards_per_func[rows]
+    kwargs = dict(options)
+    lengths = batch.lengths[rows] if batch.lengths is not None else None
+    advantages = normalize_then_sum(
+        per_func,
+        np.arange(0, per_func.shape[0] + 1, G, dtype=np.int64),
+        estimator.batched_form,
+        weights=batch.reward_weights,
+        lengths=lengths,
+        whiten_epsilon=TRL_WHITEN_EPSILON,
+        names=batch.reward_names or None,
+        where=f"estimator {name!r} ({estimator.provider}) for role {batch.roles[role]!r}",
+        **kwargs,
+    )
+    return rows, advantages
+
+
 def compute_advantages(
     batch: RewardBatch,
     estimator: str = "grpo",
@@ -198,14 +240,18 @@ def compute_advantages(
     norm_adv_by_std_in_grpo: bool = True,
     estimator_kwargs: Mapping[str, Any] | None = None,
     trl_settings: Mapping[str, Any] | None = None,
+    aggregation: str = "sum_then_normalize",
 ) -> np.ndarray:
     """Advantages float64 ``(N,)`` of a :class:`RewardBatch`: 0 on unscorable rows.
 
     Each role uses ``estimator_map[role]``, else ``estimator``, called once on the batched form
-    over the scorable rows of all its groups (``lengths`` passed when known, for ``opo``).
+    over the scorable rows of all its groups (``lengths`` passed when known, for ``opo``); with
+    ``aggregation="normalize_then_sum"`` once per reward function, then summed and whitened.
     ``trl_settings`` (e.g. ``{"scale_rewards": "batch"}``) go only to the estimators that name
-    them as keyword parameters. Nothing is returned unless every role's estimator succeeded.
+    them as keyword parameters, and only when summing first. Nothing is returned unless every
+    role's estimator succeeded.
     """
+    gdpo = check_aggregation(aggregation) == "normalize_then_sum"
     options = {**(estimator_kwargs or {}), "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo}
     trl_settings = trl_settings or {}
     both = sorted(set(trl_settings) & set(options))
@@ -215,8 +261,9 @@ def compute_advantages(
     advantages = np.zeros(batch.rewards.size, dtype=np.float64)
     if batch.rewards.size == 0:
         return advantages
-    for role, name in enumerate(batch.roles):
-        rows, values = _estimate_role(batch, role, estimator_map.get(name, estimator), options, trl_settings)
+    for role, role_name in enumerate(batch.roles):
+        name = estimator_map.get(role_name, estimator)
+        rows, values = _normalize_then_sum_role(batch, role, name, options) if gdpo else _estimate_role(batch, role, name, options, trl_settings)
         advantages[rows] = values
     return advantages
 
@@ -233,10 +280,17 @@ def _role_groups(batch: RewardBatch) -> dict[str, tuple[np.ndarray, np.ndarray]]
 
 
 def compute_metrics(batch: RewardBatch, advantages: np.ndarray) -> dict[str, float]:
-    """``reward/{role}/*``, ``advantage/{role}/*`` and ``batch/{role}/*`` (the core's keys) over the scorable rows."""
-    row_roles = np.repeat(batch.group_roles, batch.num_generations)[batch.scorable]
+    """``reward/{role}/*``, ``advantage/{role}/*`` and ``batch/{role}/*`` (the core's keys) over the scorable rows, and
+    ``reward/{role}/{func}/{mean,std,max,min}`` over the rows where each named function gave a reward."""
+    all_roles = np.repeat(batch.group_roles, batch.num_generations)
+    row_roles = all_roles[batch.scorable]
     rewards, used = batch.rewards[batch.scorable], advantages[batch.scorable]
     metrics = compute_role_metrics({name: rewards[row_roles == r] for r, name in enumerate(batch.roles)}, "reward")
+    if batch.reward_names and batch.rewards_per_func is not None:
+        for f, func in enumerate(batch.reward_names):
+            column = batch.rewards_per_func[:, f]
+            given = ~np.isnan(column)
+            metrics.update(compute_role_metrics({f"{name}/{func}": column[given & (all_roles == r)] for r, name in enumerate(batch.roles)}, "reward"))
     metrics.update(compute_role_metrics({name: used[row_roles == r] for r, name in enumerate(batch.roles)}, "advantage", with_fraction_zero=True))
     metrics.update(batch_diagnostics(_role_groups(batch)))
     return metrics

@@ -16,6 +16,7 @@ import datasets
 import numpy as np
 from trl import GRPOConfig
 
+from rllm_plugins.aggregation import check_aggregation
 from rllm_plugins.config import AlgorithmConfig, build_algorithm_config
 from rllm_plugins.estimators.trl_compat import trl_scaling
 from rllm_plugins.options import check_estimator_kwargs
@@ -57,6 +58,7 @@ class AdvantageSettings:
     estimator_kwargs: dict[str, Any]
     role_column: str | None
     trl_settings: dict[str, Any]
+    aggregation: str = "sum_then_normalize"
     overridden: tuple[str, ...] = ()
 
 
@@ -66,7 +68,9 @@ class RLLMGRPOConfig(GRPOConfig):
 
     ``adv_estimator="trl_grpo"`` follows TRL's ``scale_rewards`` and gives ``GRPOTrainer``'s
     advantages; another estimator replaces TRL's formula, and a warning names each TRL advantage
-    setting it overrides (``scale_rewards``, ``multi_objective_aggregation`` not at TRL's defaults).
+    setting it overrides (``scale_rewards`` not at TRL's default). ``multi_objective_aggregation``
+    is honoured for every estimator: ``"normalize_then_sum"`` (GDPO) runs the estimator on each
+    reward function, sums the weighted advantages and whitens them over the batch (per role).
     """
 
     _VALID_DICT_FIELDS: ClassVar[list[str]] = [*GRPOConfig._VALID_DICT_FIELDS, "adv_estimator_kwargs", "adv_estimator_map"]
@@ -174,7 +178,8 @@ def advantage_settings(args: Any) -> AdvantageSettings:
     line in ``overridden``. Raises ``ValueError`` for a bad value (naming the field) and for
     combinations without a meaning: settings such an estimator rejects (``trl_grpo`` with
     ``scale_rewards="batch"`` and ``norm_adv_by_std_in_grpo=False``, ``trl_grpo_batch`` with
-    ``"none"``), and ``multi_objective_aggregation="normalize_then_sum"`` with one of them.
+    ``"none"``) and an unknown ``multi_objective_aggregation``. Under ``"normalize_then_sum"``
+    ``scale_rewards`` has no effect (as in TRL).
     """
     estimator = _check_estimator(getattr(args, "adv_estimator", TRL_ESTIMATOR), "adv_estimator")
     raw_map = _as_dict(args, "adv_estimator_map")
@@ -194,18 +199,15 @@ def advantage_settings(args: Any) -> AdvantageSettings:
     in_use = list(dict.fromkeys([estimator, *estimator_map.values()]))
     kwargs = check_adv_estimator_kwargs(getattr(args, "adv_estimator_kwargs", None), in_use)
     scale_rewards = trl_scaling(getattr(args, "scale_rewards", "group"))
-    aggregation = getattr(args, "multi_objective_aggregation", "sum_then_normalize")
+    aggregation = check_aggregation(getattr(args, "multi_objective_aggregation", "sum_then_normalize"))
+    if aggregation == "normalize_then_sum":
+        scale_rewards = "group"  # TRL's GDPO path ignores scale_rewards: it has no effect to follow or override
 
     trl_settings = {} if scale_rewards == "group" else {"scale_rewards": scale_rewards}  # TRL's default: nothing to pass
     followers = [name for name in in_use if takes_keyword(name, "scale_rewards")]
     others = [name for name in in_use if name not in followers]
     for name in followers:
         _dry_run(name, {**kwargs, "norm_adv_by_std_in_grpo": bool(norm), **trl_settings})
-    if followers and aggregation != "sum_then_normalize":
-        raise ValueError(
-            f"adv_estimator {followers[0]!r} follows TRL's settings but does not implement "
-            f"multi_objective_aggregation={aggregation!r}; use 'sum_then_normalize'"
-        )
     overridden = []
     if others and scale_rewards != "group" and not (scale_rewards == "none" and not norm):
         hint = " (or norm_adv_by_std_in_grpo=False for unscaled advantages)" if scale_rewards == "none" else ""
@@ -214,8 +216,6 @@ def advantage_settings(args: Any) -> AdvantageSettings:
             f"{'computes the advantages its' if len(others) == 1 else 'compute the advantages their'} own way; "
             f"set adv_estimator='trl_grpo' to follow scale_rewards{hint}"
         )
-    if others and aggregation != "sum_then_normalize":
-        overridden.append(f"multi_objective_aggregation={aggregation!r} is overridden by {_estimators(others)}: rewards are combined as a weighted sum")
     return AdvantageSettings(
         estimator=estimator,
         estimator_map=estimator_map,
@@ -223,6 +223,7 @@ def advantage_settings(args: Any) -> AdvantageSettings:
         estimator_kwargs=kwargs,
         role_column=role_column,
         trl_settings=trl_settings,
+        aggregation=aggregation,
         overridden=tuple(overridden),
     )
 

@@ -50,7 +50,8 @@ class RLLMAdvantageMixin:
 
     The advantage fields of ``args`` are checked and resolved once, when the trainer is built
     (:func:`~rllm_trl.config.check_trainer_setup`; kept in ``advantage_settings``). A plain
-    ``GRPOConfig`` gives TRL's own advantages (``trl_grpo`` following ``scale_rewards``).
+    ``GRPOConfig`` gives TRL's own advantages (``trl_grpo`` following ``scale_rewards``). ``multi_objective_aggregation``
+    is honoured for every estimator.
     After each generation, ``last_reward_batch`` and ``last_advantages`` hold the global batch
     and the ``(N_global,)`` advantages used.
     """
@@ -95,6 +96,7 @@ class RLLMAdvantageMixin:
             self.num_generations if mode == "train" else self.num_generations_eval,
             roles=pending["roles"],
             lengths=pending["lengths"],
+            reward_names=self.reward_func_names,
         )
         advantages = compute_advantages(
             batch,
@@ -103,6 +105,7 @@ class RLLMAdvantageMixin:
             norm_adv_by_std_in_grpo=settings.norm_adv_by_std_in_grpo,
             estimator_kwargs=settings.estimator_kwargs,
             trl_settings=settings.trl_settings,
+            aggregation=settings.aggregation,
         )
         local = output["advantages"]
         start = self.accelerator.process_index * local.shape[0]

@@ -9,7 +9,9 @@ Options read from ``config`` (all optional):
 
 - ``norm_adv_by_std_in_grpo`` (bool, verl's own key, default True);
 - ``rllm_estimator_kwargs`` (mapping): keyword arguments of the estimator, e.g. ``epsilon``.
-  Set on verl's command line with ``+algorithm.rllm_estimator_kwargs.epsilon=1e-4``.
+  Set on verl's command line with ``+algorithm.rllm_estimator_kwargs.epsilon=1e-4``;
+- ``gdpo_reward_keys``, ``gdpo_reward_weights``, ``rllm_multi_objective_aggregation``: several
+  reward keys per row (see :mod:`.multi_objective`).
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from rllm_plugins.aggregation import aggregate_advantages
 from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.spec import accepted_keywords
+
+from .multi_objective import reward_key_options, reward_table
 
 __all__ = ["ESTIMATOR_KWARGS_KEY", "compute_rllm_advantage", "estimator_options", "group_rows", "verl_estimator"]
 
@@ -143,10 +148,13 @@ def compute_rllm_advantage(
     response_mask: torch.Tensor,
     index: np.ndarray | None,
     config: Any = None,
+    non_tensor_batch: dict[str, Any] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages of the rLLM estimator ``name`` for a verl batch.
 
-    Rows are grouped by ``index`` (B,); the reward of row b is ``token_level_rewards[b].sum()``;
+    Rows are grouped by ``index`` (B,); the reward of row b is ``token_level_rewards[b].sum()``, or,
+    with ``algorithm.gdpo_reward_keys``, its scores under those keys of ``non_tensor_batch`` (given, or
+    the batch verl's ``compute_advantage`` is processing), aggregated as :mod:`.multi_objective` says;
     the estimator runs in float64 and row b gets ``advantage[b] * response_mask[b]``. Returns the
     same (B, T) tensor twice (advantages and returns, as verl's outcome estimators do), in the dtype
     of ``token_level_rewards`` (the default float dtype for integer rewards) and on its device.
@@ -162,11 +170,15 @@ def compute_rllm_advantage(
             "become rows of a 2-D array: join multi-part ids into one string, e.g. f'{task}|{sample}'"
         )
     dtype = token_level_rewards.dtype if token_level_rewards.is_floating_point() else torch.get_default_dtype()
+    keyed = reward_key_options(config, where)
     with torch.no_grad():
-        scores = _row_sums(token_level_rewards)
-        if not np.isfinite(scores).all():
-            row = int(np.flatnonzero(~np.isfinite(scores))[0])
-            raise ValueError(f"{where}: row {row} (uid {index[row]!r}) has reward {scores[row]}; token_level_rewards must be finite")
+        if keyed is None:
+            scores = _row_sums(token_level_rewards)
+            if not np.isfinite(scores).all():
+                row = int(np.flatnonzero(~np.isfinite(scores))[0])
+                raise ValueError(f"{where}: row {row} (uid {index[row]!r}) has reward {scores[row]}; token_level_rewards must be finite")
+        else:
+            scores = reward_table(non_tensor_batch, keyed.keys, index, where)
         try:
             order, offsets = group_rows(index)
         except TypeError:  # an unhashable uid: name the first
@@ -176,8 +188,12 @@ def compute_rllm_advantage(
             lengths = _row_sums(response_mask)
             options["lengths"] = lengths if order is None else lengths[order]
         values = scores if order is None else scores[order]
-        grouped = as_advantages(estimator.batched_form(values, offsets, **options), f"{where}: the estimator ({estimator.provider})")
-        if grouped.shape != values.shape:
+        if keyed is None:
+            grouped = as_advantages(estimator.batched_form(values, offsets, **options), f"{where}: the estimator ({estimator.provider})")
+        else:
+            options.update(aggregation=keyed.aggregation, weights=keyed.weights, names=keyed.keys, where=where)
+            grouped = aggregate_advantages(values, offsets, estimator.batched_form, **options)
+        if grouped.shape != values.shape[:1]:
             raise ValueError(f"{where}: the estimator ({estimator.provider}) returned {grouped.size} advantages for {values.size} rows")
         if order is None:
             advantages = grouped
@@ -202,9 +218,10 @@ def verl_estimator(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]
         response_mask: torch.Tensor,
         index: np.ndarray | None = None,
         config: Any = None,
+        non_tensor_batch: dict[str, Any] | None = None,
         **_: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        return compute_rllm_advantage(name, token_level_rewards, response_mask, index, config)
+        return compute_rllm_advantage(name, token_level_rewards, response_mask, index, config, non_tensor_batch)
 
     compute.__name__ = compute.__qualname__ = f"compute_rllm_{name}_advantage"
     compute.__doc__ = f"rLLM estimator {name!r} in verl's calling convention (see rllm_verl.bridge.compute_rllm_advantage)."

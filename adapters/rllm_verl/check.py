@@ -104,7 +104,12 @@ def _dry_run(name: str, algorithm: object) -> None:
 
     rewards = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.5, 0.0, 0.0], [1.0, 0.0, 0.0]])
     mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 0, 0]])
-    get_adv_estimator_fn(name)(token_level_rewards=rewards, response_mask=mask, index=np.array(["p", "p", "q", "q"], dtype=object), config=algorithm)
+    index = np.array(["p", "p", "q", "q"], dtype=object)
+    keys = algorithm.get("gdpo_reward_keys", None) if hasattr(algorithm, "get") else None
+    extra = {}
+    if keys and not isinstance(keys, str):  # per-key scores, one None, as compute_score would return them
+        extra["non_tensor_batch"] = {"uid": index, **{str(k): np.array([1.0, 0.0, 0.5, None], dtype=object) for k in keys}}
+    get_adv_estimator_fn(name)(token_level_rewards=rewards, response_mask=mask, index=index, config=algorithm, **extra)
 
 
 def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer", config_dir: str | None = None) -> VerlCheckReport:

@@ -27,3 +27,10 @@ try:
     install_session_extension()
 except Exception as error:  # install never raises; this guards its import
     logger.warning("rllm-plugins: could not install the verl session extension: %s: %s", type(error).__name__, error)
+
+try:
+    from .reward_keys import install
+
+    install()  # guarded and never raising itself; see rllm_verl.reward_keys
+except Exception as error:
+    logger.warning("rllm-plugins: could not extend verl's compute_advantage: %s: %s", type(error).__name__, error)

@@ -73,10 +73,6 @@ def test_estimator_map_needs_a_role_column():
             "RLLMGRPOConfig: scale_rewards='none' is overridden by adv_estimator 'rloo', which computes the advantages its own way; "
             "set adv_estimator='trl_grpo' to follow scale_rewards (or norm_adv_by_std_in_grpo=False for unscaled advantages)",
         ),
-        (
-            {"multi_objective_aggregation": "normalize_then_sum"},
-            "RLLMGRPOConfig: multi_objective_aggregation='normalize_then_sum' is overridden by adv_estimator 'rloo': rewards are combined as a weighted sum",
-        ),
     ],
 )
 def test_overridden_trl_settings_warn_once_naming_the_setting_and_the_estimator(setting, message):
@@ -140,8 +136,8 @@ def test_a_plain_grpo_config_is_read_as_trl_grpo_following_its_settings():
             "estimator 'trl_grpo_batch': trl_grpo_batch scales by the batch std, but scale_rewards='none': choose trl_grpo, which follows scale_rewards",
         ),
         (
-            {"adv_estimator": "trl_grpo", "multi_objective_aggregation": "normalize_then_sum"},
-            "adv_estimator 'trl_grpo' follows TRL's settings but does not implement multi_objective_aggregation='normalize_then_sum'; use 'sum_then_normalize'",
+            {"adv_estimator": "trl_grpo", "multi_objective_aggregation": "normalise_then_sum"},
+            "multi_objective_aggregation must be one of 'sum_then_normalize', 'normalize_then_sum', got 'normalise_then_sum'",
         ),
         ({"scale_rewards": "Group"}, "scale_rewards must be 'group', 'batch', 'none', True or False, got 'Group'"),
         ({"norm_adv_by_std_in_grpo": "false"}, "norm_adv_by_std_in_grpo must be True or False, got str: 'false'"),
@@ -166,6 +162,18 @@ def test_scale_rewards_in_the_estimator_kwargs_is_refused_for_the_config_field()
     assert str(info.value) == (
         "RLLMGRPOConfig.adv_estimator_kwargs: 'scale_rewards' is a GRPOConfig field; set scale_rewards instead (the estimators that take it receive it)"
     )
+
+
+def test_normalize_then_sum_is_honoured_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        config = RLLMGRPOConfig(**BASE, adv_estimator="rloo", multi_objective_aggregation="normalize_then_sum")
+    assert config.multi_objective_aggregation == "normalize_then_sum"
+
+
+def test_unknown_aggregation_is_refused_at_config_time():
+    with pytest.raises(ValueError, match="multi_objective_aggregation must be one of 'sum_then_normalize', 'normalize_then_sum', got 'gdpo'"):
+        RLLMGRPOConfig(**BASE, multi_objective_aggregation="gdpo")
 
 
 def test_command_line_parses_every_field():

@@ -161,8 +161,15 @@ def test_another_estimator_overrides_scale_rewards_and_says_so(both_steps):
     assert np.abs(ours_out["advantages"].double().numpy() - stock_out["advantages"].double().numpy()).max() > 0.05
 
 
-@pytest.mark.skip(reason="RLLMGRPOTrainer does not implement multi_objective_aggregation='normalize_then_sum' with trl_grpo")
-@pytest.mark.parametrize("case", [{}, {"reward_funcs": [length_or_none, letter_a_or_none]}, {"mode": "eval", "num_generations_eval": 2}])
+@pytest.mark.parametrize(
+    "case",
+    [
+        {},
+        {"reward_funcs": [length_or_none, letter_a_or_none]},
+        {"mode": "eval", "num_generations_eval": 2},
+        {"scale_rewards": "batch"},  # TRL's GDPO path ignores scale_rewards; so does trl_grpo there
+    ],
+)
 def test_trl_grpo_gives_grpo_trainer_advantages_with_normalize_then_sum(both_steps, case):
     case = {**case, "multi_objective_aggregation": "normalize_then_sum", "reward_weights": [2.0, -0.75]}
     stock_out, ours_out, _ = both_steps(case, adv_estimator="trl_grpo")

@@ -94,10 +94,11 @@ def test_a_plain_grpo_config_follows_trl_and_says_nothing(build, recwarn):
     assert not [w for w in recwarn if "RLLMGRPOConfig" in str(w.message)]
 
 
-def test_a_plain_grpo_config_with_a_setting_trl_grpo_does_not_implement_raises(build):
-    with pytest.raises(ValueError) as info:
-        build(with_roles(["a", "b", "a", "b"]), config_class=GRPOConfig, multi_objective_aggregation="normalize_then_sum")
-    assert "does not implement multi_objective_aggregation='normalize_then_sum'" in str(info.value)
+def test_a_plain_grpo_config_with_normalize_then_sum_follows_trls_gdpo_where_scale_rewards_has_no_effect(build, recwarn):
+    trainer = build(with_roles(["a", "b", "a", "b"]), config_class=GRPOConfig, multi_objective_aggregation="normalize_then_sum", scale_rewards="batch")
+    settings = trainer.advantage_settings
+    assert (settings.estimator, settings.aggregation, settings.trl_settings, settings.overridden) == ("trl_grpo", "normalize_then_sum", {}, ())
+    assert not [w for w in recwarn if "RLLMGRPOConfig" in str(w.message)]
 
 
 def test_a_role_of_none_at_a_step_raises_instead_of_becoming_the_role_none(build):

@@ -74,3 +74,10 @@ def test_rllm_plugins_verl_check_without_verl_says_what_to_install():
 def test_the_report_says_whether_the_session_extension_is_active(capsys):
     assert main(["algorithm.adv_estimator=rllm_rloo"]) == 0
     assert "session extension (rllm_* over v1 multi-output sessions): active" in capsys.readouterr().out
+
+
+def test_reward_key_options_are_tried_on_a_toy_batch_with_those_keys():
+    good = verl_check(["algorithm.adv_estimator=rllm_rloo", "+algorithm.gdpo_reward_keys=[accuracy,format]", "+algorithm.gdpo_reward_weights=[1.0,0.5]"])
+    assert good.ok, good
+    bad = verl_check(["algorithm.adv_estimator=rllm_rloo", "+algorithm.gdpo_reward_keys=[accuracy,format]", "+algorithm.gdpo_reward_weights=[1.0]"])
+    assert not bad.ok and "gdpo_reward_weights has 1 weights for the 2 keys" in bad.errors[0]
