@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 from ..spec import AdvEstimatorSpec
+from .dr_grpo import calculate_dr_grpo_advantages, dr_grpo
+from .gpg import calculate_gpg_advantages, gpg
 from .grpo import calculate_grpo_advantages, grpo
 from .grpo_passk import calculate_grpo_passk_advantages, grpo_passk
+from .maxrl import calculate_maxrl_advantages, maxrl
 from .opo import calculate_opo_advantages, opo
+from .passk_training import calculate_passk_training_advantages, passk_training
 from .prpo import calculate_prpo_advantages, prpo
 from .reinforce import calculate_reinforce_advantages, reinforce
 from .reinforce_plus_plus_baseline import calculate_reinforce_plus_plus_baseline_advantages, reinforce_plus_plus_baseline
 from .rloo import calculate_rloo_advantages, rloo
 from .trl_compat import calculate_trl_grpo_advantages, calculate_trl_grpo_batch_advantages, trl_grpo, trl_grpo_batch
+from .verl_grpo import calculate_verl_grpo_advantages, verl_grpo
+from .verl_reinforce_plus_plus_baseline import calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline
+from .verl_rloo_vectorized import calculate_verl_rloo_vectorized_advantages, verl_rloo_vectorized
 
 BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
     AdvEstimatorSpec("grpo", calculate_grpo_advantages, grpo),
@@ -22,17 +29,33 @@ BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
     AdvEstimatorSpec("grpo_passk", calculate_grpo_passk_advantages, grpo_passk),
     AdvEstimatorSpec("trl_grpo", calculate_trl_grpo_advantages, trl_grpo),
     AdvEstimatorSpec("trl_grpo_batch", calculate_trl_grpo_batch_advantages, trl_grpo_batch),
+    AdvEstimatorSpec("dr_grpo", calculate_dr_grpo_advantages, dr_grpo),
+    AdvEstimatorSpec("maxrl", calculate_maxrl_advantages, maxrl),
+    AdvEstimatorSpec("passk_training", calculate_passk_training_advantages, passk_training),
+    AdvEstimatorSpec("gpg", calculate_gpg_advantages, gpg),
+    AdvEstimatorSpec("verl_grpo", calculate_verl_grpo_advantages, verl_grpo),
+    AdvEstimatorSpec("verl_rloo_vectorized", calculate_verl_rloo_vectorized_advantages, verl_rloo_vectorized),
+    AdvEstimatorSpec(
+        "verl_reinforce_plus_plus_baseline", calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline
+    ),
 )
 
 __all__ = [
     "BUILTIN_SPECS",
+    "calculate_dr_grpo_advantages",
+    "calculate_gpg_advantages",
     "calculate_grpo_advantages",
     "calculate_grpo_passk_advantages",
+    "calculate_maxrl_advantages",
     "calculate_opo_advantages",
+    "calculate_passk_training_advantages",
     "calculate_prpo_advantages",
     "calculate_reinforce_advantages",
     "calculate_reinforce_plus_plus_baseline_advantages",
     "calculate_rloo_advantages",
     "calculate_trl_grpo_advantages",
     "calculate_trl_grpo_batch_advantages",
+    "calculate_verl_grpo_advantages",
+    "calculate_verl_reinforce_plus_plus_baseline_advantages",
+    "calculate_verl_rloo_vectorized_advantages",
 ]
