@@ -35,9 +35,7 @@ BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
     AdvEstimatorSpec("gpg", calculate_gpg_advantages, gpg),
     AdvEstimatorSpec("verl_grpo", calculate_verl_grpo_advantages, verl_grpo),
     AdvEstimatorSpec("verl_rloo_vectorized", calculate_verl_rloo_vectorized_advantages, verl_rloo_vectorized),
-    AdvEstimatorSpec(
-        "verl_reinforce_plus_plus_baseline", calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline
-    ),
+    AdvEstimatorSpec("verl_reinforce_plus_plus_baseline", calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline),
 )
 
 __all__ = [
