@@ -4,16 +4,19 @@ First the group baseline, ``c_i = r_i - b_g`` with ``b_g = mean_g`` (0 for a gro
 verl's ``masked_whiten`` over every response token of the role, which weighs trajectory ``i`` by
 its response length ``l_i`` (``L = sum_i l_i``)::
 
-    m   = sum_i l_i c_i / (L + 1e-8)
-    var = sum_i l_i (c_i - m)^2 / (L + 1e-8) * L / (L - 1)         (token-level sample variance)
+    m   = sum_i l_i c_i / L
+    var = sum_i l_i (c_i - m)^2 / (L - 1)          (token-level sample variance)
     A_i = (c_i - m) / sqrt(var + 1e-8)
+
+(verl divides by ``mask.sum() + 1e-8``, a float32 number in which the 1e-8 vanishes, and
+multiplies by ``L / (L - 1)``.)
 
 Needs ``lengths`` (N,), which the verl bridge takes from ``response_mask`` and the list form from
 the steps' ``response_ids``. Unlike ``reinforce_plus_plus_baseline`` (trajectory-weighted, no
 token counts) long responses weigh more. Where verl raises (fewer than two response tokens in
 the role) every advantage is 0; a trajectory of length 0 gets ``(c_i - m) / sqrt(var + 1e-8)``
 like any other (verl writes it to no token). ``epsilon`` and ``norm_adv_by_std_in_grpo`` do not
-apply: the 1e-8 terms are verl's.
+apply: the 1e-8 is verl's.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import numpy as np
 from ..segments import GroupLayout
 from ..spec import list_form_of
 
-_TINY = 1e-8  # verl's masked_mean denominator and masked_whiten variance floor
+_TINY = 1e-8  # verl's masked_whiten variance floor
 
 
 def _checked_lengths(lengths: np.ndarray | None, values: np.ndarray) -> np.ndarray:
@@ -53,12 +56,12 @@ def verl_reinforce_plus_plus_baseline(values: np.ndarray, offsets: np.ndarray, /
         return np.zeros(values.size)
     baseline = np.where(layout.sizes > 1, layout.mean(values), 0.0)
     centred = values - layout.expand(baseline)
-    centred -= float(np.dot(lengths, centred)) / (tokens + _TINY)
+    centred -= float(np.dot(lengths, centred)) / tokens
     spread = float(np.max(np.abs(centred)))
     if spread == 0.0:
         return centred
     scaled = centred / spread  # the variance of scaled values cannot overflow
-    variance = float(np.dot(lengths, scaled * scaled)) / (tokens + _TINY) * tokens / (tokens - 1.0)
+    variance = float(np.dot(lengths, scaled * scaled)) / (tokens - 1.0)
     scaled /= np.sqrt(variance + _TINY / spread / spread)  # Python floats: inf, never an overflow error
     return scaled
 

@@ -216,12 +216,12 @@ def test_verl_rloo_vectorized_gives_a_group_of_one_zero():
 
 
 def reference_verl_rpp(groups, lengths):
-    """verl's recipe on explicit tokens: centre per group, repeat each value over its tokens, whiten with verl's 1e-8 terms."""
+    """verl's recipe on explicit tokens: centre per group, repeat each value over its tokens, whiten (sample variance + 1e-8)."""
     centred = [r - (sum(g) / len(g) if len(g) > 1 else 0.0) for g in groups for r in g]
     tokens = [c for c, n in zip(centred, lengths, strict=True) for _ in range(int(n))]
     total = len(tokens)
-    mean = sum(tokens) / (total + 1e-8)
-    var = sum((t - mean) ** 2 for t in tokens) / (total + 1e-8) * total / (total - 1)
+    mean = sum(tokens) / total
+    var = sum((t - mean) ** 2 for t in tokens) / (total - 1)
     return np.array([(c - mean) / math.sqrt(var + 1e-8) for c in centred])
 
 
@@ -260,6 +260,4 @@ def test_verl_reinforce_plus_plus_baseline_needs_valid_lengths():
 def test_verl_reinforce_plus_plus_baseline_with_fewer_than_two_tokens_is_zero():
     """verl raises here (a Bessel correction over one token); the estimator gives 0."""
     np.testing.assert_array_equal(batched("verl_reinforce_plus_plus_baseline", [[1.0, 0.0], [3.0]], lengths=np.array([1.0, 0.0, 0.0])), [0, 0, 0])
-    one = batched("verl_reinforce_plus_plus_baseline", [[2.0]], lengths=np.array([5.0]))  # verl's 1e-8 terms: 4e-5, not 0
-    np.testing.assert_allclose(one, reference_verl_rpp([[2.0]], [5]), rtol=1e-6)
-    assert abs(one[0]) < 1e-4
+    np.testing.assert_array_equal(batched("verl_reinforce_plus_plus_baseline", [[2.0]], lengths=np.array([5.0])), [0.0])
