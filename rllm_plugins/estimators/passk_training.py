@@ -86,6 +86,9 @@ def passk_training(
         scale = np.sqrt(chance * (1.0 - chance)) + epsilon
         chance = chance / scale
         negative = negative / scale
+    if layout.uniform_size is not None:  # equal groups: pick per row without expanding both values to (N,)
+        rows = success.reshape(-1, layout.uniform_size)
+        return np.where(rows, chance[:, None], negative[:, None]).reshape(-1)
     return np.where(success, layout.expand(chance), layout.expand(negative))
 
 

@@ -56,15 +56,17 @@ def verl_reinforce_plus_plus_baseline(values: np.ndarray, offsets: np.ndarray, /
         return np.zeros(values.size)
     baseline = np.where(layout.sizes > 1, layout.mean(values), 0.0)
     centred = values - layout.expand(baseline)
-    centred -= float(np.dot(lengths, centred)) / tokens
-    spread = float(np.max(np.abs(centred)))
-    if spread == 0.0:
+    centred -= float(np.einsum("i,i->", lengths, centred)) / tokens  # einsum: no BLAS threads, no temporary
+    with np.errstate(over="ignore"):
+        squares = float(np.einsum("i,i,i->", lengths, centred, centred))
+    if np.isfinite(squares):
+        centred /= np.sqrt(squares / (tokens - 1.0) + _TINY)
         return centred
-    scaled = centred / spread  # the variance of scaled values cannot overflow
-    variance = float(np.dot(lengths, scaled * scaled)) / (tokens - 1.0)
-    scaled /= np.sqrt(variance + _TINY / spread / spread)  # Python floats: inf, never an overflow error
-    return scaled
-
+    spread = float(np.max(np.abs(centred)))  # squares overflowed: scale first
+    centred /= spread
+    variance = float(np.einsum("i,i,i->", lengths, centred, centred)) / (tokens - 1.0)
+    centred /= np.sqrt(variance + _TINY / spread / spread)  # Python floats: inf, never an overflow error
+    return centred
 
 calculate_verl_reinforce_plus_plus_baseline_advantages = list_form_of(verl_reinforce_plus_plus_baseline)
 calculate_verl_reinforce_plus_plus_baseline_advantages.__name__ = "calculate_verl_reinforce_plus_plus_baseline_advantages"

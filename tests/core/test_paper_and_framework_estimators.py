@@ -261,3 +261,18 @@ def test_verl_reinforce_plus_plus_baseline_with_fewer_than_two_tokens_is_zero():
     """verl raises here (a Bessel correction over one token); the estimator gives 0."""
     np.testing.assert_array_equal(batched("verl_reinforce_plus_plus_baseline", [[1.0, 0.0], [3.0]], lengths=np.array([1.0, 0.0, 0.0])), [0, 0, 0])
     np.testing.assert_array_equal(batched("verl_reinforce_plus_plus_baseline", [[2.0]], lengths=np.array([5.0])), [0.0])
+
+
+@pytest.mark.parametrize(
+    ("name", "scale", "rtol"),
+    [("maxrl", 1e-30, 1e-9), ("maxrl", 1e200, 1e-9), ("verl_grpo", 1e-30, 1e-9), ("verl_grpo", 1e200, 1e-9), ("verl_reinforce_plus_plus_baseline", 1e200, 1e-8)],
+)
+def test_scale_free_estimators_give_the_same_advantages_for_extreme_magnitudes(name, scale, rtol):
+    """Multiplying every reward by a positive constant leaves these advantages unchanged (verl's whitening: up to its
+    1e-8 variance floor, 2e-9 relative at scale 1; at 1e-30 the floor dominates, as in verl)."""
+    groups = [g for g in random_groups(13) if len(g) > 1]
+    lengths = np.arange(1.0, 1.0 + sum(len(g) for g in groups))
+    expected = np.concatenate(run(name, groups, lengths=lengths, epsilon=0.0))
+    got = np.concatenate(run(name, [g * scale for g in groups], lengths=lengths, epsilon=0.0))
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, expected, rtol=rtol, atol=1e-12)
