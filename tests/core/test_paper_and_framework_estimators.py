@@ -265,7 +265,13 @@ def test_verl_reinforce_plus_plus_baseline_with_fewer_than_two_tokens_is_zero():
 
 @pytest.mark.parametrize(
     ("name", "scale", "rtol"),
-    [("maxrl", 1e-30, 1e-9), ("maxrl", 1e200, 1e-9), ("verl_grpo", 1e-30, 1e-9), ("verl_grpo", 1e200, 1e-9), ("verl_reinforce_plus_plus_baseline", 1e200, 1e-8)],
+    [
+        ("maxrl", 1e-30, 1e-9),
+        ("maxrl", 1e200, 1e-9),
+        ("verl_grpo", 1e-30, 1e-9),
+        ("verl_grpo", 1e200, 1e-9),
+        ("verl_reinforce_plus_plus_baseline", 1e200, 1e-8),
+    ],
 )
 def test_scale_free_estimators_give_the_same_advantages_for_extreme_magnitudes(name, scale, rtol):
     """Multiplying every reward by a positive constant leaves these advantages unchanged (verl's whitening: up to its
