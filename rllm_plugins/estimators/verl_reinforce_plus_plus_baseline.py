@@ -68,5 +68,6 @@ def verl_reinforce_plus_plus_baseline(values: np.ndarray, offsets: np.ndarray, /
     centred /= np.sqrt(variance + _TINY / spread / spread)  # Python floats: inf, never an overflow error
     return centred
 
+
 calculate_verl_reinforce_plus_plus_baseline_advantages = list_form_of(verl_reinforce_plus_plus_baseline)
 calculate_verl_reinforce_plus_plus_baseline_advantages.__name__ = "calculate_verl_reinforce_plus_plus_baseline_advantages"
