@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from trl import GRPOConfig
 
+from rllm_plugins.estimators import check_group_size
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.spec import normalize_name
 
@@ -70,6 +71,12 @@ class RLLMGRPOConfig(GRPOConfig):
         self.adv_estimator = self._check_estimator(self.adv_estimator, "adv_estimator")
         for role, name in self.adv_estimator_map.items():
             self.adv_estimator_map[role] = self._check_estimator(name, f"adv_estimator_map[{role!r}]")
+        for where, name in [("adv_estimator", self.adv_estimator), *((f"adv_estimator_map[{r!r}]", n) for r, n in self.adv_estimator_map.items())]:
+            if self.num_generations is not None:  # a group is one prompt's num_generations completions
+                try:
+                    check_group_size(get_estimator(name).spec, self.adv_estimator_kwargs, self.num_generations)
+                except ValueError as e:
+                    raise ValueError(f"{where} with num_generations={self.num_generations}: {e}") from None
         if self.adv_estimator_map and self.role_column is None:
             raise ValueError("adv_estimator_map is set but role_column is None: set role_column to the dataset column naming each prompt's role")
         ignored = []

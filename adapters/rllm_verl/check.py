@@ -3,7 +3,8 @@
 verl reports an unknown estimator only at the first advantage computation, after the workers
 started and the first rollout ran. :func:`verl_check` composes the same config verl's
 ``main_ppo`` would (same overrides), looks the estimator up in verl's registry (where the
-``rllm_*`` names are), and for an ``rllm_*`` name runs it once on a two-group toy batch with the
+``rllm_*`` names are), and for an ``rllm_*`` name checks the options against the group size
+``actor_rollout_ref.rollout.n`` and runs it once on a toy batch of two such groups with the
 configured options. ``rllm-plugins verl-check OVERRIDES...`` calls :func:`main`.
 """
 
@@ -50,15 +51,27 @@ def _compose(overrides: Sequence[str], config_name: str, config_dir: str | None)
         return compose(config_name=config_name, overrides=list(overrides))
 
 
-def _dry_run(name: str, algorithm: object) -> None:
-    """Call the registered function once on a toy batch (two groups, uneven lengths) with the real options."""
+def _dry_run(name: str, algorithm: object, group_size: int) -> None:
+    """Call the registered function once on a toy batch (two groups of ``group_size``, uneven lengths) with the real options."""
     import numpy as np
     import torch
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
-    rewards = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.5, 0.0, 0.0], [1.0, 0.0, 0.0]])
-    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 0, 0]])
-    get_adv_estimator_fn(name)(token_level_rewards=rewards, response_mask=mask, index=np.array(["p", "p", "q", "q"], dtype=object), config=algorithm)
+    rows = 2 * group_size
+    rewards = torch.zeros(rows, 3)
+    rewards[::2, 0] = 1.0  # a success and a failure in each group (sizes > 1)
+    rewards[1::4, 1] = 0.5
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 0, 0]]).repeat(group_size, 1)[:rows]
+    index = np.array(["p"] * group_size + ["q"] * group_size, dtype=object)
+    get_adv_estimator_fn(name)(token_level_rewards=rewards, response_mask=mask, index=index, config=algorithm)
+
+
+def _group_size(config: object) -> int:
+    """Responses per prompt (``actor_rollout_ref.rollout.n``), 2 when the config does not say."""
+    from omegaconf import OmegaConf
+
+    n = OmegaConf.select(config, "actor_rollout_ref.rollout.n", default=None)
+    return int(n) if isinstance(n, int) and n >= 1 else 2
 
 
 def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer", config_dir: str | None = None) -> VerlCheckReport:
@@ -68,6 +81,10 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     """
     from verl.trainer.ppo import core_algos
 
+    from rllm_plugins.estimators import check_group_size
+    from rllm_plugins.registry import get_estimator
+
+    from .bridge import estimator_options
     from .registration import VERL_PREFIX, register_estimators_into_verl
 
     rllm_names = register_estimators_into_verl()
@@ -87,8 +104,13 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
         message = f"unknown advantage estimator {name!r}.{hint} verl knows: {', '.join(known)}"
         return VerlCheckReport(False, name, config_name, rllm_names, [message])
     if name.startswith(VERL_PREFIX) and name in rllm_names:
+        group_size = _group_size(config)
         try:
-            _dry_run(name, algorithm)
+            check_group_size(get_estimator(name[len(VERL_PREFIX) :]).spec, estimator_options(algorithm, name), group_size)
+        except ValueError as error:
+            return VerlCheckReport(False, name, config_name, rllm_names, [f"{name!r} with actor_rollout_ref.rollout.n={group_size}: {error}"])
+        try:
+            _dry_run(name, algorithm, group_size)
         except Exception as error:
             return VerlCheckReport(False, name, config_name, rllm_names, [f"{name!r} fails on a toy batch with this config: {type(error).__name__}: {error}"])
     return VerlCheckReport(True, name, config_name, rllm_names)

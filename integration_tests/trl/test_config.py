@@ -81,3 +81,13 @@ def test_help_texts_are_present():
     fields = RLLMGRPOConfig.__dataclass_fields__
     for name in ("adv_estimator", "norm_adv_by_std_in_grpo", "adv_estimator_kwargs", "adv_estimator_map", "role_column"):
         assert fields[name].metadata["help"]
+
+
+def test_passk_training_k_is_checked_against_num_generations():
+    assert RLLMGRPOConfig(**BASE, adv_estimator="passk_training", adv_estimator_kwargs={"k": 4}, num_generations=8).adv_estimator_kwargs == {"k": 4}
+    with pytest.raises(ValueError, match=r"adv_estimator with num_generations=8: estimator 'passk_training': k=8 equals the group size"):
+        RLLMGRPOConfig(**BASE, adv_estimator="passk_training", adv_estimator_kwargs={"k": 8}, num_generations=8)
+    with pytest.raises(ValueError, match=r"adv_estimator_map\['judge'\] with num_generations=8: .*k=9 is larger than the group size 8"):
+        RLLMGRPOConfig(**BASE, adv_estimator_map={"judge": "passk_training"}, adv_estimator_kwargs={"k": 9}, role_column="role", num_generations=8)
+    with pytest.raises(ValueError, match="estimator 'passk_training': k must be an int"):
+        RLLMGRPOConfig(**BASE, adv_estimator="passk_training", adv_estimator_kwargs={"k": "4"}, num_generations=8)

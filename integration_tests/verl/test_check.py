@@ -38,3 +38,12 @@ def test_verls_own_names_pass_and_bad_overrides_are_reported():
     assert verl_check(["algorithm.adv_estimator=grpo"]).ok
     report = verl_check(["algorithm.no_such_key=1"])
     assert not report.ok and "Hydra could not compose the config" in report.errors[0]
+
+
+def test_passk_training_k_is_checked_against_the_rollout_group_size():
+    good = verl_check(["algorithm.adv_estimator=rllm_passk_training", "+algorithm.rllm_estimator_kwargs.k=4", "actor_rollout_ref.rollout.n=8"])
+    assert good.ok, good
+    same = verl_check(["algorithm.adv_estimator=rllm_passk_training", "+algorithm.rllm_estimator_kwargs.k=8", "actor_rollout_ref.rollout.n=8"])
+    assert not same.ok and "'rllm_passk_training' with actor_rollout_ref.rollout.n=8: estimator 'passk_training': k=8 equals the group size" in same.errors[0]
+    larger = verl_check(["algorithm.adv_estimator=rllm_passk_training", "+algorithm.rllm_estimator_kwargs.k=9", "actor_rollout_ref.rollout.n=8"])
+    assert not larger.ok and "k=9 is larger than the group size 8" in larger.errors[0]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 from ..spec import AdvEstimatorSpec
 from .dr_grpo import calculate_dr_grpo_advantages, dr_grpo
 from .gpg import calculate_gpg_advantages, gpg
@@ -9,7 +12,7 @@ from .grpo import calculate_grpo_advantages, grpo
 from .grpo_passk import calculate_grpo_passk_advantages, grpo_passk
 from .maxrl import calculate_maxrl_advantages, maxrl
 from .opo import calculate_opo_advantages, opo
-from .passk_training import calculate_passk_training_advantages, passk_training
+from .passk_training import calculate_passk_training_advantages, check_passk_k, passk_training
 from .prpo import calculate_prpo_advantages, prpo
 from .reinforce import calculate_reinforce_advantages, reinforce
 from .reinforce_plus_plus_baseline import calculate_reinforce_plus_plus_baseline_advantages, reinforce_plus_plus_baseline
@@ -38,6 +41,22 @@ BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
     AdvEstimatorSpec("verl_reinforce_plus_plus_baseline", calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline),
 )
 
+_GROUP_SIZE_CHECKS: dict[Callable[..., Any], Callable[[Mapping[str, Any], int], object]] = {
+    passk_training: lambda options, group_size: check_passk_k(options.get("k", 1), group_size),
+}
+
+
+def check_group_size(spec: AdvEstimatorSpec, options: Mapping[str, Any], group_size: int) -> None:
+    """Config-time check of an estimator's ``options`` against the configured group size (trajectories per prompt).
+
+    Raises ``ValueError`` where a built-in cannot work with that size (``passk_training``'s ``k``);
+    other estimators, and names overridden in user code, pass.
+    """
+    check = _GROUP_SIZE_CHECKS.get(spec.batched)  # type: ignore[arg-type]
+    if check is not None:
+        check(options, group_size)
+
+
 __all__ = [
     "BUILTIN_SPECS",
     "calculate_dr_grpo_advantages",
@@ -56,4 +75,5 @@ __all__ = [
     "calculate_verl_grpo_advantages",
     "calculate_verl_reinforce_plus_plus_baseline_advantages",
     "calculate_verl_rloo_vectorized_advantages",
+    "check_group_size",
 ]
