@@ -31,7 +31,8 @@ class RLLMGRPOConfig(GRPOConfig):
         default="grpo",
         metadata={
             "help": "Name of the rLLM advantage estimator: a built-in (`grpo`, `rloo`, `reinforce`, "
-            "`reinforce_plus_plus_baseline`, `prpo`, `opo`, `grpo_passk`, `trl_grpo`, `trl_grpo_batch`) or one from an "
+            "`reinforce_plus_plus_baseline`, `prpo`, `opo`, `grpo_passk`, `trl_grpo`, `trl_grpo_batch`, `dr_grpo`, `maxrl`, "
+            "`passk_training`, `gpg`, `verl_grpo`, `verl_rloo_vectorized`, `verl_reinforce_plus_plus_baseline`) or one from an "
             "installed `rllm_plugins` plugin (`rllm-plugins estimators` lists them). `grpo` is rLLM's GRPO "
             "(population std, eps 1e-6; Shao et al., 2024); `trl_grpo` is TRL's own (sample std, eps 1e-4)."
         },

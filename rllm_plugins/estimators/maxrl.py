@@ -10,7 +10,9 @@ by the same formula: it is not shift-invariant (rewards ±1 give other numbers t
 reward above the group mean always gets a positive advantage (the division is by ``|mean_g|``,
 so a negative mean does not flip the sign), and a mean near 0 with rewards of mixed sign gives
 very large advantages. Map success/failure rewards to 1/0 first. A group of one gets 0
-(``r - mean = 0``); there is no std, so ``norm_adv_by_std_in_grpo`` does not apply.
+(``r - mean = 0``); there is no std, so ``norm_adv_by_std_in_grpo`` does not apply. (The authors'
+code divides by ``mean_g + 1e-6``, the same to relative 1e-6 on 0/1 rewards, and gives a group of
+one mean 0, that is ``r / 1e-6``.)
 """
 
 from __future__ import annotations
