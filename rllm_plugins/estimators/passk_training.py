@@ -66,7 +66,7 @@ def _no_success_chance(n: np.ndarray, failures: np.ndarray, k: int) -> np.ndarra
 def passk_training(
     values: np.ndarray, offsets: np.ndarray, /, *, k: int = 1, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6, **_: Any
 ) -> np.ndarray:
-    """Pass@k Training: analytical pass@k advantage, one value for every success and one for every failure."""
+    """Pass@k Training (option k): analytical pass@k advantage, one value for every success, one for every failure."""
     layout = GroupLayout.from_offsets(offsets, len(values))
     k = check_passk_k(k)
     small = np.flatnonzero((layout.sizes < k) & (layout.sizes > 0))

@@ -178,9 +178,10 @@ def test_gpg_random_groups_against_a_plain_loop():
         assert_groups(run("gpg", groups), reference_gpg([list(g) for g in groups]))
 
 
-def test_gpg_rejects_a_zero_f_norm():
-    with pytest.raises(ValueError, match="estimator 'gpg': f_norm must be a finite non-zero number, got 0"):
-        run("gpg", [[1.0, 0.0]], f_norm=0)
+@pytest.mark.parametrize("bad", [0, 0.0, float("inf"), float("nan"), "2", True, None])
+def test_gpg_rejects_a_bad_f_norm(bad):
+    with pytest.raises(ValueError, match=f"estimator 'gpg': f_norm must be a finite non-zero number, got {bad!r}"):
+        run("gpg", [[1.0, 0.0]], f_norm=bad)
 
 
 # --- dr_grpo ------------------------------------------------------------------------------------
