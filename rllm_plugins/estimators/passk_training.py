@@ -16,10 +16,11 @@ on 0/1 rewards (population std, eps 1e-6); ``k = n`` gives 0 everywhere (a singl
 no spread), so useful values are ``1 < k < n``. A group of one (``k = 1``) gets 0, as does every
 group whose trajectories all succeed or all fail, or with fewer than ``k`` failures.
 
-Unlike ``grpo_passk`` (Walder & Karkhanis, PKPO, as verl ships it), which credits only the best
-trajectory of each group with ``(r_max - r_second) / std`` and gives every other one 0 whatever
-``k``, this estimator gives every trajectory an advantage: every success the same positive one,
-every failure the same negative one, both set by ``k``. It reads rewards as pass/fail.
+Unlike ``grpo_passk`` (verl's pass@k GRPO, arXiv 2503.19595: the max-of-the-group objective,
+that is ``k = n``, in the family Walder & Karkhanis's PKPO generalises to any ``k``), which
+credits only the best trajectory of each group with ``(r_max - r_second) / std`` and gives every
+other one 0, this estimator gives every trajectory an advantage: every success the same positive
+one, every failure the same negative one, both set by ``k``. It reads rewards as pass/fail.
 """
 
 from __future__ import annotations
