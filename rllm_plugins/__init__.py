@@ -1,7 +1,9 @@
 """rLLM-native outcome advantage estimators, as a plugin package for verl and TRL."""
 
+__version__ = "0.1.0"  # the distribution's version too (pyproject.toml reads it from here)
+
 from .advantage import collect_reward_and_advantage_from_trajectory_groups
-from .config import AlgorithmConfig, rLLMAdvantageEstimator
+from .config import AlgorithmConfig, RolloutCorrectionConfig, build_algorithm_config, rLLMAdvantageEstimator
 from .estimators import (
     calculate_grpo_advantages,
     calculate_prpo_advantages,
@@ -14,8 +16,10 @@ from .registry import (
     EstimatorConflictError,
     UnknownEstimatorError,
     available_estimators,
+    get_adv_estimator,
     get_estimator_spec,
     get_rllm_adv_estimator,
+    register_adv_estimator,
     register_rllm_adv_estimator,
     unregister_rllm_adv_estimator,
 )
@@ -24,14 +28,17 @@ from .spec import AdvEstimatorSpec
 from .types import Step, Trajectory, TrajectoryGroup
 
 __all__ = [
+    "__version__",
     "AdvEstimatorSpec",
     "AlgorithmConfig",
     "EstimatorConflictError",
+    "RolloutCorrectionConfig",
     "Step",
     "Trajectory",
     "TrajectoryGroup",
     "UnknownEstimatorError",
     "available_estimators",
+    "build_algorithm_config",
     "calculate_grpo_advantages",
     "calculate_grpo_advantages_per_group",
     "calculate_prpo_advantages",
@@ -40,10 +47,12 @@ __all__ = [
     "calculate_rloo_advantages",
     "calculate_rloo_advantages_per_group",
     "collect_reward_and_advantage_from_trajectory_groups",
+    "get_adv_estimator",
     "get_estimator_spec",
     "get_rllm_adv_estimator",
     "hookimpl",
     "rLLMAdvantageEstimator",
+    "register_adv_estimator",
     "register_rllm_adv_estimator",
     "unregister_rllm_adv_estimator",
 ]

@@ -14,9 +14,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .config import AlgorithmConfig
+from .diagnostics import batch_diagnostics
+from .options import check_estimator_kwargs
+from .outputs import as_advantages, as_groups
 from .registry import _prepare_adv_estimator_input, get_estimator
 from .segments import GroupLayout
-from .spec import call_with_accepted_kwargs
+from .spec import call_with_accepted_kwargs, flatten_groups, normalize_name
 from .types import Step, TrajectoryGroup
 
 __all__ = ["collect_reward_and_advantage_from_trajectory_groups", "compute_role_metrics"]
@@ -112,12 +115,12 @@ def _call_estimator(role: str, batch: _RoleBatch, config: AlgorithmConfig) -> li
     who = f"estimator {name!r} ({estimator.provider}) for role {role!r}"
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         raise ValueError(f"{who} must return (advantages_by_group, returns_by_group), got {type(result).__name__}")
-    advantages_by_group = result[0]
+    advantages_by_group = as_groups(result[0], who)
     if len(advantages_by_group) != len(batch.groups):
         raise ValueError(f"{who} returned advantages for {len(advantages_by_group)} groups, expected {len(batch.groups)}")
     checked = []
     for group, index, advantages in zip(batch.groups, batch.indices, advantages_by_group, strict=True):
-        advantages = np.asarray(advantages, dtype=np.float64).reshape(-1)
+        advantages = as_advantages(advantages, f"estimator {name!r} ({estimator.provider}) for {_where(role, index, group)}")
         if advantages.size != len(group.trajectories):
             raise ValueError(f"{who}: {_where(role, index, group)} got {advantages.size} advantages for {len(group.trajectories)} trajectories")
         if not np.isfinite(advantages).all():
@@ -158,10 +161,16 @@ def collect_reward_and_advantage_from_trajectory_groups(
     group carrying an advantage, that group's per-token advantages are used instead (float ->
     repeated over ``response_ids``, missing -> zeros). ``collect_advantage=False`` only
     collects rewards. Metrics: ``reward/{role}/{mean,std,max,min}`` and
-    ``advantage/{role}/{mean,std,max,min,fraction_zero}``; empty groups contribute nothing.
+    ``advantage/{role}/{mean,std,max,min,fraction_zero}`` and the ``batch/{role}/...`` group
+    diagnostics of :mod:`.diagnostics`; empty groups contribute nothing.
     """
     if algorithm_config.stepwise_advantage_mode != "broadcast":
         raise ValueError(f"only broadcast mode is supported, got stepwise_advantage_mode={algorithm_config.stepwise_advantage_mode!r}")
+    if collect_advantage and algorithm_config.estimator_kwargs:  # every estimator the config selects gets them
+        selected = [normalize_name(name) for name in (algorithm_config.estimator, *algorithm_config.estimator_map.values())]
+        check_estimator_kwargs(
+            selected, algorithm_config.estimator_kwargs, where="AlgorithmConfig.estimator_kwargs", norm_field="AlgorithmConfig.norm_adv_by_std_in_grpo"
+        )
 
     rewards_by_role: dict[str, list[float]] = {}
     advantages_by_role: dict[str, list[float]] = {}
@@ -216,4 +225,5 @@ def collect_reward_and_advantage_from_trajectory_groups(
         metrics.update(compute_role_metrics(advantages_by_role, "advantage", with_fraction_zero=True))
         for role, count in mismatches_by_role.items():
             metrics[f"advantage/{role}/precomputed_length_mismatches"] = float(count)
+        metrics.update(batch_diagnostics({role: flatten_groups(batch.rewards) for role, batch in role_batches.items()}))
     return metrics

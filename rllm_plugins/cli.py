@@ -3,26 +3,62 @@
 ``estimators [--json]``  every selectable estimator name, its provider and description;
 ``plugins [--json]``     every plugin (built-ins and entry points) and its status;
 ``check NAME``           the contract check of one estimator (:func:`rllm_plugins.testing.check_estimator`);
-``verl-check ARGS...``   hands its arguments to ``rllm_verl.check`` (needs the ``[verl]`` extra).
+``COMMAND ARGS...``      a command contributed by an installed distribution through the entry-point
+                         group ``rllm_plugins.commands`` (the verl adapter contributes ``verl-check``).
 
+A contributed command is an entry point ``name = "module:function"``; ``function(argv: list[str])``
+gets every argument after the command name and returns the exit code. It is imported only when run.
 Exit codes: 0 success, 1 failure (a check failed, an unknown name, a plugin failed under
-``RLLM_PLUGINS_STRICT=1``), 2 usage error. verl and TRL are only imported by ``verl-check``.
+``RLLM_PLUGINS_STRICT=1``, a contributed command could not be loaded), 2 usage error.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
 
-from . import plugins, registry
+from . import __version__, plugins, registry
 from .testing import check_estimator
 
-__all__ = ["build_parser", "estimator_rows", "main", "parse_args", "plugin_rows"]
+__all__ = ["COMMAND_GROUP", "ContributedCommand", "build_parser", "contributed_commands", "estimator_rows", "main", "parse_args", "plugin_rows"]
 
 EXIT_OK, EXIT_FAILURE = 0, 1
+EXIT_BROKEN_PIPE = 128 + 13  # as if killed by SIGPIPE, like other command-line tools
+COMMAND_GROUP = "rllm_plugins.commands"
+BUILTIN_COMMANDS = ("estimators", "plugins", "check")
+
+
+@dataclass(frozen=True)
+class ContributedCommand:
+    """A command of the entry-point group ``rllm_plugins.commands``: its name and every entry point offering it."""
+
+    name: str
+    entry_points: tuple[metadata.EntryPoint, ...]
+
+    @staticmethod
+    def origin(ep: metadata.EntryPoint) -> str:
+        """``"distribution version (module:function)"`` of one entry point."""
+        dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist else "unknown distribution"
+        return f"{dist} ({ep.value})"
+
+    @property
+    def origins(self) -> str:
+        return "; ".join(map(self.origin, self.entry_points))
+
+
+def contributed_commands() -> dict[str, ContributedCommand]:
+    """The contributed commands by name (nothing is imported)."""
+    by_name: dict[str, list[metadata.EntryPoint]] = {}
+    for ep in plugins.entry_points(COMMAND_GROUP):
+        by_name.setdefault(ep.name, []).append(ep)
+    return {name: ContributedCommand(name, tuple(eps)) for name, eps in by_name.items()}
 
 
 def estimator_rows() -> list[dict[str, Any]]:
@@ -122,21 +158,29 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_FAILURE
 
 
-def _cmd_verl_check(args: argparse.Namespace) -> int:
-    try:
-        from rllm_verl.check import main as verl_check_main
-    except ImportError as e:
-        print(
-            f"rllm-plugins verl-check needs verl and the rllm_verl adapter: pip install 'rllm-plugins[verl]' (import failed: {type(e).__name__}: {e})",
-            file=sys.stderr,
-        )
+def _run_contributed(command: ContributedCommand, argv: list[str]) -> int:
+    where = f"rllm-plugins {command.name}"
+    if len(command.entry_points) > 1:
+        print(f"{where}: the command is contributed by {len(command.entry_points)} distributions: {command.origins}. Uninstall all but one.", file=sys.stderr)
         return EXIT_FAILURE
-    return int(verl_check_main(list(args.overrides)) or 0)
+    ep = command.entry_points[0]
+    try:
+        run = ep.load()
+    except Exception as e:
+        if plugins.strict():
+            traceback.print_exception(e)
+        print(f"{where}: cannot load the command from {command.origin(ep)}: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_FAILURE
+    return int(run(argv) or 0)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``rllm-plugins``."""
-    parser = argparse.ArgumentParser(prog="rllm-plugins", description="Inspect and check rLLM-native advantage estimators and their plugins.")
+    """The argument parser of ``rllm-plugins``: the built-in commands and every contributed one."""
+    contributed = contributed_commands()
+    shadowed = [c for name, c in sorted(contributed.items()) if name in BUILTIN_COMMANDS]
+    epilog = "".join(f"ignored: the command {c.name!r} of {c.origins}, a built-in command's name. " for c in shadowed) or None
+    parser = argparse.ArgumentParser(prog="rllm-plugins", description="Inspect and check rLLM-native advantage estimators and their plugins.", epilog=epilog)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name: str, run: Callable[[argparse.Namespace], int], help_text: str, **kwargs: Any) -> argparse.ArgumentParser:
@@ -151,30 +195,44 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print a JSON list instead of a table"
     )
     add("check", _cmd_check, "check an estimator's contract on synthetic groups; exit 1 if it fails").add_argument("name", help="estimator name")
-    add("verl-check", _cmd_verl_check, "check a verl configuration with rllm_verl.check (arguments are passed through)", add_help=False).add_argument(
-        "overrides", nargs=argparse.REMAINDER, help="arguments of rllm_verl.check, e.g. algorithm.adv_estimator=rllm_rloo"
-    )
+    for name, command in sorted(contributed.items()):
+        if name in BUILTIN_COMMANDS:
+            continue
+        help_text = f"from {command.origins}; 'rllm-plugins {name} --help' for its arguments"
+        sub = add(name, lambda args, command=command: _run_contributed(command, args.arguments), help_text, add_help=False)
+        sub.add_argument("arguments", nargs=argparse.REMAINDER, help="passed to the command unchanged")
     return parser
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse the command line; ``verl-check`` keeps every argument after it, options included, in order."""
+    """Parse the command line; a contributed command keeps every argument after it, options included, in order."""
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
-    if args.command == "verl-check":  # leading options (e.g. --help) belong to rllm_verl.check; the rest is in REMAINDER
-        args.overrides = [*unknown, *args.overrides]
+    if hasattr(args, "arguments"):  # leading options (e.g. --help) belong to the contributed command; the rest is in REMAINDER
+        args.arguments = [*unknown, *args.arguments]
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:
-        parser.error("a command is required (estimators, plugins, check, verl-check)")
+        parser.error(f"a command is required ({', '.join([*BUILTIN_COMMANDS, *sorted(set(contributed_commands()) - set(BUILTIN_COMMANDS))])})")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (usage errors exit with 2 from argparse)."""
-    args = parse_args(argv)
+    """Run the command line; returns the exit code (usage errors exit with 2 from argparse).
+
+    Output piped into a reader that stops early (``| head``) ends the command quietly.
+    """
     try:
-        return args.run(args)
-    except plugins.PluginLoadError as e:
-        print(f"rllm-plugins: {e}", file=sys.stderr)
-        return EXIT_FAILURE
+        args = parse_args(argv)
+        try:
+            code = args.run(args)
+        except plugins.PluginLoadError as e:
+            traceback.print_exception(e.__cause__ or e)
+            print(f"rllm-plugins: {e}", file=sys.stderr)
+            code = EXIT_FAILURE
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's final flush of stdout must not fail again
+        return EXIT_BROKEN_PIPE

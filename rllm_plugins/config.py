@@ -1,16 +1,22 @@
-"""``rLLMAdvantageEstimator`` and ``AlgorithmConfig``: which estimator each role uses, and how."""
+"""``rLLMAdvantageEstimator`` and ``AlgorithmConfig``: which estimator each role uses, and how.
+
+Both generations of rLLM's configuration are read: the spec-era one (``use_rllm``, a whole-config
+``from_config``) and rLLM main's (``estimator_map`` pairs with a per-role loss, the loss and
+optimiser fields, ``from_config(algorithm_node, stepwise_advantage_mode=..., estimator_map=...)``).
+"""
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Literal
 
 from .spec import normalize_name
 
-__all__ = ["AlgorithmConfig", "rLLMAdvantageEstimator"]
+__all__ = ["AlgorithmConfig", "RolloutCorrectionConfig", "build_algorithm_config", "rLLMAdvantageEstimator"]
 
 
 class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
@@ -19,6 +25,7 @@ class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
     GRPO = "grpo"
     REINFORCE = "reinforce"
     REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
+    PRPO = "prpo"
     RLOO = "rloo"
     OTHER = "other"
 
@@ -37,6 +44,15 @@ _PER_STEP_DEPRECATION = (
     "stepwise_advantage_mode='per_step' is deprecated: rLLM-native advantages are broadcast "
     "(every step of a trajectory gets the trajectory's advantage). Using 'broadcast'."
 )
+USE_RLLM_DEPRECATION = (
+    "`algorithm.use_rllm` is deprecated and ignored — advantages are always computed via the rLLM-native path. Remove the field from your config."
+)
+_CHOICES: dict[str, tuple[Any, ...]] = {
+    "lr_schedule": ("linear", "cosine", "constant"),
+    "mu_source": ("inference", "proximal"),
+    "loss_agg_mode": ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", None),
+    "router_replay": ("disabled", "R2", "R3"),
+}
 
 
 def _as_estimator(name: EstimatorName) -> EstimatorName:
@@ -49,69 +65,247 @@ _KNOWN = frozenset(m.value for m in rLLMAdvantageEstimator)
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    """rLLM main's rollout correction (TIS) settings; stored for rLLM code, not applied by the adapters."""
+
+    tis_mode: str | None = None
+    bypass_mode: bool | None = None
+    tis_cap: float = 5.0
+
+
+def _split_estimator_map(estimator_map: Mapping[Any, Any], loss_fn_map: Mapping[Any, Any]) -> tuple[dict[str, EstimatorName], dict[str, str]]:
+    """``{role: name | (name, loss_fn)}`` -> (``{role: name}``, ``{role: loss_fn}`` merged into ``loss_fn_map``)."""
+    names: dict[str, EstimatorName] = {}
+    losses = {str(role): loss for role, loss in dict(loss_fn_map).items()}
+    for role, value in dict(estimator_map).items():
+        role = str(role)
+        if isinstance(value, (tuple, list)):  # a list is the pair as it comes from a YAML/JSON config
+            if len(value) != 2:
+                raise ValueError(f"estimator_map[{role!r}]: a pair must be (estimator, loss_fn), got {len(value)} elements: {value!r}")
+            value, loss = value
+            if not isinstance(loss, str) or not loss:
+                raise ValueError(f"estimator_map[{role!r}]: the loss_fn of the pair must be a non-empty str, got {type(loss).__name__} {loss!r}")
+            if losses.get(role, loss) != loss:
+                raise ValueError(f"role {role!r}: estimator_map gives loss_fn {loss!r} but loss_fn_map gives {losses[role]!r}; set it in one place")
+            losses[role] = loss
+        names[role] = _as_estimator(value)
+    for role, loss in losses.items():
+        if not isinstance(loss, str) or not loss:
+            raise ValueError(f"loss_fn_map[{role!r}] must be a non-empty str, got {type(loss).__name__} {loss!r}")
+    return names, losses
+
+
+@dataclass
 class AlgorithmConfig:
-    """Configuration of rLLM-native advantage computation (the spec's fields, plus two).
+    """Configuration of rLLM-native advantage computation (rLLM main's fields, plus ``estimator_kwargs``).
 
     ``estimator`` is the default for every role; ``estimator_map`` maps a group role
-    (``TrajectoryGroup.group_role``) to another estimator. Either may name a registered
-    custom or plugin estimator. ``estimator_kwargs`` are passed to every estimator call.
+    (``TrajectoryGroup.group_role``) to another estimator, or to an ``(estimator, loss_fn)``
+    pair whose loss goes into ``loss_fn_map``. Either may name a registered custom or plugin
+    estimator. ``estimator_kwargs`` are passed to every estimator call. The loss and optimiser
+    fields (``loss_fn``, ``loss_fn_map``, ``kl_beta``, ``eps_clip``, ...) are stored for rLLM code
+    that reads them; the verl and TRL adapters train with their framework's own settings.
+    ``use_rllm`` is deprecated (rLLM main): setting it warns, and it changes nothing.
     """
 
-    use_rllm: bool = False
+    use_rllm: bool | None = None
     estimator: EstimatorName = rLLMAdvantageEstimator.GRPO
-    estimator_map: dict[str, EstimatorName] = field(default_factory=dict)
+    estimator_map: dict[str, Any] = field(default_factory=dict)
+    loss_fn_map: dict[str, str] = field(default_factory=dict)
     stepwise_advantage_mode: Literal["broadcast", "per_step"] = "broadcast"
     norm_adv_by_std_in_grpo: bool = True
     use_precomputed_advantage: bool = False
-    loss_fn: Literal["importance_sampling", "ppo", "cispo", "dro", "cross_entropy"] | None = None
+    loss_fn: str | None = None
+    env_loss_coef: float | None = None
+    aux_losses: list[Any] = field(default_factory=list)
+    losses: list[Any] = field(default_factory=list)
+    loss_plugins: list[Any] = field(default_factory=list)
+    mu_source: Literal["inference", "proximal"] = "inference"
     lr_schedule: Literal["linear", "cosine", "constant"] = "constant"
+    warmup_steps: int = -1
     warmup_steps_ratio: float = 0.0
+    kl_beta: float = 0.0
+    eps_clip: float = 0.2
+    eps_clip_high: float | None = None
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] | None = None
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    router_replay: Literal["disabled", "R2", "R3"] = "disabled"
     estimator_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.use_rllm is not None:
+            warnings.warn(USE_RLLM_DEPRECATION, DeprecationWarning, stacklevel=3)
         if self.stepwise_advantage_mode == "per_step":
             warnings.warn(_PER_STEP_DEPRECATION, DeprecationWarning, stacklevel=3)
             self.stepwise_advantage_mode = "broadcast"
         if self.stepwise_advantage_mode != "broadcast":
             raise ValueError(f"stepwise_advantage_mode must be 'broadcast' (or the deprecated 'per_step'), got {self.stepwise_advantage_mode!r}")
         self.estimator = _as_estimator(self.estimator)
-        self.estimator_map = {str(role): _as_estimator(name) for role, name in dict(self.estimator_map).items()}
+        self.estimator_map, self.loss_fn_map = _split_estimator_map(self.estimator_map, self.loss_fn_map)
         self.estimator_kwargs = dict(self.estimator_kwargs)
+        for name, choices in _CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ValueError(f"AlgorithmConfig.{name} must be one of {list(choices)}, got {getattr(self, name)!r}")
+        if isinstance(self.rollout_correction, Mapping) or hasattr(self.rollout_correction, "keys"):
+            self.rollout_correction = _rollout_correction(self.rollout_correction, default_cap=5.0)
+        if self.env_loss_coef is None:  # rLLM main: 0.05 for its `echo` estimator, else off
+            self.env_loss_coef = 0.05 if normalize_name(self.estimator) == "echo" else 0.0
 
     def estimator_name(self, role: str) -> str:
         """Registry name of the estimator ``role`` uses."""
         return normalize_name(self.estimator_map.get(role, self.estimator))
 
     @classmethod
-    def from_config(cls, config: Any) -> AlgorithmConfig:
-        """Build from an OmegaConf ``DictConfig`` or a plain nested mapping, reading rLLM's keys.
+    def from_config(cls, config: Any, *, stepwise_advantage_mode: str | None = None, estimator_map: Mapping[str, Any] | None = None) -> AlgorithmConfig:
+        """Build from an OmegaConf ``DictConfig`` or a plain nested mapping, in either rLLM generation's call.
 
-        ``algorithm.adv_estimator`` (else ``rllm.algorithm.adv_estimator``), ``rllm.stepwise_advantage.
-        {mode, norm_adv_by_std_in_grpo, use_rllm}``, ``rllm.algorithm.{use_precomputed_advantage,
-        loss_fn, lr_schedule, warmup_steps_ratio, estimator_map, estimator_kwargs}``.
+        - rLLM main: ``from_config(cfg.rllm.algorithm, stepwise_advantage_mode=..., estimator_map=...)``,
+          the algorithm node itself (``adv_estimator``, ``norm_adv_by_std_in_grpo``, ``loss_fn``, ...).
+        - spec era: ``from_config(cfg)``, the whole config (recognised by its ``rllm`` or ``algorithm``
+          section): ``algorithm.adv_estimator`` and/or ``rllm.algorithm.adv_estimator`` (must agree),
+          ``rllm.stepwise_advantage.{mode, norm_adv_by_std_in_grpo, use_rllm}`` and the ``rllm.algorithm``
+          node as above (``rllm.algorithm.norm_adv_by_std_in_grpo`` and the stepwise one must agree when
+          both are set; verl's ``algorithm.norm_adv_by_std_in_grpo`` is the fallback).
+
+        The algorithm node may also hold ``estimator_map`` and ``estimator_kwargs``; a key of it that
+        ``AlgorithmConfig`` does not know raises ``ValueError`` (with the closest known key).
         """
+        whole = _get(config, "rllm") is not None or _is_mapping(_get(config, "algorithm"))
+        node = _get(config, "rllm.algorithm") if whole else config
+        values = _read_algorithm_node(_plain(node) if node is not None else {}, "rllm.algorithm" if whole else "the algorithm config")
+        if whole:
+            values.update(_read_spec_era(config, values))
+        if estimator_map:
+            values["estimator_map"] = _merge_maps(values.get("estimator_map", {}), _plain(estimator_map))
+        if stepwise_advantage_mode is not None:
+            configured = values.get("stepwise_advantage_mode")
+            if configured is not None and configured != stepwise_advantage_mode:
+                raise ValueError(f"stepwise_advantage_mode={stepwise_advantage_mode!r} but the config says {configured!r}")
+            values["stepwise_advantage_mode"] = stepwise_advantage_mode
+        return cls(**values)
 
-        def get(path: str, default: Any = None) -> Any:
-            node = config
-            for key in path.split("."):
-                if node is None:
-                    return default
-                node = node.get(key) if isinstance(node, Mapping) or hasattr(node, "get") else getattr(node, key, None)
-            return default if node is None else _plain(node)
 
-        stepwise = "rllm.stepwise_advantage"
-        return cls(
-            estimator=get("algorithm.adv_estimator") or get("rllm.algorithm.adv_estimator", rLLMAdvantageEstimator.GRPO),
-            estimator_map=get("rllm.algorithm.estimator_map", {}),
-            stepwise_advantage_mode=get(f"{stepwise}.mode", "broadcast"),
-            norm_adv_by_std_in_grpo=get(f"{stepwise}.norm_adv_by_std_in_grpo", get("algorithm.norm_adv_by_std_in_grpo", True)),
-            use_rllm=get(f"{stepwise}.use_rllm", get("rllm.algorithm.use_rllm", False)),
-            use_precomputed_advantage=get("rllm.algorithm.use_precomputed_advantage", False),
-            loss_fn=get("rllm.algorithm.loss_fn"),
-            lr_schedule=get("rllm.algorithm.lr_schedule", "constant"),
-            warmup_steps_ratio=get("rllm.algorithm.warmup_steps_ratio", 0.0),
-            estimator_kwargs=get("rllm.algorithm.estimator_kwargs", {}),
+# key of rLLM's algorithm node -> (AlgorithmConfig field, default when read from a config)
+_NODE_KEYS: dict[str, tuple[str, Any]] = {
+    "adv_estimator": ("estimator", rLLMAdvantageEstimator.GRPO),
+    "norm_adv_by_std_in_grpo": ("norm_adv_by_std_in_grpo", True),
+    "use_rllm": ("use_rllm", None),
+    "use_precomputed_advantage": ("use_precomputed_advantage", False),
+    "loss_fn": ("loss_fn", None),
+    "env_loss_coef": ("env_loss_coef", None),
+    "aux_losses": ("aux_losses", []),
+    "losses": ("losses", []),
+    "loss_plugins": ("loss_plugins", []),
+    "mu_source": ("mu_source", "inference"),
+    "lr_schedule": ("lr_schedule", "constant"),
+    "warmup_steps": ("warmup_steps", -1),
+    "warmup_steps_ratio": ("warmup_steps_ratio", 0.0),
+    "kl_beta": ("kl_beta", 0.0),
+    "eps_clip": ("eps_clip", 0.2),
+    "eps_clip_high": ("eps_clip_high", None),
+    "loss_agg_mode": ("loss_agg_mode", None),
+    "router_replay": ("router_replay", "disabled"),
+    "estimator_map": ("estimator_map", {}),
+    "loss_fn_map": ("loss_fn_map", {}),
+    "estimator_kwargs": ("estimator_kwargs", {}),
+}
+_ROLLOUT_CORRECTION_KEYS = tuple(f.name for f in fields(RolloutCorrectionConfig))
+
+
+def _read_algorithm_node(node: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """AlgorithmConfig keyword arguments from rLLM's algorithm node (plain mapping); unknown keys raise."""
+    if not isinstance(node, Mapping):
+        raise ValueError(f"{where} must be a mapping, got {type(node).__name__} {node!r}")
+    unknown = [k for k in node if k not in _NODE_KEYS and k != "rollout_correction"]
+    if unknown:
+        import difflib  # only on this error path
+
+        known = sorted([*_NODE_KEYS, "rollout_correction"])
+        close = difflib.get_close_matches(str(unknown[0]), known, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"{where}: unknown key(s) {unknown}.{hint} AlgorithmConfig reads: {', '.join(known)}")
+    values = {name: copy.copy(default) if node.get(key) is None else node[key] for key, (name, default) in _NODE_KEYS.items()}
+    values["rollout_correction"] = _rollout_correction(node.get("rollout_correction") or {}, default_cap=2.0, where=f"{where}.rollout_correction")
+    return values
+
+
+def _rollout_correction(section: Any, *, default_cap: float, where: str = "rollout_correction") -> RolloutCorrectionConfig:
+    """A rollout_correction mapping -> :class:`RolloutCorrectionConfig` (rLLM's from_config default cap is 2.0)."""
+    section = _plain(section)
+    if not isinstance(section, Mapping):
+        raise ValueError(f"{where} must be a mapping of {list(_ROLLOUT_CORRECTION_KEYS)}, got {type(section).__name__} {section!r}")
+    unknown = [k for k in section if k not in _ROLLOUT_CORRECTION_KEYS]
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; known: {list(_ROLLOUT_CORRECTION_KEYS)}")
+    cap = section.get("tis_cap")
+    return RolloutCorrectionConfig(section.get("tis_mode"), section.get("bypass_mode"), default_cap if cap is None else cap)
+
+
+def _read_spec_era(config: Any, node_values: dict[str, Any]) -> dict[str, Any]:
+    """The whole-config keys outside ``rllm.algorithm``: estimator name, stepwise section, verl's fallback."""
+    out: dict[str, Any] = {}
+    verl_name, rllm_name = _get(config, "algorithm.adv_estimator"), _get(config, "rllm.algorithm.adv_estimator")
+    if verl_name is not None and rllm_name is not None and normalize_name(verl_name) != normalize_name(rllm_name):
+        raise ValueError(f"algorithm.adv_estimator={verl_name!r} and rllm.algorithm.adv_estimator={rllm_name!r} disagree; set one, or the same in both")
+    if verl_name is not None:
+        out["estimator"] = verl_name
+    stepwise = "rllm.stepwise_advantage"
+    out["stepwise_advantage_mode"] = _get(config, f"{stepwise}.mode", "broadcast")
+    in_stepwise, in_algorithm = _get(config, f"{stepwise}.norm_adv_by_std_in_grpo"), _get(config, "rllm.algorithm.norm_adv_by_std_in_grpo")
+    if in_stepwise is not None and in_algorithm is not None and in_stepwise != in_algorithm:
+        raise ValueError(
+            f"rllm.algorithm.norm_adv_by_std_in_grpo={in_algorithm!r} and {stepwise}.norm_adv_by_std_in_grpo={in_stepwise!r} disagree; "
+            "set it in rllm.algorithm (where rLLM's base config has it), or the same value in both"
         )
+    chosen = in_algorithm if in_algorithm is not None else in_stepwise
+    out["norm_adv_by_std_in_grpo"] = chosen if chosen is not None else _get(config, "algorithm.norm_adv_by_std_in_grpo", True)
+    if node_values["use_rllm"] is None:
+        out["use_rllm"] = _get(config, f"{stepwise}.use_rllm")
+    return out
+
+
+def _merge_maps(configured: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(configured)
+    for role, value in given.items():
+        if role in merged and _plain(merged[role]) != _plain(value):
+            raise ValueError(f"estimator_map[{role!r}]: the config gives {merged[role]!r}, the argument {value!r}; set it in one place")
+        merged[role] = value
+    return merged
+
+
+def build_algorithm_config(config: Any, traj_group_adv_estimator_map: Mapping[str, Any] | None = None) -> AlgorithmConfig:
+    """rLLM's UnifiedTrainer wiring: the ``AlgorithmConfig`` of a trainer given ``config`` and a per-role map.
+
+    ``config`` is the trainer's whole config (``config.rllm.*``) or rLLM main's algorithm node;
+    ``traj_group_adv_estimator_map`` (``{role: name}`` or ``{role: (name, loss_fn)}``) becomes
+    ``estimator_map``. rLLM's check is kept where it still means something: a map with
+    ``use_rllm`` explicitly false (``rllm.algorithm.use_rllm`` or ``rllm.stepwise_advantage.use_rllm``)
+    raises ``ValueError``; with ``use_rllm`` unset the map is used (rLLM main dropped the flag).
+    """
+    estimator_map = dict(_plain(traj_group_adv_estimator_map) or {})
+    if estimator_map:
+        flags = {path: _get(config, path) for path in ("rllm.algorithm.use_rllm", "rllm.stepwise_advantage.use_rllm", "use_rllm")}
+        off = [path for path, value in flags.items() if value is False]
+        if off:
+            raise ValueError(
+                f"traj_group_adv_estimator_map is given but {off[0]} is false: the map only applies to rLLM-native advantages. "
+                f"Remove {off[0]} (deprecated and ignored in rLLM main) or set it to true"
+            )
+    return AlgorithmConfig.from_config(config, estimator_map=estimator_map)
+
+
+def _is_mapping(node: Any) -> bool:
+    return node is not None and not isinstance(node, str) and (isinstance(node, Mapping) or (hasattr(node, "items") and hasattr(node, "keys")))
+
+
+def _get(config: Any, path: str, default: Any = None) -> Any:
+    """``config[a][b]...`` for ``path = "a.b..."`` (mappings, DictConfig or attributes), else ``default``."""
+    node = config
+    for key in path.split("."):
+        if node is None or isinstance(node, (str, bytes, int, float, bool)):
+            return default
+        node = node.get(key) if isinstance(node, Mapping) or hasattr(node, "get") else getattr(node, key, None)
+    return default if node is None else _plain(node)
 
 
 def _plain(node: Any) -> Any:
@@ -120,6 +314,8 @@ def _plain(node: Any) -> Any:
         return node
     if isinstance(node, Mapping) or (hasattr(node, "items") and hasattr(node, "keys")):
         return {k: _plain(v) for k, v in node.items()}
-    if isinstance(node, (list, tuple)) or type(node).__name__ == "ListConfig":
+    if isinstance(node, list) or type(node).__name__ == "ListConfig":
         return [_plain(v) for v in node]
+    if isinstance(node, tuple):
+        return tuple(_plain(v) for v in node)
     return node

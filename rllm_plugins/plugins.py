@@ -4,6 +4,9 @@ Built-ins register first, then every entry point of the group ``rllm_plugins`` i
 our own loop, so that a broken plugin is skipped with a warning naming it (or raises under
 ``RLLM_PLUGINS_STRICT=1``), ``RLLM_PLUGINS_DISABLE=a,b`` blocks entry points by name, and two
 plugins offering one name become a conflict that is reported when the name is used.
+
+It is also the one home of the user-code registrations (``@register_rllm_adv_estimator`` outside
+a plugin), which win over built-ins and plugins; :mod:`.registry` is the public face of it all.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ import contextlib
 import functools
 import os
 import threading
+import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any, Literal
 
 import pluggy
@@ -30,9 +35,16 @@ __all__ = [
     "PluginRecord",
     "PluginState",
     "Provider",
+    "add_user_estimator",
+    "claim_user_registrations",
+    "entry_points",
     "loading_provider",
     "plugin_state",
+    "remove_user_estimator",
     "reset_plugins",
+    "strict",
+    "user_estimator",
+    "user_overrides",
 ]
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT
@@ -109,6 +121,19 @@ class PluginRecord:
     estimators: list[str] = field(default_factory=list)
     error: str | None = None
 
+    @property
+    def provider(self) -> Provider:
+        kind: Literal["builtin", "plugin"] = "builtin" if self.name == "builtin" else "plugin"
+        return Provider(self.name, self.distribution, self.version, kind=kind)
+
+    def why_unavailable(self) -> str | None:
+        """Why this plugin offers nothing (it failed to load, or is disabled), naming it and its distribution; else None."""
+        if self.status == "error":
+            return f"{self.provider} failed to load: {self.error}"
+        if self.status == "disabled":
+            return f"{self.provider} is disabled by {DISABLE_ENV}"
+        return None
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -152,6 +177,66 @@ def _importing(provider: Provider) -> Iterator[list[AdvEstimatorSpec]]:
         yield _local.captured
     finally:
         _local.provider = None
+
+
+# --- user-code registrations: they win over built-ins and plugins ---------------------------
+
+_user_lock = threading.Lock()
+_user: dict[str, Estimator] = {}
+
+
+def add_user_estimator(estimator: Estimator) -> list[tuple[str, Estimator]]:
+    """Register ``estimator`` (from user code) under each of its names; returns the ``(name, previous)`` it overrides.
+
+    Never starts discovery (this may run inside a plugin's import): ``previous`` is a user-code
+    registration, a built-in, or a plugin's estimator once plugins are loaded.
+    """
+    loaded = loaded_estimators()
+    overridden = []
+    with _user_lock:
+        for name in estimator.spec.names:
+            previous = _user.get(name) or loaded.get(name)
+            if previous is not None and previous.spec.fn is not estimator.spec.fn:
+                overridden.append((name, previous))
+            _user[name] = estimator
+    return overridden
+
+
+def remove_user_estimator(name: str) -> bool:
+    """Remove the user-code registration of ``name`` and its aliases; False if user code registered no ``name``."""
+    with _user_lock:
+        estimator = _user.get(name)
+        if estimator is None:
+            return False
+        for n in estimator.spec.names:
+            _user.pop(n, None)
+    return True
+
+
+def user_estimator(name: str) -> Estimator | None:
+    """The user-code registration of ``name``, if any."""
+    return _user.get(name)
+
+
+def user_overrides() -> dict[str, Estimator]:
+    """The user-code registrations by name."""
+    return dict(_user)
+
+
+def claim_user_registrations(module: str) -> list[AdvEstimatorSpec]:
+    """Remove and return the user-code registrations made by functions of ``module``.
+
+    A decorator-only plugin module imported by user code before discovery registered as user
+    code; when its entry point is loaded, the plugin claims them back.
+    """
+    with _user_lock:
+        claimed = {n: e for n, e in _user.items() if getattr(e.spec.fn, "__module__", None) == module}
+        for n in claimed:
+            del _user[n]
+    return list({id(e.spec): e.spec for e in claimed.values()}.values())
+
+
+# --- discovery -------------------------------------------------------------------------------
 
 
 def loaded_estimators() -> dict[str, Estimator]:
@@ -201,10 +286,11 @@ def _builtin_state() -> PluginState:
     return PluginState(pluggy.PluginManager(hookspecs.PROJECT), [record], estimators, {})
 
 
-def _entry_points() -> list[metadata.EntryPoint]:
+def entry_points(group: str = ENTRY_POINT_GROUP) -> list[metadata.EntryPoint]:
+    """The entry points of ``group``, each once (a distribution may be found twice on ``sys.path``), sorted by name."""
     seen: set[tuple[str | None, str, str]] = set()
     unique = []
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+    for ep in metadata.entry_points(group=group):
         key = (ep.dist.name if ep.dist else None, ep.name, ep.value)
         if key not in seen:  # the same distribution found twice on sys.path
             seen.add(key)
@@ -216,7 +302,8 @@ def _env_list(name: str) -> set[str]:
     return {item.strip() for item in os.environ.get(name, "").split(",") if item.strip()}
 
 
-def _strict() -> bool:
+def strict() -> bool:
+    """Whether ``RLLM_PLUGINS_STRICT`` is set (a plugin that fails to load raises instead of being skipped)."""
     return os.environ.get(STRICT_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
@@ -238,8 +325,6 @@ def _load_entry_point(manager: pluggy.PluginManager, ep: metadata.EntryPoint, pr
     with _importing(provider) as captured:
         plugin = ep.load()
     if not captured:  # a decorator-only module that user code imported before discovery
-        from .registry import claim_user_registrations
-
         captured.extend(claim_user_registrations(ep.module))
     registered = f"{provider.distribution}:{ep.name}"
     manager.register(plugin, name=registered)
@@ -250,16 +335,31 @@ def _load_entry_point(manager: pluggy.PluginManager, ep: metadata.EntryPoint, pr
         raise
 
 
+def _plugin_location(error: BaseException, ep: metadata.EntryPoint) -> str | None:
+    """``file:line`` where the plugin's own code failed: the innermost traceback frame in its distribution or package."""
+    top = ep.module.split(".")[0]
+    files = {str(Path(str(ep.dist.locate_file(f))).resolve()) for f in ep.dist.files or () if f.suffix == ".py"} if ep.dist else set()
+
+    def in_plugin(filename: str) -> bool:
+        path = Path(filename)
+        return top in path.parts[:-1] or path.name == f"{top}.py" or str(path.resolve()) in files
+
+    if isinstance(error, SyntaxError) and error.filename and in_plugin(error.filename):
+        return f"{error.filename}:{error.lineno}"
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if in_plugin(frame.filename)]
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
+
+
 def _build() -> PluginState:
     state = _builtin_state()
     manager, records = state.manager, state.records
     manager.add_hookspecs(hookspecs)
     manager.register(builtin_plugin, name="builtin")
     builtin_names = set(state.estimators)
-    disabled, strict = _env_list(DISABLE_ENV), _strict()
+    disabled, is_strict = _env_list(DISABLE_ENV), strict()
 
     offers: dict[str, list[tuple[AdvEstimatorSpec, Provider, PluginRecord]]] = {}
-    for ep in _entry_points():
+    for ep in entry_points():
         dist = ep.dist
         provider = Provider(ep.name, dist.name if dist else None, dist.version if dist else None)
         record = PluginRecord(ep.name, provider.distribution, provider.version)
@@ -270,8 +370,9 @@ def _build() -> PluginState:
         try:
             specs = _load_entry_point(manager, ep, provider)
         except Exception as e:
-            message = f"{type(e).__name__}: {e}"
-            if strict:
+            location = _plugin_location(e, ep)
+            message = f"{type(e).__name__}: {e}" + (f" (at {location})" if location else "")
+            if is_strict:
                 raise PluginLoadError(f"{provider} failed to load ({STRICT_ENV} is set): {message}") from e
             warnings.warn(
                 f"rllm_plugins: skipping {provider}, which failed to load: {message}. Fix or uninstall it, or set {DISABLE_ENV}={ep.name} to silence this.",
@@ -307,8 +408,6 @@ def _build() -> PluginState:
 
 def _warn_user_overrides(state: PluginState) -> None:
     """User code registered a name before discovery found a plugin offering it: say who wins."""
-    from .registry import user_overrides
-
     for name, estimator in user_overrides().items():
         theirs = state.estimators.get(name)
         if theirs is not None and theirs.provider.kind == "plugin" and theirs.spec.fn is not estimator.spec.fn:

@@ -6,7 +6,6 @@ and installed plugins (discovered on first use; see :mod:`.plugins`).
 
 from __future__ import annotations
 
-import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -19,10 +18,13 @@ __all__ = [
     "EstimatorConflictError",
     "UnknownEstimatorError",
     "available_estimators",
+    "get_adv_estimator",
     "get_estimator",
     "get_estimator_spec",
     "get_rllm_adv_estimator",
+    "register_adv_estimator",
     "register_rllm_adv_estimator",
+    "unavailable_because",
     "unregister_rllm_adv_estimator",
 ]
 
@@ -33,10 +35,6 @@ class UnknownEstimatorError(ValueError):
 
 class EstimatorConflictError(ValueError):
     """Several installed plugins offer the name."""
-
-
-_user_lock = threading.Lock()
-_user: dict[str, plugins.Estimator] = {}
 
 
 def register_rllm_adv_estimator(
@@ -60,52 +58,24 @@ def register_rllm_adv_estimator(
             plugins.capture(spec)
             return func
         provider = plugins.Provider(f"{func.__module__}.{func.__qualname__}", kind="user")
-        estimator = plugins.Estimator(spec, provider)
-        loaded = plugins.loaded_estimators()  # never starts discovery: this may run inside a plugin's import
-        with _user_lock:
-            for n in spec.names:
-                previous = _user.get(n) or loaded.get(n)
-                if previous is not None and previous.spec.fn is not func:
-                    warnings.warn(f"estimator {n!r} from {provider} overrides the one from {previous.provider}", UserWarning, stacklevel=2)
-                _user[n] = estimator
+        for n, previous in plugins.add_user_estimator(plugins.Estimator(spec, provider)):
+            warnings.warn(f"estimator {n!r} from {provider} overrides the one from {previous.provider}", UserWarning, stacklevel=2)
         return func
 
     return decorator
 
 
-def claim_user_registrations(module: str) -> list[AdvEstimatorSpec]:
-    """Remove and return the user-code registrations made by functions of ``module``.
-
-    A decorator-only plugin module imported by user code before discovery registered as user
-    code; when its entry point is loaded, the plugin claims them back.
-    """
-    with _user_lock:
-        claimed = {n: e for n, e in _user.items() if getattr(e.spec.fn, "__module__", None) == module}
-        for n in claimed:
-            del _user[n]
-    return list({id(e.spec): e.spec for e in claimed.values()}.values())
-
-
-def user_overrides() -> dict[str, plugins.Estimator]:
-    """The user-code registrations by name (they win over built-ins and plugins)."""
-    return dict(_user)
-
-
 def unregister_rllm_adv_estimator(name: Any) -> None:
     """Remove a user-code registration (and its aliases); built-ins and plugins stay."""
     key = normalize_name(name)
-    with _user_lock:
-        estimator = _user.get(key)
-        if estimator is None:
-            raise UnknownEstimatorError(f"no estimator {key!r} was registered in user code")
-        for n in estimator.spec.names:
-            _user.pop(n, None)
+    if not plugins.remove_user_estimator(key):
+        raise UnknownEstimatorError(f"no estimator {key!r} was registered in user code")
 
 
 def get_estimator(name: Any) -> plugins.Estimator:
     """The registered estimator for ``name``, with its provider and both calling forms."""
     key = normalize_name(name)
-    estimator = _user.get(key)
+    estimator = plugins.user_estimator(key)
     if estimator is not None:
         return estimator
     state = plugins.plugin_state()
@@ -123,6 +93,22 @@ def get_estimator(name: Any) -> plugins.Estimator:
     raise UnknownEstimatorError(_unknown_message(name, key))
 
 
+def unavailable_because(key: str) -> str | None:
+    """Why the name ``key`` may resolve to nothing because of a plugin that did not load, or None if all loaded.
+
+    The plugin whose entry-point name is ``key`` (the usual convention) is named alone; otherwise
+    every plugin that failed to load or is disabled is listed, since any of them may offer ``key``.
+    """
+    unavailable = [r for r in plugins.plugin_state().records if r.why_unavailable() is not None]
+    namesake = next((r for r in unavailable if r.name == key), None)
+    if namesake is not None:
+        fix = "Fix or uninstall it" if namesake.status == "error" else f"Remove {key!r} from {plugins.DISABLE_ENV} to use it"
+        return f"{namesake.why_unavailable()}. {fix} (`rllm-plugins plugins` shows every plugin's status)."
+    if not unavailable:
+        return None
+    return "Plugins that did not load, which may offer it: " + "; ".join(str(r.why_unavailable()) for r in unavailable) + "."
+
+
 def _unknown_message(name: Any, key: str) -> str:
     names = available_estimators()
     if key == "other":
@@ -130,12 +116,16 @@ def _unknown_message(name: Any, key: str) -> str:
             "rLLMAdvantageEstimator.OTHER stands for 'some other estimator' and cannot be computed; "
             f"set the name of a registered estimator instead. Available: {', '.join(names)}"
         )
+    because = unavailable_because(key)
+    if because is not None and any(r.name == key for r in plugins.plugin_state().records):
+        return f"estimator {name!r} is not available: {because}"
     import difflib  # only on this error path
 
-    close = difflib.get_close_matches(key, names, n=1)
+    # a plugin that did not load may be the cause: then only a near-typo is worth suggesting
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.85 if because else 0.6)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     return (
-        f"Unknown advantage estimator {name!r}.{hint} Available: {', '.join(names)}. "
+        f"Unknown advantage estimator {name!r}.{f' {because}' if because else ''}{hint} Available: {', '.join(names)}. "
         "Register a custom one with @register_rllm_adv_estimator or install an estimator plugin."
     )
 
@@ -153,10 +143,14 @@ def get_rllm_adv_estimator(name: Any) -> ListEstimator:
     return get_estimator(name).list_form
 
 
+register_adv_estimator = register_rllm_adv_estimator  # rLLM main's name
+get_adv_estimator = get_rllm_adv_estimator  # rLLM main's name
+
+
 def available_estimators() -> list[str]:
     """Every name that resolves to exactly one estimator, sorted."""
     state = plugins.plugin_state()
-    return sorted(set(state.estimators) | set(_user))
+    return sorted(set(state.estimators) | set(plugins.user_overrides()))
 
 
 def _prepare_adv_estimator_input(rewards: list[Any], algorithm_config: AlgorithmConfig, traj_groups: list[Any] | None = None) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .outputs import as_advantages, as_groups
 from .segments import GroupLayout, offsets_from_sizes
 
 __all__ = ["AdvEstimatorSpec", "BatchedEstimator", "ListEstimator", "accepted_keywords", "call_with_accepted_kwargs", "normalize_name"]
@@ -114,42 +115,76 @@ def _lengths_from_groups(traj_groups: Sequence[Any] | None) -> np.ndarray | None
     )
 
 
-def list_form_of(batched: BatchedEstimator) -> ListEstimator:
-    """Wrap a batched estimator in rLLM's list-of-arrays calling convention."""
+def _is_algorithm_config(value: Any) -> bool:
+    """Whether a positional argument is an rLLM ``AlgorithmConfig`` (any object with its attributes, as rLLM reads it)."""
+    return not isinstance(value, (bool, int, float, np.generic, np.ndarray)) and hasattr(value, "norm_adv_by_std_in_grpo") and hasattr(value, "estimator")
 
-    def list_form(rewards: Sequence[Any], **kwargs: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        if len(rewards) == 0:
-            return [], []
+
+def _bind_positional(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], spec_names: tuple[str, ...], main_names: tuple[str, ...]) -> None:
+    """Put positional ``args`` into ``kwargs``: ``(algorithm_config, *main_names)`` or ``(*spec_names)``."""
+    names = spec_names
+    if args and _is_algorithm_config(args[0]):
+        if "algorithm_config" in kwargs:
+            raise TypeError(f"{name}() got multiple values for argument 'algorithm_config'")
+        kwargs["algorithm_config"], args, names = args[0], args[1:], main_names
+    if len(args) > len(names):
+        forms = [f"rewards, {', '.join(spec_names)}" if spec_names else "rewards", f"rewards, algorithm_config{''.join(', ' + n for n in main_names)}"]
+        raise TypeError(f"{name}() takes at most {len(names)} positional argument(s) after rewards here ({' | '.join(forms)}), got {len(args)}")
+    for key, value in zip(names, args, strict=False):
+        if key in kwargs:
+            raise TypeError(f"{name}() got multiple values for argument {key!r}")
+        kwargs[key] = value
+
+
+def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_args: tuple[str, ...] = (), main_args: tuple[str, ...] = ()) -> ListEstimator:
+    """Wrap a batched estimator in rLLM's list-of-arrays calling convention, for both rLLM signatures.
+
+    ``fn(rewards, *spec_args, **kw)`` (the spec's) and ``fn(rewards, algorithm_config, *main_args, **kw)``
+    (rLLM main's) both work, positionally or by keyword. ``algorithm_config.norm_adv_by_std_in_grpo``
+    is used unless ``norm_adv_by_std_in_grpo`` is given explicitly (the explicit keyword wins).
+    """
+    func_name = name or getattr(batched, "__name__", "estimator")
+    who = f"estimator {func_name!r}"
+
+    def list_form(rewards: Sequence[Any], *args: Any, **kwargs: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        if args:
+            _bind_positional(func_name, args, kwargs, spec_args, main_args)
         if "episilon" in kwargs:  # the spec's spelling
             kwargs.setdefault("epsilon", kwargs.pop("episilon"))
-        kwargs.pop("algorithm_config", None)
+        config = kwargs.pop("algorithm_config", None)
+        if config is not None and "norm_adv_by_std_in_grpo" not in kwargs and hasattr(config, "norm_adv_by_std_in_grpo"):
+            kwargs["norm_adv_by_std_in_grpo"] = config.norm_adv_by_std_in_grpo
+        if len(rewards) == 0:
+            return [], []
         traj_groups = kwargs.pop("traj_groups", None)
         values, offsets = flatten_groups(rewards)
         if kwargs.get("lengths") is None:
             lengths = _lengths_from_groups(traj_groups)
             if lengths is not None and lengths.size == values.size:
                 kwargs["lengths"] = lengths
-        advantages = batched(values, offsets, **kwargs)
+        advantages = as_advantages(batched(values, offsets, **kwargs), who)
         by_group = GroupLayout.from_offsets(offsets, values.size).split(advantages)
         return by_group, list(by_group)
 
     list_form.__doc__ = batched.__doc__
-    list_form.__name__ = getattr(batched, "__name__", "estimator")
+    list_form.__name__ = list_form.__qualname__ = func_name
     return list_form
 
 
-def batched_form_of(fn: ListEstimator) -> BatchedEstimator:
-    """Wrap a list-form estimator so it takes (values, offsets): one array per group, then concatenated."""
+def batched_form_of(fn: ListEstimator, name: str | None = None) -> BatchedEstimator:
+    """Wrap a list-form estimator so it takes (values, offsets): one array per group, then concatenated (``name`` for errors)."""
+    who = f"estimator {name or getattr(fn, '__name__', fn)!r}"
 
     def batched(values: np.ndarray, offsets: np.ndarray, /, **kwargs: Any) -> np.ndarray:
         layout = GroupLayout.from_offsets(offsets, len(values))
         advantages, _returns = call_with_accepted_kwargs(fn, rewards=layout.split(np.asarray(values, dtype=np.float64)), **kwargs)
+        advantages = as_groups(advantages, who)
         if len(advantages) != layout.num_groups:
-            raise ValueError(f"estimator {getattr(fn, '__name__', fn)!r} returned {len(advantages)} groups of advantages for {layout.num_groups} groups")
-        parts = [np.asarray(a, dtype=np.float64).reshape(-1) for a in advantages]
+            raise ValueError(f"{who} returned {len(advantages)} groups of advantages for {layout.num_groups} groups")
+        parts = [as_advantages(a, who) for a in advantages]
         for g, (part, size) in enumerate(zip(parts, layout.sizes.tolist(), strict=True)):
             if part.size != size:
-                raise ValueError(f"estimator {getattr(fn, '__name__', fn)!r} returned {part.size} advantages for group {g} of {size} trajectories")
+                raise ValueError(f"{who} returned {part.size} advantages for group {g} of {size} trajectories")
         return np.concatenate(parts) if parts else np.zeros(0)
 
     batched.__doc__ = fn.__doc__
@@ -164,7 +199,9 @@ class AdvEstimatorSpec:
     Give ``fn`` (list form), ``batched`` (batched form) or both; the missing one is derived.
     ``name`` and ``aliases`` are normalised to lower case and must match ``[a-z][a-z0-9_]*``.
     ``group_order_invariant`` declares that permuting whole groups permutes the output the
-    same way (true for every per-group and role-level statistic).
+    same way (true for every per-group and role-level statistic). ``options`` names the keyword
+    options an estimator with ``**kwargs`` reads beyond its named parameters (``()``: none); left
+    None, any key is accepted (see :mod:`.options`).
     """
 
     name: str
@@ -173,12 +210,17 @@ class AdvEstimatorSpec:
     description: str = ""
     aliases: tuple[str, ...] = ()
     group_order_invariant: bool = True
+    options: tuple[str, ...] | None = None
     list_form: ListEstimator = field(init=False, repr=False, compare=False)
     batched_form: BatchedEstimator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", validate_name(self.name))
         object.__setattr__(self, "aliases", tuple(validate_name(a, f"aliases of {self.name!r}") for a in self.aliases))
+        if self.options is not None:
+            if isinstance(self.options, str) or not all(isinstance(o, str) for o in self.options):
+                raise TypeError(f"estimator {self.name!r}: options must be a sequence of option names (str), got {self.options!r}")
+            object.__setattr__(self, "options", tuple(self.options))
         if self.fn is None and self.batched is None:
             raise ValueError(f"estimator {self.name!r} needs a list-form `fn`, a `batched` form, or both")
         if self.fn is not None and not callable(self.fn):
@@ -187,8 +229,8 @@ class AdvEstimatorSpec:
             raise TypeError(f"estimator {self.name!r}: batched must be callable, got {type(self.batched).__name__}")
         description = self.description or _first_line(self.fn or self.batched)
         object.__setattr__(self, "description", description)
-        object.__setattr__(self, "list_form", self.fn if self.fn is not None else list_form_of(self.batched))  # type: ignore[arg-type]
-        object.__setattr__(self, "batched_form", self.batched if self.batched is not None else batched_form_of(self.fn))  # type: ignore[arg-type]
+        object.__setattr__(self, "list_form", self.fn if self.fn is not None else list_form_of(self.batched, self.name))  # type: ignore[arg-type]
+        object.__setattr__(self, "batched_form", self.batched if self.batched is not None else batched_form_of(self.fn, self.name))  # type: ignore[arg-type]
 
     @property
     def names(self) -> tuple[str, ...]:

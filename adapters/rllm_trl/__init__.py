@@ -4,6 +4,10 @@ Swap ``GRPOConfig``/``GRPOTrainer`` for :class:`RLLMGRPOConfig`/:class:`RLLMGRPO
 ``adv_estimator`` to any registered estimator name.
 """
 
+from rllm_plugins.extras import require_extra
+
+require_extra("rllm_trl", "trl", ["trl", "torch"])
+
 from .advantages import RewardBatch, combine_rewards, compute_advantages, compute_metrics, prepare_batch
 from .config import RLLMGRPOConfig
 from .mixin import RLLMAdvantageMixin, check_trl_compatibility

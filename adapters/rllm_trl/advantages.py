@@ -22,6 +22,8 @@ import numpy as np
 import torch
 
 from rllm_plugins.advantage import compute_role_metrics
+from rllm_plugins.diagnostics import batch_diagnostics
+from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
 
@@ -131,8 +133,8 @@ def _estimate_role(batch: RewardBatch, role: int, name: str, options: Mapping[st
     kwargs = dict(options)
     if batch.lengths is not None:
         kwargs.setdefault("lengths", batch.lengths[rows])
-    advantages = np.asarray(estimator.batched_form(values, offsets, **kwargs), dtype=np.float64).reshape(-1)
     who = f"estimator {name!r} ({estimator.provider}) for role {batch.roles[role]!r}"
+    advantages = as_advantages(estimator.batched_form(values, offsets, **kwargs), who)
     if advantages.size != values.size:
         raise ValueError(f"{who} returned {advantages.size} advantages for {values.size} scorable completions")
     if not np.isfinite(advantages).all():
@@ -166,10 +168,22 @@ def compute_advantages(
     return advantages
 
 
+def _role_groups(batch: RewardBatch) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each role's scorable rewards and group offsets, the groups the estimator saw: ``{role: (values, offsets)}``."""
+    counts = np.count_nonzero(batch.scorable.reshape(-1, batch.num_generations), axis=1)
+    out = {}
+    for r, name in enumerate(batch.roles):
+        in_role = batch.group_roles == r
+        rows = batch.scorable & np.repeat(in_role, batch.num_generations)
+        out[name] = (batch.rewards[rows], offsets_from_sizes(counts[in_role]))
+    return out
+
+
 def compute_metrics(batch: RewardBatch, advantages: np.ndarray) -> dict[str, float]:
-    """``reward/{role}/*`` and ``advantage/{role}/*`` (the core's keys) over the scorable rows."""
+    """``reward/{role}/*``, ``advantage/{role}/*`` and ``batch/{role}/*`` (the core's keys) over the scorable rows."""
     row_roles = np.repeat(batch.group_roles, batch.num_generations)[batch.scorable]
     rewards, used = batch.rewards[batch.scorable], advantages[batch.scorable]
     metrics = compute_role_metrics({name: rewards[row_roles == r] for r, name in enumerate(batch.roles)}, "reward")
     metrics.update(compute_role_metrics({name: used[row_roles == r] for r, name in enumerate(batch.roles)}, "advantage", with_fraction_zero=True))
+    metrics.update(batch_diagnostics(_role_groups(batch)))
     return metrics

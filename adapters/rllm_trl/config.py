@@ -8,11 +8,25 @@ from typing import Any, ClassVar
 
 from trl import GRPOConfig
 
+from rllm_plugins.config import AlgorithmConfig, build_algorithm_config
 from rllm_plugins.estimators import check_group_size
-from rllm_plugins.registry import get_estimator
+from rllm_plugins.options import check_estimator_kwargs
+from rllm_plugins.registry import available_estimators, get_estimator
 from rllm_plugins.spec import normalize_name
 
-__all__ = ["RLLMGRPOConfig"]
+__all__ = ["RLLMGRPOConfig", "check_no_per_role_loss"]
+
+
+def check_no_per_role_loss(config: AlgorithmConfig) -> AlgorithmConfig:
+    """Raise ``ValueError`` if ``config`` asks for a per-role policy loss: TRL trains every role with one loss."""
+    if config.loss_fn_map:
+        pairs = ", ".join(f"{role!r}: ({config.estimator_name(role)!r}, {loss!r})" for role, loss in config.loss_fn_map.items())
+        raise ValueError(
+            f"per-role policy losses ({pairs}) are not applied with TRL: GRPOTrainer uses GRPOConfig.loss_type for every role "
+            "(rLLM applies a per-role loss only in its own backends). Give the estimator name alone, e.g. {'judge': 'rloo'}, "
+            "and choose the loss with loss_type"
+        )
+    return config
 
 
 @dataclass
@@ -31,8 +45,8 @@ class RLLMGRPOConfig(GRPOConfig):
         default="grpo",
         metadata={
             "help": "Name of the rLLM advantage estimator: a built-in (`grpo`, `rloo`, `reinforce`, "
-            "`reinforce_plus_plus_baseline`, `prpo`, `opo`, `grpo_passk`, `trl_grpo`, `trl_grpo_batch`, `dr_grpo`, `maxrl`, "
-            "`passk_training`, `gpg`, `verl_grpo`, `verl_rloo_vectorized`, `verl_reinforce_plus_plus_baseline`) or one from an "
+            "`reinforce_plus_plus_baseline`, `prpo`, `prpo_std_optional`, `opo`, `grpo_passk`, `trl_grpo`, `trl_grpo_batch`, `dr_grpo`, "
+            "`maxrl`, `passk_training`, `gpg`, `verl_grpo`, `verl_rloo_vectorized`, `verl_reinforce_plus_plus_baseline`) or one from an "
             "installed `rllm_plugins` plugin (`rllm-plugins estimators` lists them). `grpo` is rLLM's GRPO "
             "(population std, eps 1e-6; Shao et al., 2024); `trl_grpo` is TRL's own (sample std, eps 1e-4)."
         },
@@ -40,7 +54,7 @@ class RLLMGRPOConfig(GRPOConfig):
     norm_adv_by_std_in_grpo: bool = field(
         default=True,
         metadata={
-            "help": "Divide by the group standard deviation in std-normalising estimators (`grpo`, `prpo`, `trl_grpo`, "
+            "help": "Divide by the group standard deviation in std-normalising estimators (`grpo`, `prpo_std_optional`, `trl_grpo`, "
             "...). `False` gives the Dr. GRPO advantage `r - mean` (Liu et al., 2025), which avoids the question-level "
             "difficulty bias of std scaling."
         },
@@ -49,7 +63,7 @@ class RLLMGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": 'Extra keyword arguments for every estimator call, e.g. `{"epsilon": 1e-4}` (a dict, or a JSON string on the command line).'},
     )
-    adv_estimator_map: dict[str, str] | str | None = field(
+    adv_estimator_map: dict[str, Any] | str | None = field(
         default=None,
         metadata={
             "help": 'Estimator per role, e.g. `{"judge": "rloo"}`; roles not listed use `adv_estimator`. '
@@ -69,9 +83,17 @@ class RLLMGRPOConfig(GRPOConfig):
         super().__post_init__()
         self.adv_estimator_kwargs = self._as_dict("adv_estimator_kwargs")
         self.adv_estimator_map = {str(role): name for role, name in self._as_dict("adv_estimator_map").items()}
+        if any(isinstance(name, (tuple, list)) for name in self.adv_estimator_map.values()):  # rLLM main's (estimator, loss_fn) pairs
+            check_no_per_role_loss(AlgorithmConfig(estimator_map=self.adv_estimator_map))
         self.adv_estimator = self._check_estimator(self.adv_estimator, "adv_estimator")
         for role, name in self.adv_estimator_map.items():
             self.adv_estimator_map[role] = self._check_estimator(name, f"adv_estimator_map[{role!r}]")
+        check_estimator_kwargs(
+            [self.adv_estimator, *self.adv_estimator_map.values()],
+            self.adv_estimator_kwargs,
+            where="RLLMGRPOConfig.adv_estimator_kwargs",
+            norm_field="RLLMGRPOConfig.norm_adv_by_std_in_grpo",
+        )
         for where, name in [("adv_estimator", self.adv_estimator), *((f"adv_estimator_map[{r!r}]", n) for r, n in self.adv_estimator_map.items())]:
             if self.num_generations is not None:  # a group is one prompt's num_generations completions
                 try:
@@ -92,6 +114,11 @@ class RLLMGRPOConfig(GRPOConfig):
                 stacklevel=3,
             )
 
+    def algorithm_config(self) -> AlgorithmConfig:
+        """These settings as rLLM's ``AlgorithmConfig`` (for the object path, ``compute_advantages_via_groups``)."""
+        node = {"adv_estimator": self.adv_estimator, "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo, "estimator_kwargs": self.adv_estimator_kwargs}
+        return check_no_per_role_loss(build_algorithm_config(node, self.adv_estimator_map))
+
     def _as_dict(self, name: str) -> dict[str, Any]:
         value = getattr(self, name)
         if value is None:
@@ -108,5 +135,10 @@ class RLLMGRPOConfig(GRPOConfig):
         try:
             get_estimator(name)
         except ValueError as e:
+            bare = normalize_name(name).removeprefix("rllm_")
+            if bare != normalize_name(name) and bare in available_estimators():
+                raise type(e)(
+                    f"{where}={name!r}: the 'rllm_' prefix is verl's spelling (algorithm.adv_estimator=rllm_<name>); in TRL set {where}={bare!r}"
+                ) from None
             raise type(e)(f"{where}: {e}") from None
         return normalize_name(name)

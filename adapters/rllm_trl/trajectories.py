@@ -18,6 +18,7 @@ import numpy as np
 from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups
 
 from .advantages import DEFAULT_ROLE, RewardBatch
+from .config import check_no_per_role_loss
 
 __all__ = ["advantages_from_trajectory_groups", "compute_advantages_via_groups", "to_trajectory_groups"]
 
@@ -80,7 +81,11 @@ def compute_advantages_via_groups(
     completion_ids: Sequence[Sequence[int]],
     algorithm_config: AlgorithmConfig,
 ) -> tuple[np.ndarray, dict[str, float]]:
-    """The object path end to end: groups, rLLM collection, advantages ``(N,)`` and the core's metrics."""
+    """The object path end to end: groups, rLLM collection, advantages ``(N,)`` and the core's metrics.
+
+    A per-role policy loss in ``algorithm_config.loss_fn_map`` raises ``ValueError`` (TRL has one loss).
+    """
+    check_no_per_role_loss(algorithm_config)
     groups = to_trajectory_groups(batch, prompt_ids, completion_ids)
     metrics = collect_reward_and_advantage_from_trajectory_groups(groups, algorithm_config)
     return advantages_from_trajectory_groups(groups, batch.rewards.size), metrics

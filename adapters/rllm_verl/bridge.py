@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rllm_plugins.options import check_estimator_kwargs
+from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.spec import accepted_keywords
@@ -50,8 +52,12 @@ def group_rows(index: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
     return order, offsets_from_sizes(np.bincount(group_of_row, minlength=len(code_of)))
 
 
-def estimator_options(config: Any, where: str) -> dict[str, Any]:
-    """Keyword options of the estimator from verl's ``algorithm`` config (None, DictConfig, AlgoConfig or dict)."""
+def estimator_options(config: Any, where: str, name: str | None = None) -> dict[str, Any]:
+    """Keyword options of the estimator from verl's ``algorithm`` config (None, DictConfig, AlgoConfig or dict).
+
+    With ``name`` (a registry name), the ``rllm_estimator_kwargs`` are checked against that
+    estimator's options (:func:`rllm_plugins.options.check_estimator_kwargs`).
+    """
     if config is None:
         return {"norm_adv_by_std_in_grpo": True}
     norm = config.get("norm_adv_by_std_in_grpo", True)
@@ -71,6 +77,8 @@ def estimator_options(config: Any, where: str) -> dict[str, Any]:
         raise ValueError(f"{where}: set algorithm.norm_adv_by_std_in_grpo, not algorithm.{ESTIMATOR_KWARGS_KEY}.norm_adv_by_std_in_grpo")
     if not isinstance(norm, (bool, np.bool_)):
         raise ValueError(f"{where}: algorithm.norm_adv_by_std_in_grpo must be a bool, got {type(norm).__name__} {norm!r}")
+    if name is not None:
+        check_estimator_kwargs(name, extra, where=f"{where}: algorithm.{ESTIMATOR_KWARGS_KEY}", norm_field="algorithm.norm_adv_by_std_in_grpo")
     return {**{str(k): v for k, v in extra.items()}, "norm_adv_by_std_in_grpo": bool(norm)}
 
 
@@ -80,9 +88,27 @@ def _wants_lengths(name: str) -> bool:
     return "lengths" in accepted_keywords(spec.batched if spec.batched is not None else spec.fn)[0]  # type: ignore[arg-type]
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
 def _row_sums(x: torch.Tensor) -> np.ndarray:
-    """``x.sum(-1)`` (B,) summed in ``x``'s dtype, as float64 numpy (torch's reduction: 4-8x numpy's on CPU)."""
-    return x.sum(dim=-1).to(device="cpu", dtype=torch.float64).numpy()
+    """``x.sum(-1)`` (B,) as float64 numpy, exact to the input's precision.
+
+    16-bit floats are summed in float64 (in their own dtype, bf16 rows 10.0098 and 10.0198 both
+    round to 10.0, and fp16 overflows past 65504). float32 is summed in float32 by torch's
+    cascade summation (relative error ~1e-7 · log2(T), the inputs' own precision; float64
+    accumulation would cost 5-25x the whole estimator on CPU); integers and float64 exactly.
+    """
+    summed = x.sum(dim=-1, dtype=torch.float64) if x.dtype in _HALF else x.sum(dim=-1)
+    return summed.to(device="cpu", dtype=torch.float64).numpy()
+
+
+def _hashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _has_tokens(mask: torch.Tensor) -> bool:
@@ -127,21 +153,30 @@ def compute_rllm_advantage(
     """
     where = f"advantage estimator 'rllm_{name}'"
     _check_inputs(where, token_level_rewards, response_mask, index)
-    options = estimator_options(config, where)
+    options = estimator_options(config, where, name)
     estimator = get_estimator(name)
     index = np.asarray(index, dtype=object) if not isinstance(index, np.ndarray) else index
+    if index.ndim != 1:
+        raise ValueError(
+            f"{where}: index (uid) has shape {index.shape}; it needs one id per row (1-D). Tuples stored in a numpy array "
+            "become rows of a 2-D array: join multi-part ids into one string, e.g. f'{task}|{sample}'"
+        )
     dtype = token_level_rewards.dtype if token_level_rewards.is_floating_point() else torch.get_default_dtype()
     with torch.no_grad():
         scores = _row_sums(token_level_rewards)
         if not np.isfinite(scores).all():
             row = int(np.flatnonzero(~np.isfinite(scores))[0])
             raise ValueError(f"{where}: row {row} (uid {index[row]!r}) has reward {scores[row]}; token_level_rewards must be finite")
-        order, offsets = group_rows(index)
+        try:
+            order, offsets = group_rows(index)
+        except TypeError:  # an unhashable uid: name the first
+            row = next(r for r, uid in enumerate(index.tolist()) if not _hashable(uid))
+            raise ValueError(f"{where}: row {row} has uid {index[row]!r}, a {type(index[row]).__name__}; a uid must be hashable (a str or an int)") from None
         if _wants_lengths(name):
             lengths = _row_sums(response_mask)
             options["lengths"] = lengths if order is None else lengths[order]
         values = scores if order is None else scores[order]
-        grouped = np.asarray(estimator.batched_form(values, offsets, **options), dtype=np.float64).reshape(-1)
+        grouped = as_advantages(estimator.batched_form(values, offsets, **options), f"{where}: the estimator ({estimator.provider})")
         if grouped.shape != values.shape:
             raise ValueError(f"{where}: the estimator ({estimator.provider}) returned {grouped.size} advantages for {values.size} rows")
         if order is None:

@@ -3,9 +3,10 @@
 verl reports an unknown estimator only at the first advantage computation, after the workers
 started and the first rollout ran. :func:`verl_check` composes the same config verl's
 ``main_ppo`` would (same overrides), looks the estimator up in verl's registry (where the
-``rllm_*`` names are), and for an ``rllm_*`` name checks the options against the group size
-``actor_rollout_ref.rollout.n`` and runs it once on a toy batch of two such groups with the
-configured options. ``rllm-plugins verl-check OVERRIDES...`` calls :func:`main`.
+``rllm_*`` names are), and for an ``rllm_*`` name checks that verl will load our ``verl.plugins`` entry point (named
+``rllm_plugins``; ``VERL_USE_EXTERNAL_PLUGINS`` may exclude it), checks the estimator options (also
+against the group size ``actor_rollout_ref.rollout.n``) and runs it once on a toy batch of two such
+groups. ``rllm-plugins verl-check OVERRIDES...`` calls :func:`main`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ import argparse
 import difflib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["VerlCheckReport", "main", "verl_check"]
+__all__ = ["ENTRY_POINT_NAME", "VerlCheckReport", "entry_point_policy_error", "main", "verl_check"]
+
+ENTRY_POINT_NAME = "rllm_plugins"  # our entry point in verl's ``verl.plugins`` group (not the distribution name)
+PLUGIN_MODULE = "rllm_verl.verl_plugin"
 
 
 @dataclass
@@ -51,6 +55,33 @@ def _compose(overrides: Sequence[str], config_name: str, config_dir: str | None)
         return compose(config_name=config_name, overrides=list(overrides))
 
 
+def entry_point_policy_error(environ: Mapping[str, str] | None = None) -> str | None:
+    """Why verl would not load our entry point under ``VERL_USE_EXTERNAL_PLUGINS`` (None when it will).
+
+    verl reads the variable once, in ``import verl``: ``auto`` (the default) loads every
+    ``verl.plugins`` entry point, ``none`` none, and a comma-separated list only the entry points
+    it names. ``VERL_USE_EXTERNAL_MODULES`` naming ``rllm_verl.verl_plugin`` also registers ours.
+    """
+    environ = os.environ if environ is None else environ
+    raw = environ.get("VERL_USE_EXTERNAL_PLUGINS", "auto")
+    policy = raw.strip().lower()
+    modules = {m.strip() for m in environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",")}
+    if policy == "auto" or PLUGIN_MODULE in modules:
+        return None
+    allowed = [name.strip() for name in policy.split(",") if name.strip()] if policy != "none" else []
+    if ENTRY_POINT_NAME in allowed:
+        return None
+    if policy == "none":
+        reason, fix = "VERL_USE_EXTERNAL_PLUGINS=none turns verl's plugin discovery off", f"unset it, or set VERL_USE_EXTERNAL_PLUGINS={ENTRY_POINT_NAME}"
+    else:
+        reason = f"VERL_USE_EXTERNAL_PLUGINS={raw!r} lets verl load only the entry points {', '.join(map(repr, allowed)) or '(none)'}"
+        fix = f"add ours: VERL_USE_EXTERNAL_PLUGINS={','.join([*allowed, ENTRY_POINT_NAME])} (or unset it)"
+    return (
+        f"{reason}, so verl will not load the rllm_* estimators and the run fails with 'Unknown advantage estimator'. "
+        f"Fix: {fix}. The entry-point name is {ENTRY_POINT_NAME!r} (group verl.plugins), not the distribution name 'rllm-plugins'."
+    )
+
+
 def _dry_run(name: str, algorithm: object, group_size: int) -> None:
     """Call the registered function once on a toy batch (two groups of ``group_size``, uneven lengths) with the real options."""
     import numpy as np
@@ -82,7 +113,7 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     from verl.trainer.ppo import core_algos
 
     from rllm_plugins.estimators import check_group_size
-    from rllm_plugins.registry import get_estimator
+    from rllm_plugins.registry import get_estimator, unavailable_because
 
     from .bridge import estimator_options
     from .registration import VERL_PREFIX, register_estimators_into_verl
@@ -99,14 +130,26 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     name = str(name)
     known = sorted(core_algos.ADV_ESTIMATOR_REGISTRY)
     if name not in core_algos.ADV_ESTIMATOR_REGISTRY:
-        close = difflib.get_close_matches(name, known, n=1)
+        because = unavailable_because(name.removeprefix(VERL_PREFIX)) if name.startswith(VERL_PREFIX) else None
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85 if because else 0.6)
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        message = f"unknown advantage estimator {name!r}.{hint} verl knows: {', '.join(known)}"
+        message = f"unknown advantage estimator {name!r}.{f' {because}' if because else ''}{hint} verl knows: {', '.join(known)}"
         return VerlCheckReport(False, name, config_name, rllm_names, [message])
     if name.startswith(VERL_PREFIX) and name in rllm_names:
+        policy_error = entry_point_policy_error()
+        if policy_error is not None:
+            return VerlCheckReport(False, name, config_name, rllm_names, [policy_error])
+        try:
+            get_estimator(name.removeprefix(VERL_PREFIX))
+        except ValueError as error:  # a plugin that did not load, or a name two plugins offer
+            return VerlCheckReport(False, name, config_name, rllm_names, [f"{name!r} is registered in verl but cannot run: {error}"])
         group_size = _group_size(config)
         try:
-            check_group_size(get_estimator(name[len(VERL_PREFIX) :]).spec, estimator_options(algorithm, name), group_size)
+            options = estimator_options(algorithm, f"advantage estimator {name!r}", name.removeprefix(VERL_PREFIX))
+        except ValueError as error:
+            return VerlCheckReport(False, name, config_name, rllm_names, [str(error)])
+        try:
+            check_group_size(get_estimator(name.removeprefix(VERL_PREFIX)).spec, options, group_size)
         except ValueError as error:
             return VerlCheckReport(False, name, config_name, rllm_names, [f"{name!r} with actor_rollout_ref.rollout.n={group_size}: {error}"])
         try:

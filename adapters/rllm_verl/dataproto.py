@@ -3,10 +3,14 @@
 A row is one step (one model response). Rows sharing ``group_key`` (default ``uid``) form a
 group; with ``trajectory_key`` the rows sharing it inside a group are the steps of one trajectory
 (else every row is its own trajectory); ``role_key`` (default ``group_roles``, when present)
-gives the group's role. :func:`dataproto_to_groups` tags each row with an id in
-``non_tensor_batch["rllm_row_ids"]``; verl carries that column through ``reorder``,
-``balance_batch``, ``select_idxs``, ``concat`` and padding, so :func:`apply_advantages` finds
-every row's step again whatever happened to the row order (padding rows copy a real row's id).
+gives the group's role; without it every group has the one role ``all_groups`` (a ``uid`` is an
+id, never a role carrier, whatever characters it holds). :func:`dataproto_to_groups` tags each
+row with an id in ``non_tensor_batch["rllm_row_ids"]``; verl carries that column through
+``reorder``, ``balance_batch``, ``select_idxs``, ``concat`` and padding, so
+:func:`apply_advantages` finds every row's step again whatever happened to the row order
+(padding rows copy a real row's id). Convert before padding: the copies that
+``verl.protocol.pad_dataproto_to_divisor`` appends would otherwise join their groups, so a batch
+whose last rows repeat its first rows is refused unless ``pad_size`` says how many rows are padding.
 """
 
 from __future__ import annotations
@@ -19,9 +23,19 @@ import torch
 
 from rllm_plugins.types import Step, Trajectory, TrajectoryGroup
 
-__all__ = ["ROW_ID_KEY", "apply_advantages", "dataproto_to_groups"]
+__all__ = ["ROW_ID_KEY", "apply_advantages", "dataproto_to_groups", "group_id_of"]
 
 ROW_ID_KEY = "rllm_row_ids"
+
+
+def group_id_of(uid: object, role: object | None) -> str:
+    """``TrajectoryGroup.group_id`` of a uid and role: ``"<uid>"`` or ``"<uid>:<role>"``.
+
+    ``%`` and ``:`` in the uid are percent-encoded (``"gsm8k:1"`` -> ``"gsm8k%3A1"``), so the
+    group's role is ``role`` (``all_groups`` when None) and never a piece of the uid.
+    """
+    task = str(uid).replace("%", "%25").replace(":", "%3A")
+    return task if role is None else f"{task}:{role}"
 
 
 def _column(data: Any, key: str, n: int) -> np.ndarray:
@@ -43,13 +57,95 @@ def _tensor(data: Any, key: str) -> torch.Tensor:
     return data.batch[key]
 
 
-def _row_ids(data: Any, n: int) -> np.ndarray:
+def _rows_equal(data: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(len(a),) bool: whether row ``a[i]`` equals row ``b[i]`` in every tensor and non-tensor column."""
+    same = np.ones(len(a), dtype=bool)
+    if data.batch is not None:
+        for key in data.batch.keys():  # noqa: SIM118 - TensorDict
+            tensor = data.batch[key].detach().to("cpu")
+            same &= (tensor[torch.from_numpy(a)] == tensor[torch.from_numpy(b)]).reshape(len(a), -1).all(dim=1).numpy()
+    for column in data.non_tensor_batch.values():
+        column = np.asarray(column)
+        for k in np.flatnonzero(same).tolist():  # only rows still equal: usually none
+            same[k] = _equal(column[a[k]], column[b[k]])
+    return same
+
+
+def _equal(x: Any, y: Any) -> bool:
+    try:
+        return bool(np.all(x == y)) and np.shape(x) == np.shape(y)
+    except (TypeError, ValueError):
+        return x is y
+
+
+def _padding_copies(data: Any, n: int) -> int:
+    """The largest ``k <= n // 2`` whose last ``k`` rows equal the first ``k`` in every column (0 if none).
+
+    ``pad_dataproto_to_divisor`` appends copies of the first rows, so a padded batch has ``k >= 1``.
+    """
+    if n < 2:
+        return 0
+    last = np.full(n - 1, n - 1)
+    candidates = np.flatnonzero(_rows_equal(data, np.arange(n - 1), last)) + 1  # k with row k-1 == row n-1
+    for k in sorted((int(k) for k in candidates if k <= n // 2), reverse=True):
+        if _rows_equal(data, np.arange(k), np.arange(n - k, n)).all():
+            return k
+    return 0
+
+
+def _span(first: int, last: int) -> str:
+    return f"row {first}" if first == last else f"rows {first}..{last}"
+
+
+def _real_rows(data: Any, n: int, pad_size: int | None) -> int:
+    """Number of leading real rows: ``n - pad_size``, after checking the padding rows copy real ones."""
+    if pad_size is None:
+        copies = _padding_copies(data, n) if ROW_ID_KEY not in data.non_tensor_batch else 0
+        if copies:
+            tail, head = _span(n - copies, n - 1), _span(0, copies - 1)
+            raise ValueError(
+                f"{tail} {'repeats' if copies == 1 else 'repeat'} {head} in every column, as verl.protocol.pad_dataproto_to_divisor "
+                "pads a batch: padding copies would join their groups and change every advantage. Convert the batch "
+                "(dataproto_to_groups) before padding it, or pass pad_size=<the pad_size verl returned> (pad_size=0 if "
+                "these rows are real)"
+            )
+        return n
+    if isinstance(pad_size, bool) or not isinstance(pad_size, (int, np.integer)) or not 0 <= pad_size < max(n, 1):
+        raise ValueError(f"pad_size must be an int from 0 to {max(n - 1, 0)} (rows of padding at the end of the batch), got {pad_size!r}")
+    real = n - int(pad_size)
+    padding = np.arange(real, n)
+    copied = _rows_equal(data, padding % real, padding) if pad_size else np.ones(0, dtype=bool)
+    if not copied.all():
+        row = int(padding[np.flatnonzero(~copied)[0]])
+        raise ValueError(f"pad_size={pad_size}: row {row} should be verl's padding copy of row {row % real}, but the rows differ")
+    return real
+
+
+def _row_ids(data: Any, n: int, real: int) -> np.ndarray:
+    """The row ids of the batch: new ones (padding rows get the id of the row they copy), else the column's."""
     if ROW_ID_KEY not in data.non_tensor_batch:
-        data.non_tensor_batch[ROW_ID_KEY] = np.arange(n, dtype=np.int64)
+        data.non_tensor_batch[ROW_ID_KEY] = np.arange(n, dtype=np.int64) % max(real, 1)
     ids = _column(data, ROW_ID_KEY, n)
-    if len(set(ids.tolist())) != n:
-        raise ValueError(f"non_tensor_batch[{ROW_ID_KEY!r}] repeats ids (a padded batch?); convert the batch before padding it")
+    if len(set(ids[:real].tolist())) != real:
+        raise ValueError(
+            f"non_tensor_batch[{ROW_ID_KEY!r}] repeats ids: the batch was padded (or concatenated with itself) after "
+            "dataproto_to_groups tagged it; convert the unpadded batch"
+        )
     return ids
+
+
+def _check_ids(column: np.ndarray, key: str) -> None:
+    """One hashable id per row: a 2-D column (tuples become rows of a 2-D array) or a list id is refused."""
+    if column.ndim != 1:
+        raise ValueError(
+            f"non_tensor_batch[{key!r}] has shape {column.shape}; it needs one id per row (1-D). Join multi-part ids "
+            "into one string, e.g. f'{task}|{sample}'"
+        )
+    for row, value in enumerate(column.tolist()):
+        try:
+            hash(value)
+        except TypeError:
+            raise ValueError(f"row {row}: {key} {value!r} is a {type(value).__name__}, not a hashable id (a str or an int)") from None
 
 
 def _precomputed_value(value: Any) -> float | list[float] | None:
@@ -68,6 +164,7 @@ def dataproto_to_groups(
     step_key: str | None = None,
     role_key: str = "group_roles",
     precomputed_key: str | None = None,
+    pad_size: int | None = None,
 ) -> list[TrajectoryGroup]:
     """Groups of trajectories of steps from a verl ``DataProto``; adds ``non_tensor_batch["rllm_row_ids"]``.
 
@@ -76,7 +173,10 @@ def dataproto_to_groups(
     ``response_ids`` are the masked ``batch["responses"]`` tokens (token positions when absent).
     ``step_key`` orders the steps of a trajectory (else row order). ``precomputed_key`` names a
     non-tensor column of precomputed advantages (None, a float, or one value per response token).
-    Groups and trajectories come in order of first appearance; ``group_id`` is ``"<uid>:<role>"``.
+    Groups and trajectories come in order of first appearance; ``group_id`` is :func:`group_id_of`
+    (the role is ``all_groups`` without a ``role_key`` column). ``pad_size`` rows at the end are
+    padding copies (``verl.protocol.pad_dataproto_to_divisor``'s second value): they join no group
+    and get their source row's id; None checks that the batch does not look padded.
     """
     rewards = _tensor(data, "token_level_rewards")
     mask = _tensor(data, "response_mask")
@@ -84,6 +184,7 @@ def dataproto_to_groups(
     if tuple(mask.shape) != tuple(rewards.shape):
         raise ValueError(f"response_mask has shape {tuple(mask.shape)}, token_level_rewards has {tuple(rewards.shape)}")
     uids = _column(data, group_key, n)
+    _check_ids(uids, group_key)
     roles = _column(data, role_key, n) if role_key in data.non_tensor_batch else None
     trajectory_ids = _column(data, trajectory_key, n) if trajectory_key is not None else None
     step_ids = _column(data, step_key, n) if step_key is not None else None
@@ -94,18 +195,18 @@ def dataproto_to_groups(
         raise ValueError(f"row {row} ({group_key} {uids[row]!r}) has reward {row_rewards[row]}; token_level_rewards must be finite")
     valid = mask.detach().to("cpu").numpy().astype(bool)
     tokens = _tensor(data, "responses").detach().to("cpu").numpy() if _has_tensor(data, "responses") else None
-    row_ids = _row_ids(data, n)
+    real = _real_rows(data, n, pad_size)
+    row_ids = _row_ids(data, n, real)
 
     groups: dict[Any, tuple[TrajectoryGroup, dict[Any, Trajectory]]] = {}
-    for row in range(n):
+    for row in range(real):
         uid = uids[row]
         role = None if roles is None else roles[row]
         entry = groups.get(uid)
         if entry is None:
-            if role is not None and ":" in str(uid):
-                raise ValueError(f"row {row}: {group_key} {uid!r} contains ':', which would be read as a role separator")
-            group_id = str(uid) if role is None else f"{uid}:{role}"
-            entry = groups[uid] = (TrajectoryGroup(trajectories=[], group_id=group_id), {})
+            if role is not None and ":" in str(role):
+                raise ValueError(f"row {row}: {role_key} {role!r} contains ':'; a role is read up to the next ':', so use another character")
+            entry = groups[uid] = (TrajectoryGroup(trajectories=[], group_id=group_id_of(uid, role)), {})
         group, trajectories = entry
         if role is not None and group.group_role != str(role):
             raise ValueError(f"row {row}: {group_key} {uid!r} has rows of roles {group.group_role!r} and {role!r}; a group has one role")
@@ -121,7 +222,7 @@ def dataproto_to_groups(
         trajectory.steps.append(step)
         trajectory.reward = float(trajectory.reward or 0.0) + step.reward
     if step_ids is not None:
-        row_of = {row_id: row for row, row_id in enumerate(row_ids.tolist())}
+        row_of = {row_id: row for row, row_id in enumerate(row_ids[:real].tolist())}
         for _, trajectories in groups.values():
             for trajectory in trajectories.values():
                 trajectory.steps.sort(key=lambda step: step_ids[row_of[step.metadata["row_id"]]])  # type: ignore[index]

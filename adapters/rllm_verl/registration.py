@@ -6,6 +6,7 @@ import logging
 
 from rllm_plugins import plugins
 from rllm_plugins.registry import available_estimators
+from rllm_plugins.spec import validate_name
 
 from .bridge import verl_estimator
 
@@ -26,12 +27,15 @@ def register_estimators_into_verl() -> list[str]:
 
     Idempotent: names already registered by us are kept; a name verl already knows from someone
     else is left alone with a warning. Names offered by two plugins are registered too, so that
-    using one reports the conflict. Returns the ``rllm_*`` names now in verl's registry, sorted.
+    using one reports the conflict, and so are the entry-point names of plugins that failed to
+    load or are disabled, so that using one says why. Returns the ``rllm_*`` names now in verl's
+    registry, sorted.
     """
     from verl.trainer.ppo import core_algos
 
     registry = core_algos.ADV_ESTIMATOR_REGISTRY
-    names = set(available_estimators()) | set(plugins.plugin_state().conflicts)
+    state = plugins.plugin_state()
+    names = set(available_estimators()) | set(state.conflicts) | {r.name for r in state.records if r.why_unavailable() and _valid(r.name)}
     for name in sorted(names):
         key = verl_name(name)
         existing = registry.get(key)
@@ -46,6 +50,13 @@ def register_estimators_into_verl() -> list[str]:
                 name,
             )
     return rllm_names_in_verl()
+
+
+def _valid(name: str) -> bool:
+    try:
+        return validate_name(name) == name
+    except ValueError:
+        return False
 
 
 def rllm_names_in_verl() -> list[str]:

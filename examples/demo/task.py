@@ -11,9 +11,10 @@ import random
 import re
 
 from datasets import Dataset
-from rllm_trl.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS
 from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast
+
+from rllm_plugins.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS
 
 __all__ = ["ALPHABET", "MAX_OPERAND", "addition_dataset", "build_task_tokenizer", "exact_match_reward", "leading_number"]
 
@@ -24,7 +25,7 @@ _LEADING_NUMBER = re.compile(r"\d+")
 
 
 def build_task_tokenizer() -> PreTrainedTokenizerFast:
-    """A character-level tokenizer over :data:`ALPHABET` plus ``rllm_trl.tiny``'s special tokens (16 tokens)."""
+    """A character-level tokenizer over :data:`ALPHABET` plus ``rllm_plugins.tiny``'s special tokens (16 tokens)."""
     vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *ALPHABET])}
     bpe = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     bpe.add_special_tokens(list(SPECIAL_TOKENS))

@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer
-from rllm_trl.tiny import build_tiny_model
 from task import addition_dataset, build_task_tokenizer, exact_match_reward
 from transformers import PrinterCallback, ProgressCallback
+
+from rllm_plugins.tiny import build_tiny_model
 
 __all__ = ["PROMPTS_PER_STEP", "RunResult", "StepRecord", "train_with_estimator"]
 

@@ -24,10 +24,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer  # noqa: E402
-from rllm_trl.tiny import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from rllm_plugins.registry import get_rllm_adv_estimator  # noqa: E402
+from rllm_plugins.tiny import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 
 PROMPTS = ["1+1=", "2+3=", "the cat", "a b c", "hello", "7*6=", "so far", "abcab"]
 CORPUS = [*PROMPTS, "the quick brown fox jumps over the lazy dog 0123456789 + - * = ?", "abc abc aab bba cab"]

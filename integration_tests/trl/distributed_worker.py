@@ -18,7 +18,8 @@ for key, value in OFFLINE.items():
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer  # noqa: E402
-from rllm_trl.tiny import build_tiny_model, build_tiny_tokenizer  # noqa: E402
+
+from rllm_plugins.tiny import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 
 PROMPTS = ["1+1=", "2+3=", "the cat", "a b c", "hello", "7*6="]
 

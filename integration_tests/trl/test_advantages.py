@@ -106,3 +106,21 @@ def test_unknown_estimator_raises_the_registry_error():
 
 def test_empty_batch_gives_no_advantages():
     assert compute_advantages(prepare_batch(torch.zeros(0, 1), torch.ones(1), 4)).shape == (0,)
+
+
+def test_batch_diagnostics_count_the_scorable_rows_of_each_group():
+    # rLLM main's batch/{role}/... (rllm/trainer/algorithms/advantage.py, collect_reward_and_advantage_from_trajectory_groups)
+    rewards = torch.tensor([[1.0], [1.0], [1.0], [float("nan")], [0.0], [1.0], [0.0], [0.0], [float("nan")], [float("nan")], [float("nan")], [1.0]])
+    batch = prepare_batch(rewards, torch.ones(1), 4, roles=["s"] * 8 + ["j"] * 4)
+    metrics = compute_metrics(batch, compute_advantages(batch, "grpo"))
+    # role s: group [1, 1, 1] (the NaN row left out) is too easy, [0, 1, 0, 0] informative; role j: one scorable row, no group of 2
+    assert metrics["batch/s/total"] == 2 and metrics["batch/s/informative"] == 1 and metrics["batch/s/fractions/too_easy"] == 0.5
+    assert metrics["batch/s/group_reward_mean/p50"] == pytest.approx((1.0 + 0.25) / 2)
+    assert metrics["batch/s/group_reward_std/p90"] == pytest.approx(0.0 + 0.9 * np.std([0.0, 1.0, 0.0, 0.0]))
+    assert not any(k.startswith("batch/j/") for k in metrics)
+
+
+def test_the_object_path_refuses_a_per_role_loss():
+    batch = prepare_batch(torch.zeros(8, 1), torch.ones(1), G)
+    with pytest.raises(ValueError, match="are not applied with TRL"):
+        compute_advantages_via_groups(batch, [[1]] * 8, [[2]] * 8, AlgorithmConfig(estimator_map={"judge": ("rloo", "ppo")}))

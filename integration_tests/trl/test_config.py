@@ -34,6 +34,26 @@ def test_unknown_estimator_in_the_map_names_the_role():
         RLLMGRPOConfig(**BASE, adv_estimator_map={"judge": "nope"}, role_column="role")
 
 
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"adv_estimator": "rllm_rloo"},
+            "adv_estimator='rllm_rloo': the 'rllm_' prefix is verl's spelling (algorithm.adv_estimator=rllm_<name>); in TRL set adv_estimator='rloo'",
+        ),
+        (
+            {"adv_estimator_map": {"judge": "rllm_median_baseline"}, "role_column": "role"},
+            "adv_estimator_map['judge']='rllm_median_baseline': the 'rllm_' prefix is verl's spelling (algorithm.adv_estimator=rllm_<name>); "
+            "in TRL set adv_estimator_map['judge']='median_baseline'",
+        ),
+    ],
+)
+def test_the_verl_spelling_of_a_name_says_to_drop_the_prefix(fields, message):
+    with pytest.raises(ValueError) as caught:
+        RLLMGRPOConfig(**BASE, **fields)
+    assert str(caught.value) == message
+
+
 def test_estimator_map_needs_a_role_column():
     with pytest.raises(ValueError, match="role_column"):
         RLLMGRPOConfig(**BASE, adv_estimator_map={"judge": "rloo"})
@@ -62,7 +82,7 @@ def test_command_line_parses_every_field():
             "--bf16",
             "false",
             "--adv_estimator",
-            "OPO",
+            "PRPO",
             "--norm_adv_by_std_in_grpo",
             "false",
             "--adv_estimator_kwargs",
@@ -73,7 +93,7 @@ def test_command_line_parses_every_field():
             "role",
         ]
     )
-    assert config.adv_estimator == "opo" and config.norm_adv_by_std_in_grpo is False
+    assert config.adv_estimator == "prpo" and config.norm_adv_by_std_in_grpo is False
     assert config.adv_estimator_kwargs == {"epsilon": 0.001} and config.adv_estimator_map == {"judge": "rloo"} and config.role_column == "role"
 
 
@@ -83,11 +103,34 @@ def test_help_texts_are_present():
         assert fields[name].metadata["help"]
 
 
+def test_a_per_role_loss_pair_is_refused_because_trl_has_one_loss():
+    # rLLM main's estimator_map values may be (estimator, loss_fn) pairs (rllm/trainer/algorithms/config.py, AlgorithmConfig.__post_init__)
+    message = r"per-role policy losses \('judge': \('rloo', 'ppo'\)\) are not applied with TRL: GRPOTrainer uses GRPOConfig\.loss_type"
+    with pytest.raises(ValueError, match=message):
+        RLLMGRPOConfig(**BASE, adv_estimator_map={"judge": ("rloo", "ppo")}, role_column="role")
+    with pytest.raises(ValueError, match="are not applied with TRL"):  # the pair as JSON from the command line
+        RLLMGRPOConfig(**BASE, adv_estimator_map='{"judge": ["rloo", "ppo"]}', role_column="role")
+
+
+def test_algorithm_config_is_built_by_the_core_wiring():
+    from rllm_plugins import AlgorithmConfig, RolloutCorrectionConfig
+
+    fields = {"adv_estimator": "rloo", "norm_adv_by_std_in_grpo": False, "adv_estimator_kwargs": {"epsilon": 1e-3}, "adv_estimator_map": {"judge": "grpo"}}
+    config = RLLMGRPOConfig(**BASE, **fields, role_column="role")
+    assert config.algorithm_config() == AlgorithmConfig(
+        estimator="rloo",
+        norm_adv_by_std_in_grpo=False,
+        estimator_kwargs={"epsilon": 1e-3},
+        estimator_map={"judge": "grpo"},
+        rollout_correction=RolloutCorrectionConfig(tis_cap=2.0),  # rLLM main's from_config default
+    )
+
+
 def test_passk_training_k_is_checked_against_num_generations():
     assert RLLMGRPOConfig(**BASE, adv_estimator="passk_training", adv_estimator_kwargs={"k": 4}, num_generations=8).adv_estimator_kwargs == {"k": 4}
     with pytest.raises(ValueError, match=r"adv_estimator with num_generations=8: estimator 'passk_training': k=8 equals the group size"):
         RLLMGRPOConfig(**BASE, adv_estimator="passk_training", adv_estimator_kwargs={"k": 8}, num_generations=8)
     with pytest.raises(ValueError, match=r"adv_estimator_map\['judge'\] with num_generations=8: .*k=9 is larger than the group size 8"):
         RLLMGRPOConfig(**BASE, adv_estimator_map={"judge": "passk_training"}, adv_estimator_kwargs={"k": 9}, role_column="role", num_generations=8)
-    with pytest.raises(ValueError, match="estimator 'passk_training': k must be an int"):
+    with pytest.raises(ValueError, match="option 'k' of estimator 'passk_training' must be an int, got str '4'"):
         RLLMGRPOConfig(**BASE, adv_estimator="passk_training", adv_estimator_kwargs={"k": "4"}, num_generations=8)

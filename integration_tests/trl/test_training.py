@@ -40,6 +40,12 @@ def test_training_logs_rllm_metrics_and_the_advantages_used(make_trainer):
     combined = np.nansum(last["rewards_per_func"].numpy() * np.array([1.0, 0.5], dtype=np.float32), axis=1)
     assert logged[-1]["reward/all_groups/mean"] == pytest.approx(float(combined.mean()), abs=1e-5)
     assert logged[-1]["advantage/all_groups/mean"] == pytest.approx(0.0, abs=1e-5)  # rloo's advantages sum to 0 per group
+    # rLLM main's batch/{role}/... diagnostics (rllm/trainer/algorithms/advantage.py, collect_reward_and_advantage_from_trajectory_groups)
+    groups = combined.astype(np.float64).reshape(2, 4)
+    informative = sum(1 for g in groups if g.std() >= 1e-8)
+    assert logged[-1]["batch/all_groups/total"] == 2
+    assert logged[-1]["batch/all_groups/fractions/effective"] == pytest.approx(informative / 2)
+    assert logged[-1]["batch/all_groups/group_reward_mean/p50"] == pytest.approx(float(groups.mean(axis=1).mean()), abs=1e-5)  # median of two
 
 
 def test_role_column_applies_the_estimator_map_per_role(make_trainer, expected_advantages):

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+
+import rllm_plugins
 
 pytest.importorskip("verl")
 pytest.importorskip("hydra")
@@ -38,6 +43,32 @@ def test_verls_own_names_pass_and_bad_overrides_are_reported():
     assert verl_check(["algorithm.adv_estimator=grpo"]).ok
     report = verl_check(["algorithm.no_such_key=1"])
     assert not report.ok and "Hydra could not compose the config" in report.errors[0]
+
+
+def run_cli(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_rllm_plugins_verl_check_is_the_command_the_verl_adapter_contributes():
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "rllm-plugins"), "verl-check", "algorithm.adv_estimator=rllm_rloo", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["adv_estimator"] == "rllm_rloo"
+
+
+def test_rllm_plugins_verl_check_without_verl_says_what_to_install():
+    code = "import sys; sys.modules['verl'] = None\nfrom rllm_plugins.cli import main\nsys.exit(main(['verl-check', 'algorithm.adv_estimator=rllm_rloo']))"
+    done = run_cli(code)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"rllm-plugins verl-check: cannot load the command from rllm-plugins {rllm_plugins.__version__} (rllm_verl.check:main): "
+        'ModuleNotFoundError: rllm_verl needs verl, torch, and verl is not installed. Install: pip install "rllm-plugins[verl]"\n'
+    )
 
 
 def test_passk_training_k_is_checked_against_the_rollout_group_size():

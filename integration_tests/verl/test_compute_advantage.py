@@ -43,7 +43,7 @@ def test_matches_the_formula_broadcast_over_the_mask(ref, algorithm_config, name
 def test_reinforce_plus_plus_baseline_whitens_per_trajectory_over_all_rows(ref, algorithm_config):
     out, mask = _run(ref, algorithm_config(), "rllm_reinforce_plus_plus_baseline")
     centred = ref.per_group(np.array(REWARDS), UIDS, lambda r: r - r.mean() if r.size > 1 else r)
-    expected = centred / (centred.std() + 1e-6)
+    expected = (centred - centred.mean()) / (centred.std() + 1e-6)
     np.testing.assert_allclose(out.batch["advantages"].numpy(), ref.broadcast(expected, mask), rtol=1e-6, atol=1e-6)
 
 

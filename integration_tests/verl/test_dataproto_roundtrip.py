@@ -109,3 +109,13 @@ def test_rows_unknown_to_the_groups_are_an_error_and_nothing_is_written():
 def test_missing_group_column_names_the_key():
     with pytest.raises(ValueError, match="no non_tensor_batch\\['prompt_id'\\]"):
         dataproto_to_groups(_batch(), group_key="prompt_id")
+
+
+def test_verl_algorithm_config_is_the_trainer_wiring_and_refuses_a_per_role_loss():
+    # rLLM main: UnifiedTrainer passes traj_group_adv_estimator_map to AlgorithmConfig.from_config (rllm/trainer/unified_trainer.py)
+    from rllm_verl import verl_algorithm_config
+
+    config = verl_algorithm_config({"rllm": {"algorithm": {"adv_estimator": "rloo"}}}, {"judge": "grpo"})
+    assert config.estimator_name("judge") == "grpo" and config.estimator_name("solver") == "rloo"
+    with pytest.raises(ValueError, match=r"per-role policy losses \('judge': \('grpo', 'ppo'\)\) are not applied with verl"):
+        verl_algorithm_config({"rllm": {"algorithm": {"adv_estimator": "rloo"}}}, {"judge": ("grpo", "ppo")})

@@ -13,7 +13,7 @@ from .grpo_passk import calculate_grpo_passk_advantages, grpo_passk
 from .maxrl import calculate_maxrl_advantages, maxrl
 from .opo import calculate_opo_advantages, opo
 from .passk_training import calculate_passk_training_advantages, check_passk_k, passk_training
-from .prpo import calculate_prpo_advantages, prpo
+from .prpo import calculate_prpo_advantages, calculate_prpo_std_optional_advantages, prpo, prpo_std_optional
 from .reinforce import calculate_reinforce_advantages, reinforce
 from .reinforce_plus_plus_baseline import calculate_reinforce_plus_plus_baseline_advantages, reinforce_plus_plus_baseline
 from .rloo import calculate_rloo_advantages, rloo
@@ -22,23 +22,27 @@ from .verl_grpo import calculate_verl_grpo_advantages, verl_grpo
 from .verl_reinforce_plus_plus_baseline import calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline
 from .verl_rloo_vectorized import calculate_verl_rloo_vectorized_advantages, verl_rloo_vectorized
 
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
 BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
-    AdvEstimatorSpec("grpo", calculate_grpo_advantages, grpo),
-    AdvEstimatorSpec("reinforce", calculate_reinforce_advantages, reinforce),
-    AdvEstimatorSpec("reinforce_plus_plus_baseline", calculate_reinforce_plus_plus_baseline_advantages, reinforce_plus_plus_baseline),
-    AdvEstimatorSpec("rloo", calculate_rloo_advantages, rloo),
-    AdvEstimatorSpec("prpo", calculate_prpo_advantages, prpo),
-    AdvEstimatorSpec("opo", calculate_opo_advantages, opo),
-    AdvEstimatorSpec("grpo_passk", calculate_grpo_passk_advantages, grpo_passk),
-    AdvEstimatorSpec("trl_grpo", calculate_trl_grpo_advantages, trl_grpo),
-    AdvEstimatorSpec("trl_grpo_batch", calculate_trl_grpo_batch_advantages, trl_grpo_batch),
-    AdvEstimatorSpec("dr_grpo", calculate_dr_grpo_advantages, dr_grpo),
-    AdvEstimatorSpec("maxrl", calculate_maxrl_advantages, maxrl),
-    AdvEstimatorSpec("passk_training", calculate_passk_training_advantages, passk_training),
-    AdvEstimatorSpec("gpg", calculate_gpg_advantages, gpg),
-    AdvEstimatorSpec("verl_grpo", calculate_verl_grpo_advantages, verl_grpo),
-    AdvEstimatorSpec("verl_rloo_vectorized", calculate_verl_rloo_vectorized_advantages, verl_rloo_vectorized),
-    AdvEstimatorSpec("verl_reinforce_plus_plus_baseline", calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline),
+    AdvEstimatorSpec("grpo", calculate_grpo_advantages, grpo, options=()),
+    AdvEstimatorSpec("reinforce", calculate_reinforce_advantages, reinforce, options=()),
+    AdvEstimatorSpec("reinforce_plus_plus_baseline", calculate_reinforce_plus_plus_baseline_advantages, reinforce_plus_plus_baseline, options=()),
+    AdvEstimatorSpec("rloo", calculate_rloo_advantages, rloo, options=()),
+    AdvEstimatorSpec("prpo", calculate_prpo_advantages, prpo, options=()),
+    AdvEstimatorSpec("prpo_std_optional", calculate_prpo_std_optional_advantages, prpo_std_optional, options=()),
+    AdvEstimatorSpec("opo", calculate_opo_advantages, opo, options=()),
+    AdvEstimatorSpec("grpo_passk", calculate_grpo_passk_advantages, grpo_passk, options=()),
+    AdvEstimatorSpec("trl_grpo", calculate_trl_grpo_advantages, trl_grpo, options=()),
+    AdvEstimatorSpec("trl_grpo_batch", calculate_trl_grpo_batch_advantages, trl_grpo_batch, options=()),
+    AdvEstimatorSpec("dr_grpo", calculate_dr_grpo_advantages, dr_grpo, options=()),
+    AdvEstimatorSpec("maxrl", calculate_maxrl_advantages, maxrl, options=()),
+    AdvEstimatorSpec("passk_training", calculate_passk_training_advantages, passk_training, options=()),
+    AdvEstimatorSpec("gpg", calculate_gpg_advantages, gpg, options=()),
+    AdvEstimatorSpec("verl_grpo", calculate_verl_grpo_advantages, verl_grpo, options=()),
+    AdvEstimatorSpec("verl_rloo_vectorized", calculate_verl_rloo_vectorized_advantages, verl_rloo_vectorized, options=()),
+    AdvEstimatorSpec(
+        "verl_reinforce_plus_plus_baseline", calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline, options=()
+    ),
 )
 
 _GROUP_SIZE_CHECKS: dict[Callable[..., Any], Callable[[Mapping[str, Any], int], object]] = {
@@ -67,6 +71,7 @@ __all__ = [
     "calculate_opo_advantages",
     "calculate_passk_training_advantages",
     "calculate_prpo_advantages",
+    "calculate_prpo_std_optional_advantages",
     "calculate_reinforce_advantages",
     "calculate_reinforce_plus_plus_baseline_advantages",
     "calculate_rloo_advantages",

@@ -22,5 +22,4 @@ def dr_grpo(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -> np.ndarray:
     return values - layout.expand(mean)
 
 
-calculate_dr_grpo_advantages = list_form_of(dr_grpo)
-calculate_dr_grpo_advantages.__name__ = "calculate_dr_grpo_advantages"
+calculate_dr_grpo_advantages = list_form_of(dr_grpo, "calculate_dr_grpo_advantages")

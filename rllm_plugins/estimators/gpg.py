@@ -31,5 +31,4 @@ def gpg(values: np.ndarray, offsets: np.ndarray, /, *, f_norm: float = 1.0, **_:
     return advantages
 
 
-calculate_gpg_advantages = list_form_of(gpg)
-calculate_gpg_advantages.__name__ = "calculate_gpg_advantages"
+calculate_gpg_advantages = list_form_of(gpg, "calculate_gpg_advantages")

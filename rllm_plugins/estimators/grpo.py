@@ -28,5 +28,4 @@ def grpo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo:
     return centred
 
 
-calculate_grpo_advantages = list_form_of(grpo)
-calculate_grpo_advantages.__name__ = "calculate_grpo_advantages"
+calculate_grpo_advantages = list_form_of(grpo, "calculate_grpo_advantages", spec_args=("norm_adv_by_std_in_grpo", "episilon"))

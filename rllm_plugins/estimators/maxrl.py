@@ -35,5 +35,4 @@ def maxrl(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -> np.ndarray:
     return advantages
 
 
-calculate_maxrl_advantages = list_form_of(maxrl)
-calculate_maxrl_advantages.__name__ = "calculate_maxrl_advantages"
+calculate_maxrl_advantages = list_form_of(maxrl, "calculate_maxrl_advantages")

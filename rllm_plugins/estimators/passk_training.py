@@ -93,5 +93,4 @@ def passk_training(
     return np.where(success, layout.expand(chance), layout.expand(negative))
 
 
-calculate_passk_training_advantages = list_form_of(passk_training)
-calculate_passk_training_advantages.__name__ = "calculate_passk_training_advantages"
+calculate_passk_training_advantages = list_form_of(passk_training, "calculate_passk_training_advantages")

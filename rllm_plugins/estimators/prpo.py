@@ -1,7 +1,9 @@
-"""PRPO: a role-level z-score, ``A_i = (r_i - mean_role) / (std_role + eps)``.
+"""PRPO: a role-level z-score, ``A_i = (r_i - mean_role) / (std_role + eps)``, exactly as rLLM defines it.
 
 Every trajectory of the role shares one baseline and one scale (population std, eps 1e-6),
-whatever its group; ``norm_adv_by_std_in_grpo=False`` gives ``r_i - mean_role``.
+whatever its group. Like rLLM's ``calculate_prpo_advantages``, ``prpo`` always divides by the
+std: ``norm_adv_by_std_in_grpo`` does not apply. ``prpo_std_optional`` is the variant that
+honours it (``False`` gives ``r_i - mean_role``).
 """
 
 from __future__ import annotations
@@ -14,19 +16,27 @@ from ..segments import GroupLayout
 from ..spec import list_form_of
 
 
-def prpo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6, **_: Any) -> np.ndarray:
-    """PRPO: (r - role mean) / (role population std + eps)."""
+def _role_z(values: np.ndarray, offsets: np.ndarray, epsilon: float, divide: bool) -> np.ndarray:
     GroupLayout.from_offsets(offsets, len(values))
     if values.size == 0:
         return np.zeros(0)
     role = GroupLayout.from_offsets([0, values.size], values.size)
     mean = role.mean(values)
     centred = values - mean[0]
-    if not norm_adv_by_std_in_grpo:
-        return centred
-    centred /= float(role.std(values, mean)[0]) + epsilon  # the role std, reusing the mean
+    if divide:
+        centred /= float(role.std(values, mean)[0]) + epsilon  # the role std, reusing the mean
     return centred
 
 
-calculate_prpo_advantages = list_form_of(prpo)
-calculate_prpo_advantages.__name__ = "calculate_prpo_advantages"
+def prpo(values: np.ndarray, offsets: np.ndarray, /, *, epsilon: float = 1e-6, **_: Any) -> np.ndarray:
+    """PRPO: (r - role mean) / (role population std + eps), always (``norm_adv_by_std_in_grpo`` does not apply)."""
+    return _role_z(values, offsets, epsilon, divide=True)
+
+
+def prpo_std_optional(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6, **_: Any) -> np.ndarray:
+    """PRPO whose std division follows ``norm_adv_by_std_in_grpo`` (False: r - role mean)."""
+    return _role_z(values, offsets, epsilon, divide=bool(norm_adv_by_std_in_grpo))
+
+
+calculate_prpo_advantages = list_form_of(prpo, "calculate_prpo_advantages", main_args=("epsilon",))
+calculate_prpo_std_optional_advantages = list_form_of(prpo_std_optional, "calculate_prpo_std_optional_advantages", main_args=("epsilon",))

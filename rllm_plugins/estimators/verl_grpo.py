@@ -29,5 +29,4 @@ def verl_grpo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_
     return centred
 
 
-calculate_verl_grpo_advantages = list_form_of(verl_grpo)
-calculate_verl_grpo_advantages.__name__ = "calculate_verl_grpo_advantages"
+calculate_verl_grpo_advantages = list_form_of(verl_grpo, "calculate_verl_grpo_advantages")

@@ -69,5 +69,6 @@ def verl_reinforce_plus_plus_baseline(values: np.ndarray, offsets: np.ndarray, /
     return centred
 
 
-calculate_verl_reinforce_plus_plus_baseline_advantages = list_form_of(verl_reinforce_plus_plus_baseline)
-calculate_verl_reinforce_plus_plus_baseline_advantages.__name__ = "calculate_verl_reinforce_plus_plus_baseline_advantages"
+calculate_verl_reinforce_plus_plus_baseline_advantages = list_form_of(
+    verl_reinforce_plus_plus_baseline, "calculate_verl_reinforce_plus_plus_baseline_advantages"
+)

@@ -25,5 +25,4 @@ def verl_rloo_vectorized(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -
     return advantages
 
 
-calculate_verl_rloo_vectorized_advantages = list_form_of(verl_rloo_vectorized)
-calculate_verl_rloo_vectorized_advantages.__name__ = "calculate_verl_rloo_vectorized_advantages"
+calculate_verl_rloo_vectorized_advantages = list_form_of(verl_rloo_vectorized, "calculate_verl_rloo_vectorized_advantages")

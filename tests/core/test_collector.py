@@ -44,10 +44,13 @@ def test_roles_use_their_estimator_from_the_map_in_one_call_each():
     assert metrics["reward/solver/mean"] == pytest.approx(3 / 5)
 
 
-def test_metric_keys_are_exactly_the_spec_ones():
+def test_metric_keys_are_exactly_the_spec_ones_plus_rllm_mains_batch_diagnostics():
     metrics = collect_reward_and_advantage_from_trajectory_groups([group([1.0, 2.0], "t:r")], AlgorithmConfig())
     reward_keys = {f"reward/r/{k}" for k in ("mean", "std", "max", "min")}
-    assert set(metrics) == reward_keys | {f"advantage/r/{k}" for k in ("mean", "std", "max", "min", "fraction_zero")}
+    # rLLM main adds batch/{role}/... (rllm/trainer/algorithms/advantage.py, collect_reward_and_advantage_from_trajectory_groups)
+    batch_keys = {f"batch/r/{k}" for k in ("total", "informative", "fractions/effective", "fractions/too_easy", "fractions/too_hard")}
+    batch_keys |= {f"batch/r/group_reward_{s}/p{p}" for s in ("mean", "std") for p in (10, 50, 90)}
+    assert set(metrics) == reward_keys | {f"advantage/r/{k}" for k in ("mean", "std", "max", "min", "fraction_zero")} | batch_keys
     assert all(type(v) is float for v in metrics.values())
 
 

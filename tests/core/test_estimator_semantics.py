@@ -76,13 +76,27 @@ def test_rloo_leave_one_out_and_group_of_one_keeps_reward():
     assert_groups_close(returns, advantages)
 
 
-def test_reinforce_plus_plus_baseline_whitens_over_the_role_without_recentring():
+def test_reinforce_plus_plus_baseline_whitens_the_centred_rewards_over_the_role():
     centred = [g - (g.mean() if len(g) > 1 else 0.0) for g in GROUPS]
     flat = np.concatenate(centred)
-    std = np.sqrt(np.mean((flat - flat.mean()) ** 2))
+    mean, std = flat.mean(), np.sqrt(np.mean((flat - flat.mean()) ** 2))
     advantages, _ = calculate_reinforce_plus_plus_baseline_advantages(GROUPS)
-    assert_groups_close(advantages, [c / (std + EPS) for c in centred])
-    assert advantages[1][0] > 0  # baseline 0 for the group of one: the positive reward stays positive
+    assert_groups_close(advantages, [(c - mean) / (std + EPS) for c in centred])
+    assert abs(np.concatenate(advantages).mean()) < 1e-12  # re-centred: a group of one moves the role mean
+
+
+@pytest.mark.parametrize(
+    ("groups", "expected"),
+    [
+        ([[1.0]], [[0.0]]),  # one trajectory: centred 1, whitened (1 - 1) / (0 + eps) = 0
+        ([[1.0], [1.0], [1.0], [1.0]], [[0.0]] * 4),  # equal singletons: zero spread, 0 (not 1 / eps = 1e6)
+        ([[1.0], [0.0]], [[0.5 / (0.5 + EPS)], [-0.5 / (0.5 + EPS)]]),  # singletons of different rewards: a z-score
+        ([[1.0, 0.0], [0.6, 0.4]], [[0.5 / (0.13**0.5 + EPS), -0.5 / (0.13**0.5 + EPS)], [0.1 / (0.13**0.5 + EPS), -0.1 / (0.13**0.5 + EPS)]]),
+    ],
+)
+def test_reinforce_plus_plus_baseline_is_bounded_for_groups_of_one(groups, expected):
+    advantages, _ = calculate_reinforce_plus_plus_baseline_advantages([np.array(g) for g in groups])
+    assert_groups_close(advantages, [np.array(e) for e in expected])
 
 
 def test_prpo_is_a_role_level_z_score():

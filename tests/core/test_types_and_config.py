@@ -5,7 +5,7 @@ import warnings
 import pytest
 from omegaconf import OmegaConf
 
-from rllm_plugins import AlgorithmConfig, Trajectory, TrajectoryGroup, rLLMAdvantageEstimator
+from rllm_plugins import AlgorithmConfig, RolloutCorrectionConfig, Trajectory, TrajectoryGroup, rLLMAdvantageEstimator
 
 
 @pytest.mark.parametrize(
@@ -63,27 +63,31 @@ NESTED = {
         },
     },
 }
-EXPECTED = AlgorithmConfig(
-    use_rllm=True,
-    estimator=rLLMAdvantageEstimator.RLOO,
-    estimator_map={"judge": "reinforce"},
-    norm_adv_by_std_in_grpo=False,
-    use_precomputed_advantage=True,
-    loss_fn="ppo",
-    lr_schedule="cosine",
-    warmup_steps_ratio=0.1,
-    estimator_kwargs={"epsilon": 1e-3},
-)
+with pytest.warns(DeprecationWarning, match="use_rllm"):
+    EXPECTED = AlgorithmConfig(
+        use_rllm=True,
+        estimator=rLLMAdvantageEstimator.RLOO,
+        estimator_map={"judge": "reinforce"},
+        norm_adv_by_std_in_grpo=False,
+        use_precomputed_advantage=True,
+        loss_fn="ppo",
+        lr_schedule="cosine",
+        warmup_steps_ratio=0.1,
+        estimator_kwargs={"epsilon": 1e-3},
+        rollout_correction=RolloutCorrectionConfig(tis_cap=2.0),  # rLLM main's from_config default (its dataclass says 5.0)
+    )
 
 
 def test_from_config_reads_a_plain_mapping():
-    assert AlgorithmConfig.from_config(NESTED) == EXPECTED
+    with pytest.warns(DeprecationWarning, match="use_rllm"):
+        assert AlgorithmConfig.from_config(NESTED) == EXPECTED
 
 
 def test_from_config_reads_an_omegaconf_dictconfig_in_struct_mode():
     config = OmegaConf.create(NESTED)
     OmegaConf.set_struct(config, True)
-    result = AlgorithmConfig.from_config(config)
+    with pytest.warns(DeprecationWarning, match="use_rllm"):
+        result = AlgorithmConfig.from_config(config)
     assert result == EXPECTED
     assert type(result.estimator_map) is dict and type(result.estimator_kwargs) is dict
 
@@ -91,7 +95,7 @@ def test_from_config_reads_an_omegaconf_dictconfig_in_struct_mode():
 def test_from_config_defaults_and_per_step_deprecation():
     with pytest.warns(DeprecationWarning):
         config = AlgorithmConfig.from_config({"algorithm": {"adv_estimator": "my_plugin"}, "rllm": {"stepwise_advantage": {"mode": "per_step"}}})
-    assert config == AlgorithmConfig(estimator="my_plugin")
+    assert config == AlgorithmConfig(estimator="my_plugin", rollout_correction=RolloutCorrectionConfig(tis_cap=2.0))
 
 
 def test_from_config_falls_back_to_rllm_algorithm_adv_estimator():

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
+import rllm_plugins
 from rllm_plugins.cli import main, parse_args
 from rllm_plugins.estimators import BUILTIN_SPECS
 
@@ -20,7 +23,7 @@ def run(env: dict[str, str], *args: str, module: bool = False) -> subprocess.Com
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, check=False)
 
 
-def test_plugins_json_reports_every_status(cli_env):
+def test_plugins_json_reports_every_status(cli_env, plugin_site):
     done = run(cli_env, "plugins", "--json")
     assert done.returncode == 0, done.stderr
     rows = {row["name"]: row for row in json.loads(done.stdout)}
@@ -43,7 +46,9 @@ def test_plugins_json_reports_every_status(cli_env):
         "estimators": ["scaled_baseline"],
         "error": None,
     }
-    assert rows["fixture_broken"]["error"] == "ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency'"
+    assert rows["fixture_broken"]["error"] == (
+        f"ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency' (at {plugin_site}/rllm_fixture_broken/__init__.py:3)"
+    )
     assert rows["fixture_dup_a"]["error"] == "'shared_baseline' is also offered by plugin 'fixture_dup_b' (distribution rllm-fixture-dup-b 2.0.0)"
     assert "skipping plugin 'fixture_broken' (distribution rllm-fixture-broken 0.3.0), which failed to load" in done.stderr
 
@@ -55,13 +60,16 @@ def test_plugins_json_shows_disabled_entry_points(cli_env):
     assert "fixture_broken" not in done.stderr
 
 
-def test_strict_mode_makes_the_command_fail_naming_the_plugin(cli_env):
+def test_strict_mode_makes_the_command_fail_with_the_plugins_traceback(cli_env, plugin_site):
     done = run({**cli_env, "RLLM_PLUGINS_STRICT": "1"}, "plugins", "--json")
     assert done.returncode == 1
     assert done.stdout == ""
-    assert done.stderr == (
-        "rllm-plugins: plugin 'fixture_broken' (distribution rllm-fixture-broken 0.3.0) failed to load (RLLM_PLUGINS_STRICT is set): "
+    assert done.stderr.startswith("Traceback (most recent call last):\n")
+    assert f'  File "{plugin_site}/rllm_fixture_broken/__init__.py", line 3, in <module>\n    import rllm_fixture_missing_dependency' in done.stderr
+    assert done.stderr.endswith(
         "ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency'\n"
+        "rllm-plugins: plugin 'fixture_broken' (distribution rllm-fixture-broken 0.3.0) failed to load (RLLM_PLUGINS_STRICT is set): "
+        f"ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency' (at {plugin_site}/rllm_fixture_broken/__init__.py:3)\n"
     )
 
 
@@ -95,8 +103,11 @@ def test_python_m_gives_the_console_script_output(cli_env):
     assert run(cli_env, "estimators", module=True).stdout == run(cli_env, "estimators").stdout
 
 
-def test_listing_imports_neither_verl_nor_trl(cli_env):
-    code = "import sys; from rllm_plugins.cli import main; main(['estimators']); main(['plugins']); print(sorted({'verl', 'trl'} & set(sys.modules)))"
+def test_listing_imports_no_framework_and_no_adapter(cli_env):
+    code = (
+        "import sys; from rllm_plugins.cli import build_parser, main; build_parser().format_help(); main(['estimators']); main(['plugins']); "
+        "print(sorted({'verl', 'trl', 'torch', 'rllm_verl', 'rllm_trl'} & set(sys.modules)))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env, timeout=120, check=False)
     assert done.stdout.splitlines()[-1] == "[]"
 
@@ -111,11 +122,12 @@ def test_estimators_table_shows_aliases_and_providers(load_plugins, capsys):
     assert "plugin 'fixture_good' (distribution rllm-fixture-good 1.2.0)" in row
 
 
-def test_plugins_table_lists_errors_below(load_plugins, capsys):
+def test_plugins_table_lists_errors_below(load_plugins, plugin_site, capsys):
     load_plugins()
     assert main(["plugins"]) == 0
     out = capsys.readouterr().out
-    assert "fixture_broken: ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency'" in out.splitlines()
+    error = f"ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency' (at {plugin_site}/rllm_fixture_broken/__init__.py:3)"
+    assert f"fixture_broken: {error}" in out.splitlines()
     good = next(line for line in out.splitlines() if line.startswith("fixture_good"))
     assert good.split() == ["fixture_good", "rllm-fixture-good", "1.2.0", "active", "scaled_baseline"]
 
@@ -155,24 +167,72 @@ def test_usage_errors_exit_2(argv, capsys):
     assert "usage: rllm-plugins" in capsys.readouterr().err
 
 
-def test_verl_check_without_the_verl_adapter_says_what_to_install(monkeypatch, capsys):
-    for module in ("rllm_verl", "rllm_verl.check"):  # as if the adapter were not installed (even if imported earlier)
-        monkeypatch.setitem(sys.modules, module, None)
-    assert main(["verl-check", "algorithm.adv_estimator=rllm_rloo"]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("rllm-plugins verl-check needs verl and the rllm_verl adapter: pip install 'rllm-plugins[verl]' (import failed: ")
-
-
 @pytest.mark.parametrize(
     ("argv", "passed"),
     [
-        (["verl-check", "--help"], ["--help"]),
-        (
-            ["verl-check", "--config-name", "ppo_trainer", "algorithm.adv_estimator=rllm_rloo", "--strict"],
-            ["--config-name", "ppo_trainer", "algorithm.adv_estimator=rllm_rloo", "--strict"],
-        ),
-        (["verl-check"], []),
+        (["fixture-echo", "--help"], ["--help"]),
+        (["fixture-echo", "--config-name", "x", "a=b", "--strict"], ["--config-name", "x", "a=b", "--strict"]),
+        (["fixture-echo"], []),
     ],
 )
-def test_verl_check_passes_every_argument_through_in_order(argv, passed):
-    assert parse_args(argv).overrides == passed
+def test_a_contributed_command_gets_every_argument_in_order(load_plugins, argv, passed):
+    assert parse_args(argv).arguments == passed
+
+
+def test_a_contributed_command_runs_with_its_arguments_and_exit_code(cli_env):
+    done = run(cli_env, "fixture-echo", "--x", "a", "--help")
+    assert (done.returncode, json.loads(done.stdout), done.stderr) == (3, ["--x", "a", "--help"], "")
+
+
+def test_help_lists_contributed_commands_and_the_ignored_ones(cli_env):
+    done = run(cli_env, "--help")
+    text = " ".join(done.stdout.split())  # argparse wraps lines
+    assert "fixture-echo from rllm-fixture-command 0.5.0 (rllm_fixture_command:echo); 'rllm-plugins fixture-echo --help' for its arguments" in text
+    assert "ignored: the command 'check' of rllm-fixture-command 0.5.0 (rllm_fixture_command:echo), a built-in command's name." in text
+
+
+def test_a_contributed_command_cannot_replace_a_builtin_one(load_plugins, capsys):
+    load_plugins()
+    assert main(["check", "grpo"]) == 0
+    assert capsys.readouterr().out.startswith("contract of estimator 'grpo'")
+
+
+def test_a_command_that_cannot_be_loaded_says_from_where_and_why(cli_env):
+    done = run(cli_env, "fixture-unloadable", "x")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "rllm-plugins fixture-unloadable: cannot load the command from rllm-fixture-command 0.5.0 (rllm_fixture_command.missing:main): "
+        "ModuleNotFoundError: No module named 'rllm_fixture_command.missing'\n"
+    )
+
+
+def test_a_command_two_distributions_contribute_runs_neither_and_names_both(cli_env):
+    done = run(cli_env, "fixture-dup")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "rllm-plugins fixture-dup: the command is contributed by 2 distributions: rllm-fixture-dup-a 1.0.0 (rllm_fixture_dup_a:command); "
+        "rllm-fixture-dup-b 2.0.0 (rllm_fixture_dup_b:command). Uninstall all but one.\n"
+    )
+
+
+def test_version_is_the_distributions(cli_env):
+    done = run(cli_env, "--version")
+    assert (done.returncode, done.stdout) == (0, f"rllm-plugins {rllm_plugins.__version__}\n")
+    assert rllm_plugins.__version__ == metadata.version("rllm-plugins")
+
+
+@pytest.fixture
+def quiet_env(cli_env):
+    """``cli_env`` without the fixture plugins that warn when they load (so that stderr is empty when all is well)."""
+    return {**cli_env, "RLLM_PLUGINS_DISABLE": "fixture_broken,fixture_grpo_taker"}
+
+
+@pytest.mark.parametrize("args", [("estimators", "--json"), ("plugins", "--json"), ("estimators",), ("check", "grpo")])
+def test_output_into_a_closed_pipe_ends_quietly(quiet_env, args):
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written (as `| head` after its lines), deterministically
+    try:
+        done = subprocess.run([str(SCRIPT), *args], stdout=write_end, stderr=subprocess.PIPE, text=True, env=quiet_env, timeout=120, check=False)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (141, "")

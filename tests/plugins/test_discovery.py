@@ -24,11 +24,19 @@ from rllm_plugins.estimators import BUILTIN_SPECS
 from rllm_plugins.plugins import PluginLoadError, plugin_state, reset_plugins
 from rllm_plugins.registry import get_estimator
 
-BROKEN_WARNING = (
-    "rllm_plugins: skipping plugin 'fixture_broken' (distribution rllm-fixture-broken 0.3.0), which failed to load: "
-    "ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency'. "
-    "Fix or uninstall it, or set RLLM_PLUGINS_DISABLE=fixture_broken to silence this."
-)
+
+def broken_error(site: Path) -> str:
+    """The load error of the fixture ``fixture_broken``, at the line of the plugin that failed (its import of a missing module)."""
+    return f"ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency' (at {site}/rllm_fixture_broken/__init__.py:3)"
+
+
+def broken_warning(site: Path) -> str:
+    return (
+        f"rllm_plugins: skipping plugin 'fixture_broken' (distribution rllm-fixture-broken 0.3.0), which failed to load: {broken_error(site)}. "
+        "Fix or uninstall it, or set RLLM_PLUGINS_DISABLE=fixture_broken to silence this."
+    )
+
+
 GRPO_WARNING = "rllm_plugins: plugin 'fixture_grpo_taker' (distribution rllm-fixture-grpo-taker 0.1.0) offers 'grpo', a built-in name; its version is ignored"
 CONFLICT_ERROR = (
     "estimator 'shared_baseline' is offered by 2 installed plugins: "
@@ -67,11 +75,11 @@ def test_every_entry_point_is_recorded_with_distribution_version_status_and_esti
     }
 
 
-def test_broken_plugin_warns_once_naming_entry_point_distribution_version_and_error(load_plugins):
+def test_broken_plugin_warns_once_naming_entry_point_distribution_version_error_and_line(load_plugins, plugin_site):
     warnings = load_plugins()
-    assert warnings.count(BROKEN_WARNING) == 1
+    assert warnings.count(broken_warning(plugin_site)) == 1
     broken = next(r for r in plugin_state().records if r.name == "fixture_broken")
-    assert broken.error == "ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency'"
+    assert broken.error == broken_error(plugin_site)
     get_rllm_adv_estimator("scaled_baseline")  # the rest keep working
 
 
@@ -99,9 +107,9 @@ def test_a_conflict_leaves_other_names_working(load_plugins):
     assert get_estimator_spec("legacy_max_baseline").name == "legacy_max_baseline"
 
 
-def test_disable_variable_blocks_entry_points_by_name(load_plugins):
+def test_disable_variable_blocks_entry_points_by_name(load_plugins, plugin_site):
     warnings = load_plugins(RLLM_PLUGINS_DISABLE=" fixture_dup_b , fixture_broken")
-    assert BROKEN_WARNING not in warnings
+    assert broken_warning(plugin_site) not in warnings
     assert records()["fixture_dup_b"] == ("rllm-fixture-dup-b", "2.0.0", "disabled", [])
     assert records()["fixture_broken"] == ("rllm-fixture-broken", "0.3.0", "disabled", [])
     assert records()["fixture_dup_a"][2] == "active"
@@ -110,11 +118,8 @@ def test_disable_variable_blocks_entry_points_by_name(load_plugins):
     assert get_estimator("shared_baseline").provider.distribution == "rllm-fixture-dup-a"
 
 
-def test_strict_mode_raises_on_a_broken_plugin(load_plugins):
-    expected = (
-        "plugin 'fixture_broken' (distribution rllm-fixture-broken 0.3.0) failed to load (RLLM_PLUGINS_STRICT is set): "
-        "ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency'"
-    )
+def test_strict_mode_raises_on_a_broken_plugin(load_plugins, plugin_site):
+    expected = f"plugin 'fixture_broken' (distribution rllm-fixture-broken 0.3.0) failed to load (RLLM_PLUGINS_STRICT is set): {broken_error(plugin_site)}"
     with pytest.raises(PluginLoadError, match=re.escape(expected)) as caught:
         load_plugins(RLLM_PLUGINS_STRICT="1")
     assert isinstance(caught.value.__cause__, ModuleNotFoundError)

@@ -1,0 +1,87 @@
+"""TRL: estimator options checked when ``RLLMGRPOConfig`` is built; estimator outputs follow the core's one rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from rllm_trl import RLLMGRPOConfig, compute_advantages, prepare_batch
+
+from rllm_plugins import register_rllm_adv_estimator, unregister_rllm_adv_estimator
+
+BASE = {"output_dir": "unused", "use_cpu": True, "bf16": False}
+BUILTIN = "rllm-plugins (built-in)"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"epsilom": 0.5},
+            f"RLLMGRPOConfig.adv_estimator_kwargs: unknown option 'epsilom' for estimator 'grpo' ({BUILTIN}), which accepts: epsilon. Did you mean 'epsilon'?",
+        ),
+        ({"epsilon": "1e-4"}, "RLLMGRPOConfig.adv_estimator_kwargs: option 'epsilon' of estimator 'grpo' must be a number >= 0, got str '1e-4'"),
+        ({"epsilon": None}, "RLLMGRPOConfig.adv_estimator_kwargs: option 'epsilon' of estimator 'grpo' must be a number >= 0, got NoneType None"),
+        ({"epsilon": -1.0}, "RLLMGRPOConfig.adv_estimator_kwargs: option 'epsilon' of estimator 'grpo' must be a finite number >= 0, got -1.0"),
+        (
+            {"norm_adv_by_std_in_grpo": False},
+            "RLLMGRPOConfig.adv_estimator_kwargs: norm_adv_by_std_in_grpo is not an estimator option; set RLLMGRPOConfig.norm_adv_by_std_in_grpo instead",
+        ),
+    ],
+)
+def test_bad_estimator_kwargs_fail_when_the_config_is_built(kwargs, message):
+    with pytest.raises(ValueError) as error:
+        RLLMGRPOConfig(**BASE, adv_estimator_kwargs=kwargs)
+    assert str(error.value) == message
+
+
+def test_an_option_of_one_mapped_estimator_is_accepted_and_one_of_none_is_not():
+    config = RLLMGRPOConfig(**BASE, adv_estimator_kwargs={"epsilon": 1e-3}, adv_estimator_map={"judge": "rloo"}, role_column="role")
+    assert config.adv_estimator_kwargs == {"epsilon": 1e-3}
+    with pytest.raises(ValueError) as error:
+        RLLMGRPOConfig(**BASE, adv_estimator="rloo", adv_estimator_kwargs={"epsilon": 1e-3}, adv_estimator_map={"judge": "reinforce"}, role_column="role")
+    assert str(error.value) == (
+        f"RLLMGRPOConfig.adv_estimator_kwargs: unknown option 'epsilon' for estimators 'rloo' ({BUILTIN}), 'reinforce' ({BUILTIN}), which accept no options."
+    )
+
+
+@pytest.fixture
+def centred_estimator():
+    """A user estimator returning ``r - mean`` per group in the form the test chooses."""
+    names = []
+
+    def make(name, form):
+        @register_rllm_adv_estimator(name)
+        def estimator(rewards, **_):
+            out = [form(r - r.mean()) for r in rewards]
+            return out, out
+
+        names.append(name)
+        return name
+
+    yield make
+    for name in names:
+        unregister_rllm_adv_estimator(name)
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        lambda c: torch.tensor(c, dtype=torch.bfloat16),
+        lambda c: torch.tensor(c, requires_grad=True),
+        lambda c: (float(x) for x in c),
+        lambda c: c.astype(np.float16),
+    ],
+    ids=["bf16-tensor", "requires-grad", "generator", "fp16-array"],
+)
+def test_estimator_outputs_follow_the_core_rule(centred_estimator, form):
+    name = centred_estimator("h_trl_outputs", form)
+    batch = prepare_batch(torch.tensor([[1.0], [0.0], [0.5], [0.5]]), torch.ones(1), 2)
+    np.testing.assert_allclose(compute_advantages(batch, name), [0.5, -0.5, 0.0, 0.0])
+
+
+def test_an_output_outside_the_rule_names_the_estimator(centred_estimator):
+    name = centred_estimator("h_trl_bad_output", lambda c: "nope")
+    batch = prepare_batch(torch.tensor([[1.0], [0.0]]), torch.ones(1), 2)
+    with pytest.raises(ValueError, match=r"estimator 'h_trl_bad_output' returned str 'nope'; advantages must be a sequence"):
+        compute_advantages(batch, name)

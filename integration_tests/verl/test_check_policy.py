@@ -1,0 +1,69 @@
+"""``rllm-plugins verl-check`` fails when verl would not load our entry point, and on bad estimator options."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("verl")
+pytest.importorskip("hydra")
+
+from rllm_verl.check import ENTRY_POINT_NAME, entry_point_policy_error, main, verl_check
+
+NAME_NOTE = "The entry-point name is 'rllm_plugins' (group verl.plugins), not the distribution name 'rllm-plugins'."
+FAILS = "so verl will not load the rllm_* estimators and the run fails with 'Unknown advantage estimator'."
+
+
+def test_the_entry_point_name_is_the_one_in_the_installed_metadata():
+    from importlib.metadata import entry_points
+
+    assert {ep.name: ep.value for ep in entry_points(group="verl.plugins")}[ENTRY_POINT_NAME] == "rllm_verl.verl_plugin"
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        (
+            {"VERL_USE_EXTERNAL_PLUGINS": "none"},
+            f"VERL_USE_EXTERNAL_PLUGINS=none turns verl's plugin discovery off, {FAILS} "
+            f"Fix: unset it, or set VERL_USE_EXTERNAL_PLUGINS=rllm_plugins. {NAME_NOTE}",
+        ),
+        (
+            {"VERL_USE_EXTERNAL_PLUGINS": "other_plugin,rllm-plugins"},
+            "VERL_USE_EXTERNAL_PLUGINS='other_plugin,rllm-plugins' lets verl load only the entry points 'other_plugin', 'rllm-plugins', "
+            f"{FAILS} Fix: add ours: VERL_USE_EXTERNAL_PLUGINS=other_plugin,rllm-plugins,rllm_plugins (or unset it). {NAME_NOTE}",
+        ),
+    ],
+)
+def test_a_policy_that_excludes_our_entry_point_is_explained(environ, message):
+    assert entry_point_policy_error(environ) == message
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {},
+        {"VERL_USE_EXTERNAL_PLUGINS": "auto"},
+        {"VERL_USE_EXTERNAL_PLUGINS": " Other, RLLM_PLUGINS "},
+        {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": "rllm_verl.verl_plugin"},
+    ],
+)
+def test_policies_that_load_us_pass(environ):
+    assert entry_point_policy_error(environ) is None
+
+
+def test_verl_check_fails_under_a_policy_that_excludes_us(monkeypatch, capsys):
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "none")
+    assert main(["algorithm.adv_estimator=rllm_grpo"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "VERL_USE_EXTERNAL_PLUGINS=none turns verl's plugin discovery off" in out
+    assert verl_check(["algorithm.adv_estimator=grpo"]).ok  # verl's own estimators do not need us
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "rllm_plugins")
+    assert verl_check(["algorithm.adv_estimator=rllm_grpo"]).ok
+
+
+def test_verl_check_fails_on_a_misspelt_or_mistyped_estimator_option():
+    report = verl_check(["algorithm.adv_estimator=rllm_grpo", "+algorithm.rllm_estimator_kwargs.epsilom=0.5"])
+    assert not report.ok
+    assert "unknown option 'epsilom' for estimator 'grpo' (rllm-plugins (built-in)), which accepts: epsilon. Did you mean 'epsilon'?" in report.errors[0]
+    report = verl_check(["algorithm.adv_estimator=rllm_grpo", "+algorithm.rllm_estimator_kwargs.epsilon='1e-4'"])
+    assert not report.ok and "option 'epsilon' of estimator 'grpo' must be a number >= 0, got str '1e-4'" in report.errors[0]

@@ -1,0 +1,32 @@
+"""Optional dependencies: say which extra to install when a module needs what the core does not bring."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib.util import find_spec
+
+__all__ = ["missing_modules", "require_extra"]
+
+
+def missing_modules(modules: Sequence[str]) -> list[str]:
+    """The top-level ``modules`` that cannot be imported (looked up, never imported)."""
+    missing = []
+    for module in modules:
+        try:
+            found = find_spec(module) is not None
+        except (ImportError, ValueError):  # a broken install, or a module without a spec
+            found = False
+        if not found:
+            missing.append(module)
+    return missing
+
+
+def require_extra(who: str, extras: str | Sequence[str], modules: Sequence[str]) -> None:
+    """Raise ``ModuleNotFoundError`` naming ``pip install "rllm-plugins[<extra>]"`` if any of ``modules`` is missing.
+
+    ``extras``: the extra that brings ``modules``, or several that each do.
+    """
+    missing = missing_modules(modules)
+    if missing:
+        install = " or ".join(f'pip install "rllm-plugins[{extra}]"' for extra in ([extras] if isinstance(extras, str) else extras))
+        raise ModuleNotFoundError(f"{who} needs {', '.join(modules)}, and {', '.join(missing)} is not installed. Install: {install}", name=missing[0])

@@ -1,0 +1,147 @@
+"""Estimator options: the keyword arguments a user may set for an estimator, checked before it runs.
+
+An estimator's *options* are the keyword parameters of the forms its spec gives (``fn``,
+``batched``), without the arguments the framework itself passes (:data:`CONTEXT_KEYS`), plus
+the names its spec declares in ``AdvEstimatorSpec.options``. An estimator that takes
+``**kwargs`` and declares no ``options`` is *open*: any key may be meant for it, so unknown keys
+cannot be flagged. A value is checked against the type of the parameter's default (a bool
+default takes a bool, a float default a finite real number, an int default an int, a str
+default a str); ``epsilon`` (and the spec's spelling ``episilon``) must be a finite number >= 0.
+
+``norm_adv_by_std_in_grpo`` is never an option: it has its own configuration field, which the
+error names.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import numbers
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .registry import get_estimator
+from .spec import AdvEstimatorSpec
+
+__all__ = ["CONTEXT_KEYS", "EstimatorOptions", "check_estimator_kwargs", "estimator_options_of", "spec_options"]
+
+CONTEXT_KEYS = frozenset({"rewards", "values", "offsets", "algorithm_config", "traj_groups", "lengths", "norm_adv_by_std_in_grpo"})
+"""Arguments the collector and the adapters pass themselves; never set through estimator kwargs."""
+
+_NO_DEFAULT = inspect.Parameter.empty
+_NON_NEGATIVE = frozenset({"epsilon", "episilon"})
+
+
+@dataclass(frozen=True)
+class EstimatorOptions:
+    """The options of one estimator: ``defaults`` name -> default (``inspect.Parameter.empty`` if none), ``open``."""
+
+    defaults: Mapping[str, Any]
+    open: bool
+
+
+def _signature_options(fn: Callable[..., Any]) -> tuple[dict[str, Any], bool]:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # no signature: nothing is known
+        return {}, True
+    named = {p.name: p.default for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in CONTEXT_KEYS}
+    return named, any(p.kind is p.VAR_KEYWORD for p in params)
+
+
+@functools.lru_cache(maxsize=256)
+def _options_cached(fn: Callable[..., Any] | None, batched: Callable[..., Any] | None, declared: tuple[str, ...] | None) -> EstimatorOptions:
+    defaults: dict[str, Any] = {}
+    var_kw = False
+    for form in (fn, batched):
+        if form is None:
+            continue
+        named, takes_kwargs = _signature_options(form)
+        for name, default in named.items():
+            defaults.setdefault(name, default)
+        var_kw = var_kw or takes_kwargs
+    for name in declared or ():
+        defaults.setdefault(name, _NO_DEFAULT)
+    return EstimatorOptions(defaults, open=var_kw and declared is None)
+
+
+def estimator_options_of(name: str) -> EstimatorOptions:
+    """The options of the registered estimator ``name`` (signature inspection cached per spec)."""
+    return spec_options(get_estimator(name).spec)
+
+
+def spec_options(spec: AdvEstimatorSpec) -> EstimatorOptions:
+    """The options of an :class:`AdvEstimatorSpec`: its forms' keyword parameters plus its declared ``options``."""
+    declared = spec.options
+    try:
+        return _options_cached(spec.fn, spec.batched, declared)
+    except TypeError:  # an unhashable callable
+        return _options_cached.__wrapped__(spec.fn, spec.batched, declared)
+
+
+def _value_problem(key: str, value: Any, default: Any) -> str | None:
+    """Why ``value`` does not fit option ``key`` whose default is ``default`` (None when it fits)."""
+    shown = f"{type(value).__name__} {value!r}"
+    if key in _NON_NEGATIVE:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return f"must be a number >= 0, got {shown}"
+        if not math.isfinite(value) or value < 0:
+            return f"must be a finite number >= 0, got {value!r}"
+        return None
+    if default is _NO_DEFAULT or default is None:
+        return None
+    if isinstance(default, bool):
+        return None if isinstance(value, (bool, np.bool_)) else f"must be a bool (True or False), got {shown}"
+    if isinstance(default, numbers.Integral):
+        return None if isinstance(value, numbers.Integral) and not isinstance(value, bool) else f"must be an int, got {shown}"
+    if isinstance(default, numbers.Real):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return f"must be a number, got {shown}"
+        return None if math.isfinite(value) else f"must be finite, got {value!r}"
+    if isinstance(default, str):
+        return None if isinstance(value, str) else f"must be a str, got {shown}"
+    return None
+
+
+def check_estimator_kwargs(names: str | Iterable[str], kwargs: Mapping[str, Any], *, where: str, norm_field: str) -> None:
+    """Check the user's estimator ``kwargs`` against the options of the estimators ``names`` (those a config selects).
+
+    Every key must be an option of at least one of them (or one of them is open), and its value
+    must fit each estimator that names it. Raises ``ValueError`` naming ``where`` (the setting),
+    the key, the estimators with their providers, and the accepted keys; ``norm_field`` is the
+    setting to use instead of a ``norm_adv_by_std_in_grpo`` key.
+    """
+    if not kwargs:
+        return
+    names = [names] if isinstance(names, str) else list(dict.fromkeys(names))
+    estimators = [(name, get_estimator(name), estimator_options_of(name)) for name in names]
+    listed = ", ".join(f"{name!r} ({estimator.provider})" for name, estimator, _ in estimators)
+    who = f"estimator {listed}, which accepts" if len(estimators) == 1 else f"estimators {listed}, which accept"
+    accepted = sorted({key for *_, options in estimators for key in options.defaults})
+    for key, value in kwargs.items():
+        if not isinstance(key, str):
+            raise ValueError(f"{where}: option names must be str, got {type(key).__name__} {key!r}")
+        if key == "norm_adv_by_std_in_grpo":
+            raise ValueError(f"{where}: norm_adv_by_std_in_grpo is not an estimator option; set {norm_field} instead")
+        if key in CONTEXT_KEYS:
+            raise ValueError(f"{where}: {key!r} is passed by the framework to every estimator call; it cannot be set as an option")
+        taking = [(name, options) for name, _, options in estimators if key in options.defaults]
+        if not taking and not any(options.open for *_, options in estimators):
+            raise ValueError(_unknown(where, key, who, accepted))
+        for name, options in taking:
+            problem = _value_problem(key, value, options.defaults[key])
+            if problem is not None:
+                raise ValueError(f"{where}: option {key!r} of estimator {name!r} {problem}")
+
+
+def _unknown(where: str, key: str, who: str, accepted: list[str]) -> str:
+    import difflib  # only on this error path
+
+    close = difflib.get_close_matches(key, accepted, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    listing = f": {', '.join(accepted)}" if accepted else " no options"
+    return f"{where}: unknown option {key!r} for {who}{listing}.{hint}"

@@ -1,0 +1,118 @@
+"""Running every rule on synthetic cases and reporting: :func:`check_estimator`, :func:`assert_estimator_contract`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .calls import Case, subject_of
+from .rules import ALL_RULES, NOT_APPLICABLE, RULES
+from .shrinker import shrink
+
+__all__ = ["ContractReport", "Violation", "assert_estimator_contract", "check_estimator", "synthetic_cases"]
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule, with the smallest failing input found."""
+
+    rule: str
+    message: str
+    example: Case
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.message}\n    minimal failing example: {self.example}"
+
+
+@dataclass
+class ContractReport:
+    """Verdict of every rule (``pass``, ``FAIL`` or ``skipped: why``) and the violations."""
+
+    estimator: str
+    verdicts: dict[str, str] = field(default_factory=dict)
+    violations: list[Violation] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def __str__(self) -> str:
+        width = max(map(len, RULES))
+        lines = [f"contract of estimator {self.estimator}: {'OK' if self.ok else f'{len(self.violations)} violation(s)'}"]
+        lines += [f"  {rule:<{width}}  {self.verdicts.get(rule, 'not run'):<8}  {RULES[rule]}" for rule in RULES]
+        lines += [str(v) for v in self.violations]
+        return "\n".join(lines)
+
+
+def synthetic_cases(seed: int) -> list[Case]:
+    """Synthetic inputs: binary, continuous, constant, extreme-magnitude rewards; groups of one; one group; none."""
+    rng = np.random.default_rng(seed)
+
+    def case(sizes: Sequence[int], draw: Callable[[int], np.ndarray]) -> Case:
+        rewards = tuple(tuple(float(x) for x in draw(n)) for n in sizes)
+        lengths = tuple(tuple(int(x) for x in rng.integers(1, 50, n)) for n in sizes)
+        return Case(rewards, lengths)
+
+    def extreme(n: int) -> np.ndarray:
+        return rng.choice([-1.0, 1.0], n) * rng.choice([1e30, 1e-30, 1.0, 1e15], n) * rng.uniform(0.5, 1.5, n)
+
+    def constant(n: int) -> np.ndarray:
+        return np.full(n, float(rng.integers(-3, 4)))
+
+    sizes = [rng.integers(2, 9, rng.integers(2, 6)).tolist() for _ in range(3)]
+    return [
+        case([2, 3], lambda n: rng.normal(size=n)),
+        *(case(s, lambda n: rng.integers(0, 2, n).astype(float)) for s in sizes),
+        *(case(s, lambda n: rng.normal(0.0, 10.0, n)) for s in sizes),
+        case([4, 4, 4, 4], lambda n: rng.normal(size=n)),
+        case([3, 5], constant),
+        case([4, 3, 6], extreme),
+        case([1, 1, 1], lambda n: rng.normal(size=n)),
+        case([1, 4, 1, 3], lambda n: rng.integers(0, 2, n).astype(float)),
+        case([1], lambda n: rng.normal(size=n)),
+        case([6], lambda n: rng.normal(size=n)),
+        case([5], lambda n: rng.integers(0, 2, n).astype(float)),
+        Case((), ()),
+    ]
+
+
+def check_estimator(name_or_fn: Any, *, seed: int = 0) -> ContractReport:
+    """Check an estimator against every contract rule; never raises for a misbehaving estimator.
+
+    ``name_or_fn`` is a registered name (str or ``rLLMAdvantageEstimator``), an
+    :class:`AdvEstimatorSpec`, or a list-form function ``fn(rewards, **kw) -> (advantages, returns)``.
+    ``seed`` picks the synthetic inputs. Unknown names raise ``ValueError`` from the registry.
+    """
+    subject = subject_of(name_or_fn)
+    report = ContractReport(subject.label)
+    cases = synthetic_cases(seed)
+    for rule in ALL_RULES:
+        if rule.name == "group_order_invariant" and not subject.group_order_invariant:
+            report.verdicts[rule.name] = "skipped: declared group_order_invariant=False"
+            continue
+        if rule.compares and report.verdicts.get("deterministic") == "FAIL":
+            report.verdicts[rule.name] = "skipped: not deterministic"
+            continue
+        applicable = 0
+        for case in filter(rule.applies, cases):
+            message = rule.judge(subject, case, seed)
+            applicable += message != NOT_APPLICABLE
+            if message:
+                example, message = shrink(rule, subject, case, message, seed)
+                report.violations.append(Violation(rule.name, message, example))
+                report.verdicts[rule.name] = "FAIL"
+                break
+        else:
+            report.verdicts[rule.name] = "pass" if applicable else "skipped: no usable output (see the other rules)"
+    return report
+
+
+def assert_estimator_contract(name_or_fn: Any, *, seed: int = 0) -> ContractReport:
+    """Raise ``AssertionError`` with the report if the estimator breaks any contract rule; else return the report."""
+    report = check_estimator(name_or_fn, seed=seed)
+    if not report.ok:
+        raise AssertionError(str(report))
+    return report

@@ -1,0 +1,122 @@
+"""Estimator options checked before the collector runs; one conversion rule for what estimators return."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+from rllm_plugins import (
+    AdvEstimatorSpec,
+    AlgorithmConfig,
+    collect_reward_and_advantage_from_trajectory_groups,
+    register_rllm_adv_estimator,
+    unregister_rllm_adv_estimator,
+)
+from rllm_plugins.options import check_estimator_kwargs, estimator_options_of, spec_options
+from rllm_plugins.types import Step, Trajectory, TrajectoryGroup
+
+BUILTIN = "rllm-plugins (built-in)"
+WHERE = "AlgorithmConfig.estimator_kwargs"
+NORM = "AlgorithmConfig.norm_adv_by_std_in_grpo"
+
+
+def _groups() -> list[TrajectoryGroup]:
+    return [TrajectoryGroup([Trajectory(steps=[Step()], reward=1.0), Trajectory(steps=[Step()], reward=0.0)], "t1:solver")]
+
+
+def _collect(**config: object) -> list[object]:
+    groups = _groups()
+    collect_reward_and_advantage_from_trajectory_groups(groups, AlgorithmConfig(**config))  # type: ignore[arg-type]
+    return [t.steps[0].advantage for t in groups[0].trajectories]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"epsilom": 0.5}, f"{WHERE}: unknown option 'epsilom' for estimator 'grpo' ({BUILTIN}), which accepts: epsilon. Did you mean 'epsilon'?"),
+        ({"epsilon": "1e-4"}, f"{WHERE}: option 'epsilon' of estimator 'grpo' must be a number >= 0, got str '1e-4'"),
+        ({"epsilon": None}, f"{WHERE}: option 'epsilon' of estimator 'grpo' must be a number >= 0, got NoneType None"),
+        ({"epsilon": -1e-6}, f"{WHERE}: option 'epsilon' of estimator 'grpo' must be a finite number >= 0, got -1e-06"),
+        ({"epsilon": True}, f"{WHERE}: option 'epsilon' of estimator 'grpo' must be a number >= 0, got bool True"),
+        (
+            {"norm_adv_by_std_in_grpo": False},
+            f"{WHERE}: norm_adv_by_std_in_grpo is not an estimator option; set AlgorithmConfig.norm_adv_by_std_in_grpo instead",
+        ),
+        ({"rewards": [1.0]}, f"{WHERE}: 'rewards' is passed by the framework to every estimator call; it cannot be set as an option"),
+    ],
+)
+def test_bad_estimator_kwargs_are_a_value_error_and_nothing_is_written(kwargs, message):
+    groups = _groups()
+    with pytest.raises(ValueError) as error:
+        collect_reward_and_advantage_from_trajectory_groups(groups, AlgorithmConfig(estimator="grpo", estimator_kwargs=kwargs))
+    assert str(error.value) == message
+    assert all(step.advantage is None for t in groups[0].trajectories for step in t.steps)
+
+
+def test_a_valid_option_changes_the_result():
+    assert _collect(estimator="grpo", estimator_kwargs={"epsilon": 0.5}) == [0.5, -0.5]  # by hand: (1 - 0.5) / (0.5 + 0.5)
+
+
+def test_the_option_of_a_mapped_estimator_counts_and_one_nobody_takes_is_an_error():
+    assert estimator_options_of("rloo").defaults == {}
+    check_estimator_kwargs(["rloo", "grpo"], {"epsilon": 1e-3}, where=WHERE, norm_field="x")  # grpo takes it
+    with pytest.raises(ValueError) as error:
+        check_estimator_kwargs(["rloo", "opo"], {"epsilon": 1e-3}, where=WHERE, norm_field="x")
+    assert str(error.value) == f"{WHERE}: unknown option 'epsilon' for estimators 'rloo' ({BUILTIN}), 'opo' ({BUILTIN}), which accept no options."
+
+
+@pytest.fixture
+def registered():
+    names = []
+
+    def register(name, **kwargs):
+        def wrap(fn):
+            register_rllm_adv_estimator(name, **kwargs)(fn)
+            names.append(name)
+            return fn
+
+        return wrap
+
+    yield register
+    for name in names:
+        unregister_rllm_adv_estimator(name)
+
+
+def test_named_parameters_are_typed_by_their_defaults_and_open_estimators_take_anything(registered):
+    @registered("h_typed")
+    def typed(rewards, *, scale: float = 1.0, clip: bool = False, rounds: int = 1, mode: str = "a", extra=None):
+        return [r * scale for r in rewards], [r * scale for r in rewards]
+
+    @registered("h_open")
+    def open_estimator(rewards, **kwargs):
+        return list(rewards), list(rewards)
+
+    assert set(estimator_options_of("h_typed").defaults) == {"scale", "clip", "rounds", "mode", "extra"}
+    check_estimator_kwargs("h_typed", {"scale": 2, "clip": np.bool_(True), "rounds": 3, "mode": "b", "extra": object()}, where=WHERE, norm_field="x")
+    for key, value, problem in [
+        ("scale", "2", "must be a number, got str '2'"),
+        ("scale", float("nan"), "must be finite, got nan"),
+        ("clip", "false", "must be a bool (True or False), got str 'false'"),
+        ("rounds", 1.5, "must be an int, got float 1.5"),
+        ("mode", 1, "must be a str, got int 1"),
+    ]:
+        with pytest.raises(ValueError) as error:
+            check_estimator_kwargs("h_typed", {key: value}, where=WHERE, norm_field="x")
+        assert str(error.value) == f"{WHERE}: option {key!r} of estimator 'h_typed' {problem}"
+    assert estimator_options_of("h_open").open
+    check_estimator_kwargs("h_open", {"anything": 1}, where=WHERE, norm_field="x")
+
+
+def test_a_spec_declares_the_options_its_kwargs_read():
+    def fn(rewards, **kwargs):
+        return list(rewards), list(rewards)
+
+    spec = AdvEstimatorSpec("h_declared", fn=fn, options=["alpha"])
+    assert spec.options == ("alpha",)
+    declared = spec_options(spec)
+    assert (dict(declared.defaults), declared.open) == ({"alpha": inspect.Parameter.empty}, False)
+    assert spec_options(AdvEstimatorSpec("h_undeclared", fn=fn)).open
+    with pytest.raises(TypeError, match="options must be a sequence of option names"):
+        AdvEstimatorSpec("h_declared", fn=fn, options="alpha")

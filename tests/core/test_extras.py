@@ -1,0 +1,56 @@
+"""Without an extra's packages, importing what needs them raises an ImportError that names the extra to install.
+
+Each case runs in a fresh interpreter where the framework is blocked (``sys.modules[name] = None``,
+Python's own way to make an import fail), as if it were not installed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from rllm_plugins.extras import missing_modules, require_extra
+
+
+def import_without(blocked: str, statement: str) -> subprocess.CompletedProcess[str]:
+    code = f"import sys; sys.modules[{blocked!r}] = None\n{statement}"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize(
+    ("blocked", "module", "message"),
+    [
+        ("verl", "rllm_verl", 'rllm_verl needs verl, torch, and verl is not installed. Install: pip install "rllm-plugins[verl]"'),
+        ("torch", "rllm_verl", 'rllm_verl needs verl, torch, and torch is not installed. Install: pip install "rllm-plugins[verl]"'),
+        ("trl", "rllm_trl", 'rllm_trl needs trl, torch, and trl is not installed. Install: pip install "rllm-plugins[trl]"'),
+        (
+            "transformers",
+            "rllm_plugins.tiny",
+            "rllm_plugins.tiny needs torch, transformers, tokenizers, and transformers is not installed. "
+            'Install: pip install "rllm-plugins[trl]" or pip install "rllm-plugins[verl]"',
+        ),
+    ],
+)
+def test_importing_an_adapter_without_its_extra_names_the_extra(blocked, module, message):
+    done = import_without(blocked, f"import {module}")
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == f"ModuleNotFoundError: {message}"
+
+
+def test_the_tiny_model_needs_neither_trl_nor_verl():
+    pytest.importorskip("transformers")
+    code = "import sys; sys.modules['trl'] = sys.modules['verl'] = None\nfrom rllm_plugins.tiny import build_tiny_model, build_tiny_tokenizer\n"
+    code += "model = build_tiny_model(build_tiny_tokenizer(['1+1=2', 'hello'])); print(sum(p.numel() for p in model.parameters()))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert 20_000 < int(done.stdout) < 40_000
+
+
+def test_missing_modules_looks_up_without_importing():
+    assert missing_modules(["json", "rllm_no_such_module"]) == ["rllm_no_such_module"]
+    assert "rllm_no_such_module" not in sys.modules
+    with pytest.raises(ModuleNotFoundError) as caught:
+        require_extra("thing", "verl", ["rllm_no_such_module"])
+    assert caught.value.name == "rllm_no_such_module"

@@ -1,0 +1,57 @@
+"""The README's layout section names every module of the core and the adapters, and nothing that is not there."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def layout_lines() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Layout\n") :]
+    return re.search(r"```\n(.*?)```", section, re.S).group(1).splitlines()
+
+
+def core_entries_in_readme() -> set[str]:
+    """``types.py``, ``estimators/``, ... named at the start of the indented lines under ``rllm_plugins/``."""
+    names: set[str] = set()
+    for line in layout_lines():
+        if line.startswith("  "):
+            for token in line.split():
+                if not token.endswith((".py", "/")):
+                    break
+                names.add(token)
+    return names
+
+
+def core_entries_in_tree() -> set[str]:
+    core = ROOT / "rllm_plugins"
+    modules = {p.name for p in core.glob("*.py") if p.name != "__init__.py"}
+    packages = {f"{p.name}/" for p in core.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    return modules | packages
+
+
+def adapter_modules_in_readme(adapter: str) -> set[str]:
+    (line,) = [line for line in layout_lines() if line.startswith(f"adapters/{adapter}/")]
+    return {name.strip() for name in line.split("): ", 1)[1].split(",")}
+
+
+def test_the_layout_names_every_core_module_and_no_other():
+    assert core_entries_in_readme() == core_entries_in_tree()
+
+
+def test_the_layout_names_every_adapter_module_and_no_other():
+    for adapter in ("rllm_verl", "rllm_trl"):
+        in_tree = {p.stem for p in (ROOT / "adapters" / adapter).glob("*.py") if p.name != "__init__.py"}
+        assert adapter_modules_in_readme(adapter) == in_tree, adapter
+
+
+def test_every_top_level_folder_in_the_layout_exists():
+    for line in layout_lines():
+        if not line.startswith(" "):
+            for token in line.split():
+                if not token.endswith("/"):
+                    break
+                assert (ROOT / token).is_dir(), token
