@@ -24,6 +24,19 @@ ENTRY_POINT_NAME = "rllm_plugins"  # our entry point in verl's ``verl.plugins`` 
 PLUGIN_MODULE = "rllm_verl.verl_plugin"
 
 
+def session_extension_status() -> str:
+    """Whether the session extension of verl's v1 ``compute_advantage_for_multi_trajectories`` is active (imports that module)."""
+    from .extension import extension_status
+    from .multi_trajectories import install_session_extension
+
+    install_session_extension()
+    try:
+        import verl.trainer.ppo.v1.utils  # noqa: F401 - importing it applies the extension
+    except Exception as error:
+        return f"not applied: verl's v1 trainer cannot be imported ({type(error).__name__}: {error})"
+    return extension_status().get("sessions", "not installed")
+
+
 @dataclass
 class VerlCheckReport:
     """Outcome of :func:`verl_check`: whether ``adv_estimator`` resolves, and the ``rllm_*`` names verl knows."""
@@ -33,6 +46,7 @@ class VerlCheckReport:
     config_name: str
     rllm_names: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    session_extension: str = field(default_factory=session_extension_status)
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -41,6 +55,7 @@ class VerlCheckReport:
         head = f"verl config {self.config_name!r}: algorithm.adv_estimator={self.adv_estimator!r}"
         lines = [f"{head}: {'OK' if self.ok else 'FAILED'}", *(f"  error: {e}" for e in self.errors)]
         lines.append(f"  rllm_* estimators in verl: {', '.join(self.rllm_names) or '(none)'}")
+        lines.append(f"  session extension (rllm_* over v1 multi-output sessions): {self.session_extension}")
         return "\n".join(lines)
 
 

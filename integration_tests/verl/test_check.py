@@ -71,6 +71,11 @@ def test_rllm_plugins_verl_check_without_verl_says_what_to_install():
     )
 
 
+def test_the_report_says_whether_the_session_extension_is_active(capsys):
+    assert main(["algorithm.adv_estimator=rllm_rloo"]) == 0
+    assert "session extension (rllm_* over v1 multi-output sessions): active" in capsys.readouterr().out
+
+
 def test_passk_training_k_is_checked_against_the_rollout_group_size():
     good = verl_check(["algorithm.adv_estimator=rllm_passk_training", "+algorithm.rllm_estimator_kwargs.k=4", "actor_rollout_ref.rollout.n=8"])
     assert good.ok, good

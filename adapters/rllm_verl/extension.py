@@ -1,0 +1,199 @@
+"""Guarded extension of one verl function where verl offers no hook.
+
+An :class:`Extension` names a function (``module.attribute``), the exact signature it was written
+for, the modules that bound the name by ``from module import attribute``, an opt-out environment
+variable, and ``make(original) -> replacement``. :func:`install` applies it:
+
+- lazily: if the module is not imported yet, a finder on ``sys.meta_path`` applies it right after
+  the module first executes (so ``import verl`` stays as cheap as before, and a later
+  ``from module import attribute`` binds the replacement);
+- once and idempotently (the replacement carries ``rllm_extension``; applying again is a no-op);
+- only when the function's signature is the expected one, checked at run time; otherwise it
+  warns once and leaves verl untouched;
+- never raising: a failure is logged as one warning, and verl keeps its own function.
+
+:func:`extension_status` says, per extension, whether it is active.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import inspect
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+__all__ = ["Extension", "extension_status", "install", "is_opted_out"]
+
+logger = logging.getLogger(__name__)
+
+_OFF = {"0", "false", "no", "off"}
+_lock = threading.RLock()
+_status: dict[str, str] = {}
+_warned: set[tuple[str, str]] = set()
+
+
+@dataclass(frozen=True)
+class Extension:
+    """What to extend and how. ``parameters``: ``(name, default)`` per parameter, ``inspect.Parameter.empty`` for none."""
+
+    name: str
+    module: str
+    attribute: str
+    parameters: tuple[tuple[str, Any], ...]
+    make: Callable[[Callable[..., Any]], Callable[..., Any]]
+    env: str
+    bound_in: tuple[str, ...] = ()
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}.{self.attribute}"
+
+
+def is_opted_out(extension: Extension) -> bool:
+    """Whether ``extension.env`` is set to 0 / false / no / off."""
+    return os.environ.get(extension.env, "").strip().lower() in _OFF
+
+
+def extension_status() -> dict[str, str]:
+    """Per installed extension: ``active``, ``pending (...)``, ``off (...)`` or ``not applied: <why>``."""
+    with _lock:
+        return dict(_status)
+
+
+def _warn_once(extension: Extension, message: str) -> None:
+    key = (extension.name, message)
+    if key not in _warned:
+        _warned.add(key)
+        logger.warning("rllm-plugins: %s extension of %s not applied: %s", extension.name, extension.target, message)
+
+
+def _signature_mismatch(extension: Extension, fn: Any) -> str | None:
+    """Why ``fn``'s signature is not the expected one (None when it is)."""
+    try:
+        parameters = list(inspect.signature(fn, follow_wrapped=False).parameters.values())
+    except (TypeError, ValueError) as error:
+        return f"its signature cannot be read ({error})"
+    found = tuple((p.name, p.default) for p in parameters)
+    kinds_ok = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters)
+    if found != extension.parameters or not kinds_ok:
+        expected = ", ".join(n if d is inspect.Parameter.empty else f"{n}={d!r}" for n, d in extension.parameters)
+        found_text = inspect.signature(fn, follow_wrapped=False)
+        return f"its signature is {found_text}, this version of rllm-plugins supports ({expected}); verl's own function is used"
+    return None
+
+
+def _apply(extension: Extension, module: ModuleType) -> None:
+    """Replace ``module.attribute`` (and the names bound to it in ``bound_in``) by the extension, if it fits."""
+    with _lock:
+        try:
+            original = getattr(module, extension.attribute, None)
+            if original is None:
+                _status[extension.name] = "not applied: verl has no such function"
+                _warn_once(extension, f"{extension.module} has no {extension.attribute!r}")
+                return
+            if getattr(original, "rllm_extension", None) == extension.name:
+                replacement = original
+            else:
+                why = _signature_mismatch(extension, original)
+                if why is not None:
+                    _status[extension.name] = f"not applied: {why}"
+                    _warn_once(extension, why)
+                    return
+                replacement = extension.make(original)
+                replacement.rllm_extension = extension.name  # type: ignore[attr-defined]
+                replacement.__wrapped__ = original  # type: ignore[attr-defined]
+                setattr(module, extension.attribute, replacement)
+            wrapped = replacement.__wrapped__
+            for name in extension.bound_in:
+                other = sys.modules.get(name)
+                if other is not None and getattr(other, extension.attribute, None) is wrapped:
+                    setattr(other, extension.attribute, replacement)
+            _status[extension.name] = "active"
+        except Exception as error:  # verl hides plugin errors; never break its import
+            _status[extension.name] = f"not applied: {type(error).__name__}: {error}"
+            _warn_once(extension, f"{type(error).__name__}: {error}")
+
+
+class _ApplyAfterExec(importlib.abc.Loader):
+    """The module's own loader, then the extensions applied to the fresh module."""
+
+    def __init__(self, loader: Any, extensions: list[Extension]) -> None:
+        self._loader = loader
+        self._extensions = extensions
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        for extension in self._extensions:
+            _apply(extension, module)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_resource_reader, is_package, ...
+        return getattr(self._loader, name)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: wraps the loader of the modules that have pending extensions."""
+
+    def __init__(self) -> None:
+        self.extensions: dict[str, list[Extension]] = {}
+        self._busy = threading.local()  # a finder that asks every finder, us included, must not recurse
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        extensions = self.extensions.get(fullname)
+        if not extensions or getattr(self._busy, "name", None) == fullname:
+            return None
+        self._busy.name = fullname
+        try:
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+            if spec.loader is not None and hasattr(spec.loader, "exec_module") and not isinstance(spec.loader, _ApplyAfterExec):
+                spec.loader = _ApplyAfterExec(spec.loader, list(extensions))
+            return spec
+        except Exception as error:  # never break an import: let the normal finders do it
+            for extension in extensions:
+                _warn_once(extension, f"the import hook failed: {type(error).__name__}: {error}")
+            return None
+        finally:
+            self._busy.name = None
+
+
+_finder = _Finder()
+
+
+def install(extension: Extension) -> str:
+    """Apply ``extension`` now if its module is imported, else when it is; returns its status. Never raises."""
+    with _lock:
+        try:
+            if is_opted_out(extension):
+                _status[extension.name] = f"off ({extension.env}={os.environ.get(extension.env)})"
+                return _status[extension.name]
+            module = sys.modules.get(extension.module)
+            if module is not None:
+                _apply(extension, module)
+                return _status[extension.name]
+            pending = _finder.extensions.setdefault(extension.module, [])
+            if all(e.name != extension.name for e in pending):
+                pending.append(extension)
+            if _finder not in sys.meta_path:
+                sys.meta_path.insert(0, _finder)
+            _status[extension.name] = f"pending (applied when {extension.module} is imported)"
+            return _status[extension.name]
+        except Exception as error:
+            _status[extension.name] = f"not applied: {type(error).__name__}: {error}"
+            _warn_once(extension, f"{type(error).__name__}: {error}")
+            return _status[extension.name]

@@ -1,0 +1,133 @@
+"""Session-level ``rllm_*`` advantages in verl's v1 ``compute_advantage_for_multi_trajectories``.
+
+verl's v1 trainer calls ``compute_advantage_for_multi_trajectories(data, batch_keys, ...)`` with
+one key ``{uid}_{session_id}_{index}`` per output row; verl itself treats a session as one
+trajectory only for ``grpo``. This extension does so for every estimator registered by us
+(``rllm_*``): one trajectory per session, its reward the final output's reward
+(``token_level_rewards`` of that row summed in float64), the estimator over the sessions of each
+``uid``, and the session's advantage on every output row times its ``response_mask``
+(``advantages`` and ``returns``). Batches with one output per session, and every other estimator
+name, go to verl's own function unchanged. Opt out with ``RLLM_PLUGINS_VERL_SESSIONS=0``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from .extension import Extension, install
+from .sessions import Sessions, first_outputs_only, parse_sessions, session_advantages
+
+__all__ = ["SESSIONS", "SESSIONS_ENV", "install_session_extension"]
+
+SESSIONS_ENV = "RLLM_PLUGINS_VERL_SESSIONS"
+
+_EMPTY = inspect.Parameter.empty
+
+
+def _rllm_name(adv_estimator: Any) -> str | None:
+    """The rLLM estimator behind verl's name ``adv_estimator`` when we registered it, else None."""
+    if not isinstance(adv_estimator, str):
+        return None
+    from verl.trainer.ppo import core_algos
+
+    return getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(adv_estimator), "rllm_estimator", None)
+
+
+def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> Any:
+    """Write the session-level advantages of the rLLM estimator ``name`` into ``data`` (a verl DataProto); returns it."""
+    import numpy as np
+    import torch
+
+    from rllm_plugins.registry import get_estimator
+
+    from .bridge import _check_inputs, _wants_lengths, estimator_options
+
+    where = f"advantage estimator 'rllm_{name}' (sessions of compute_advantage_for_multi_trajectories)"
+    rewards, mask, uids = data.batch["token_level_rewards"], data.batch["response_mask"], data.non_tensor_batch["uid"]
+    _check_inputs(where, rewards, mask, uids)
+    options = estimator_options(config, where)
+    estimator = get_estimator(name)
+    with torch.no_grad():
+        finals = torch.from_numpy(sessions.final_rows).to(rewards.device)
+        session_rewards = rewards.index_select(0, finals).to(torch.float64).sum(dim=-1).cpu().numpy()
+        if not np.isfinite(session_rewards).all():
+            row = int(sessions.final_rows[np.flatnonzero(~np.isfinite(session_rewards))[0]])
+            raise ValueError(f"{where}: row {row} (uid {uids[row]!r}) has a non-finite reward; token_level_rewards must be finite")
+        lengths = None
+        if _wants_lengths(name):  # a session's length: its response tokens over all its outputs
+            row_lengths = mask.sum(dim=-1).to(device="cpu", dtype=torch.float64).numpy()
+            lengths = np.bincount(sessions.session_of_row, weights=row_lengths, minlength=len(sessions.final_rows))
+        try:
+            per_row = session_advantages(estimator.batched_form, sessions, session_rewards, session_lengths=lengths, **options)
+        except ValueError as error:
+            raise ValueError(f"{where}: {error} ({estimator.provider})") from error
+        dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
+        scores = torch.from_numpy(per_row).to(device=rewards.device, dtype=dtype).unsqueeze(-1) * mask
+    data.batch["advantages"] = scores
+    data.batch["returns"] = scores
+    return data
+
+
+def extend(original: Callable[..., Any]) -> Callable[..., Any]:
+    """verl's ``compute_advantage_for_multi_trajectories`` with session-level ``rllm_*`` estimators."""
+
+    def compute_advantage_for_multi_trajectories(
+        data: Any,
+        batch_keys: Any,
+        adv_estimator: Any,
+        gamma: float = 1.0,
+        lam: float = 1.0,
+        num_repeat: int = 1,
+        norm_adv_by_std_in_grpo: bool = True,
+        config: Any = None,
+    ) -> Any:
+        name = _rllm_name(adv_estimator)
+        if name is None or batch_keys is None or "uid" not in data.non_tensor_batch:
+            return original(data, batch_keys, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config)
+        if len(batch_keys) == len(data) and first_outputs_only(batch_keys):  # the usual case, without parsing keys
+            return original(data, batch_keys, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config)
+        try:
+            sessions = parse_sessions(list(batch_keys), data.non_tensor_batch["uid"])
+        except ValueError as error:
+            raise ValueError(f"advantage estimator {adv_estimator!r} in compute_advantage_for_multi_trajectories: {error}") from None
+        if sessions.one_output_each:
+            return original(data, batch_keys, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config)
+        if "response_mask" not in data.batch.keys():  # noqa: SIM118 - a TensorDict
+            from verl.trainer.ppo.ray_trainer import compute_response_mask
+
+            data.batch["response_mask"] = compute_response_mask(data)
+        return session_compute(name, data, sessions, config)
+
+    compute_advantage_for_multi_trajectories.__doc__ = (
+        f"{original.__doc__ or ''}\n\n    rllm-plugins: for ``rllm_*`` estimators, a session with several outputs is one "
+        "trajectory (its final output's reward) whose advantage goes to all its outputs; see rllm_verl.multi_trajectories."
+    )
+    compute_advantage_for_multi_trajectories.__module__ = original.__module__
+    return compute_advantage_for_multi_trajectories
+
+
+SESSIONS = Extension(
+    name="sessions",
+    module="verl.trainer.ppo.v1.utils",
+    attribute="compute_advantage_for_multi_trajectories",
+    parameters=(
+        ("data", _EMPTY),
+        ("batch_keys", _EMPTY),
+        ("adv_estimator", _EMPTY),
+        ("gamma", 1.0),
+        ("lam", 1.0),
+        ("num_repeat", 1),
+        ("norm_adv_by_std_in_grpo", True),
+        ("config", None),
+    ),
+    make=extend,
+    env=SESSIONS_ENV,
+    bound_in=("verl.trainer.ppo.v1.trainer_base",),
+)
+
+
+def install_session_extension() -> str:
+    """Install the session extension (see :mod:`rllm_verl.extension`); returns its status. Never raises."""
+    return install(SESSIONS)

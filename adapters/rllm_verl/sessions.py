@@ -1,0 +1,118 @@
+"""Agent sessions as rLLM trajectories: one trajectory per session, its advantage on every output.
+
+verl's v1 agent loops may return several outputs per session (context resets, one output per
+turn), keyed ``{uid}_{session_id}_{index}``. In rLLM terms a session is one trajectory whose
+steps are its outputs: its reward is the reward of its final output (highest ``index``), the
+estimator compares the sessions of one prompt (``uid``), and every output of the session gets
+the session's advantage. Pure functions over arrays; the verl shell is ``multi_trajectories``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .bridge import group_rows
+
+__all__ = ["Sessions", "first_outputs_only", "parse_sessions", "session_advantages"]
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """Which session each row belongs to and which row is each session's final output.
+
+    ``session_of_row`` (B,) int64: the session of each row, sessions numbered in order of first
+    appearance; ``final_rows`` (S,) int64: the row of each session's final (highest-index) output;
+    ``uids`` (S,) object: the prompt (group) of each session.
+    """
+
+    session_of_row: np.ndarray
+    final_rows: np.ndarray
+    uids: np.ndarray
+
+    @property
+    def one_output_each(self) -> bool:
+        """Whether every session has exactly one output (then sessions and rows coincide)."""
+        return len(self.final_rows) == len(self.session_of_row)
+
+
+def first_outputs_only(keys: Sequence[Any]) -> bool:
+    """Whether every key ends in ``_0``: each session has only its first output (the usual case, checked cheaply)."""
+    return all(str(key).endswith("_0") for key in keys)
+
+
+def parse_sessions(keys: Sequence[Any], uids: Sequence[Any]) -> Sessions:
+    """Sessions of a batch from its keys ``{uid}_{session_id}_{index}`` (B,) and row uids (B,).
+
+    The uid part may itself contain ``_`` (the key is split at its last two); ``index`` is an
+    integer. Raises ``ValueError`` naming the row for a malformed key, an index repeated within a
+    session, or a session whose rows carry different ``uid`` values.
+    """
+    if len(keys) != len(uids):
+        raise ValueError(f"{len(keys)} batch keys for {len(uids)} rows; every row needs its key {{uid}}_{{session_id}}_{{index}}")
+    code_of: dict[str, int] = {}
+    session_of_row = np.empty(len(keys), dtype=np.int64)
+    final_rows: list[int] = []
+    final_index: list[int] = []
+    for row, key in enumerate(keys):
+        head, sep, index_text = str(key).rpartition("_")
+        if not sep or "_" not in head:
+            raise ValueError(f"row {row}: batch key {key!r} is not of the form {{uid}}_{{session_id}}_{{index}}")
+        try:
+            index = int(index_text)
+        except ValueError:
+            raise ValueError(f"row {row}: batch key {key!r} ends in {index_text!r}, not an integer output index") from None
+        code = code_of.setdefault(head, len(code_of))
+        session_of_row[row] = code
+        if code == len(final_rows):
+            final_rows.append(row)
+            final_index.append(index)
+            continue
+        first = final_rows[code]
+        if uids[row] != uids[first]:
+            raise ValueError(f"row {row}: session {head!r} has rows of uid {uids[first]!r} (row {first}) and {uids[row]!r}; a session belongs to one prompt")
+        if index == final_index[code]:
+            raise ValueError(f"row {row}: batch key {key!r} appears twice (also row {first}); each output of a session needs its own index")
+        if index > final_index[code]:
+            final_rows[code], final_index[code] = row, index
+    finals = np.asarray(final_rows, dtype=np.int64)
+    session_uids = np.empty(len(finals), dtype=object)
+    session_uids[:] = [uids[row] for row in final_rows]
+    return Sessions(session_of_row, finals, session_uids)
+
+
+def session_advantages(
+    batched: Callable[..., Any],
+    sessions: Sessions,
+    session_rewards: np.ndarray,
+    *,
+    session_lengths: np.ndarray | None = None,
+    **options: Any,
+) -> np.ndarray:
+    """Advantage of every row (B,) float64: its session's advantage among the sessions of its uid.
+
+    ``batched(values, offsets, **options)`` is a core batched estimator; ``session_rewards`` (S,)
+    float64 are the final outputs' rewards; ``session_lengths`` (S,), when given, is passed as
+    ``lengths`` (for length-weighted estimators). Raises ``ValueError`` when the estimator returns
+    the wrong number of values or a non-finite one.
+    """
+    rewards = np.asarray(session_rewards, dtype=np.float64)
+    order, offsets = group_rows(sessions.uids)
+    if session_lengths is not None:
+        options["lengths"] = session_lengths if order is None else session_lengths[order]
+    values = rewards if order is None else rewards[order]
+    grouped = np.asarray(batched(values, offsets, **options), dtype=np.float64).reshape(-1)
+    if grouped.shape != values.shape:
+        raise ValueError(f"the estimator returned {grouped.size} advantages for {values.size} sessions")
+    if order is None:
+        per_session = grouped
+    else:
+        per_session = np.empty_like(grouped)
+        per_session[order] = grouped
+    if not np.isfinite(per_session).all():
+        s = int(np.flatnonzero(~np.isfinite(per_session))[0])
+        raise ValueError(f"the estimator gave advantage {per_session[s]} for the session of row {sessions.final_rows[s]} (uid {sessions.uids[s]!r})")
+    return per_session[sessions.session_of_row]
