@@ -9,11 +9,13 @@ exactly as TRL does and runs an rLLM estimator on the groups:
 - a row where every function returned None is *unscorable*: it is left out of its group's
   statistics and gets advantage 0;
 - each role (``roles``, one name per row; ``"all_groups"`` without one) runs its estimator once
-  on the float64 batched form over all of its groups.
+  on the float64 batched form over all of its groups; TRL's own advantage settings
+  (``scale_rewards``) reach the estimators that name them as keyword parameters (``trl_grpo``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,8 +28,19 @@ from rllm_plugins.diagnostics import batch_diagnostics
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
+from rllm_plugins.spec import accepted_keywords
+from rllm_plugins.types import TrajectoryGroup
 
-__all__ = ["DEFAULT_ROLE", "RewardBatch", "combine_rewards", "compute_advantages", "compute_metrics", "prepare_batch"]
+__all__ = [
+    "DEFAULT_ROLE",
+    "RewardBatch",
+    "combine_rewards",
+    "compute_advantages",
+    "compute_metrics",
+    "prepare_batch",
+    "role_name",
+    "takes_keyword",
+]
 
 DEFAULT_ROLE = "all_groups"  # TrajectoryGroup.group_role of a group_id without a role
 
@@ -65,6 +78,26 @@ def combine_rewards(rewards_per_func: torch.Tensor, reward_weights: torch.Tensor
     return torch.where(torch.isnan(rewards_per_func).all(dim=1), torch.nan, combined)
 
 
+def role_name(value: Any, where: str) -> str:
+    """A role value as a role name: its text, which must be non-empty and read back whole from an rLLM group id.
+
+    ``None`` (or NaN, a missing value in a dataset column), ``""`` and names holding ``":"`` (the
+    separator of ``"<task>:<role>"`` group ids) raise ``ValueError`` naming ``where``.
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        raise ValueError(f"{where}: role is {value!r}; every prompt needs a role name (fill in the role column)")
+    name = str(value)
+    if not name:
+        raise ValueError(f"{where}: role is the empty string; every prompt needs a role name (fill in the role column)")
+    read_back = TrajectoryGroup([], group_id=f"0:{name}").group_role
+    if read_back != name:
+        raise ValueError(
+            f"{where}: role {name!r} contains ':', which separates task and role in rLLM group ids ('<task>:<role>'), "
+            f"so it would be read as the role {read_back!r}; rename the role without ':' (e.g. {name.replace(':', '_')!r})"
+        )
+    return name
+
+
 def _group_roles(roles: Sequence[str] | None, num_rows: int, num_generations: int) -> tuple[tuple[str, ...], np.ndarray]:
     """Per-row role names -> (distinct roles, ``(N // G,)`` role index of each group); a group has one role."""
     num_groups = num_rows // num_generations
@@ -72,7 +105,12 @@ def _group_roles(roles: Sequence[str] | None, num_rows: int, num_generations: in
         return (DEFAULT_ROLE,), np.zeros(num_groups, dtype=np.int64)
     if len(roles) != num_rows:
         raise ValueError(f"roles has {len(roles)} entries for {num_rows} completions")
+    missing = [row for row, r in enumerate(roles) if r is None or (isinstance(r, float) and math.isnan(r))]
+    if missing:
+        role_name(roles[missing[0]], f"completion {missing[0]} (group {missing[0] // num_generations})")
     names, first, codes = np.unique(np.asarray([str(r) for r in roles], dtype=object), return_index=True, return_inverse=True)
+    for name, row in zip(names.tolist(), first.tolist(), strict=True):
+        role_name(name, f"completion {row} (group {row // num_generations})")
     per_row = codes.reshape(num_groups, num_generations)
     disagree = np.flatnonzero((per_row != per_row[:, :1]).any(axis=1))
     if disagree.size:
@@ -114,7 +152,15 @@ def prepare_batch(
     return RewardBatch(rewards, scorable, num_generations, role_names, group_roles, length_array)
 
 
-def _estimate_role(batch: RewardBatch, role: int, name: str, options: Mapping[str, Any]) -> tuple[np.ndarray | slice, np.ndarray]:
+def takes_keyword(name: str, keyword: str) -> bool:
+    """Whether estimator ``name`` names ``keyword`` as a parameter (of its batched form, else of its list form)."""
+    spec = get_estimator(name).spec
+    return keyword in accepted_keywords(spec.batched if spec.batched is not None else spec.fn)[0]
+
+
+def _estimate_role(
+    batch: RewardBatch, role: int, name: str, options: Mapping[str, Any], trl_settings: Mapping[str, Any]
+) -> tuple[np.ndarray | slice, np.ndarray]:
     """Run estimator ``name`` over the scorable rows of role ``role``'s groups: (rows, advantages of those rows)."""
     estimator = get_estimator(name)
     G = batch.num_generations  # noqa: N806 - the paper's name
@@ -131,6 +177,7 @@ def _estimate_role(batch: RewardBatch, role: int, name: str, options: Mapping[st
         offsets = offsets_from_sizes(np.count_nonzero(batch.scorable.reshape(-1, G), axis=1)[in_group])
     values = batch.rewards[rows]
     kwargs = dict(options)
+    kwargs.update((key, value) for key, value in trl_settings.items() if takes_keyword(name, key))
     if batch.lengths is not None:
         kwargs.setdefault("lengths", batch.lengths[rows])
     who = f"estimator {name!r} ({estimator.provider}) for role {batch.roles[role]!r}"
@@ -150,20 +197,26 @@ def compute_advantages(
     estimator_map: Mapping[str, str] | None = None,
     norm_adv_by_std_in_grpo: bool = True,
     estimator_kwargs: Mapping[str, Any] | None = None,
+    trl_settings: Mapping[str, Any] | None = None,
 ) -> np.ndarray:
     """Advantages float64 ``(N,)`` of a :class:`RewardBatch`: 0 on unscorable rows.
 
     Each role uses ``estimator_map[role]``, else ``estimator``, called once on the batched form
     over the scorable rows of all its groups (``lengths`` passed when known, for ``opo``).
-    Nothing is returned unless every role's estimator succeeded.
+    ``trl_settings`` (e.g. ``{"scale_rewards": "batch"}``) go only to the estimators that name
+    them as keyword parameters. Nothing is returned unless every role's estimator succeeded.
     """
     options = {**(estimator_kwargs or {}), "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo}
+    trl_settings = trl_settings or {}
+    both = sorted(set(trl_settings) & set(options))
+    if both:
+        raise ValueError(f"{both} given both as estimator keyword arguments and as TRL settings; give each once")
     estimator_map = estimator_map or {}
     advantages = np.zeros(batch.rewards.size, dtype=np.float64)
     if batch.rewards.size == 0:
         return advantages
-    for role, role_name in enumerate(batch.roles):
-        rows, values = _estimate_role(batch, role, estimator_map.get(role_name, estimator), options)
+    for role, name in enumerate(batch.roles):
+        rows, values = _estimate_role(batch, role, estimator_map.get(name, estimator), options, trl_settings)
         advantages[rows] = values
     return advantages
 

@@ -1,20 +1,34 @@
-"""``RLLMGRPOConfig``: TRL's ``GRPOConfig`` plus the rLLM estimator settings."""
+"""``RLLMGRPOConfig``: TRL's ``GRPOConfig`` plus the rLLM estimator settings, and the checks a trainer runs on its config.
+
+:func:`advantage_settings` reads the advantage fields of any ``GRPOConfig`` (a plain one has no
+``adv_estimator``: its advantages are TRL's own, ``trl_grpo`` following ``scale_rewards``);
+:func:`check_trainer_setup` adds the dataset checks a trainer can run before its first step.
+"""
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import datasets
+import numpy as np
 from trl import GRPOConfig
 
 from rllm_plugins.config import AlgorithmConfig, build_algorithm_config
 from rllm_plugins.estimators import check_group_size
+from rllm_plugins.estimators.trl_compat import trl_scaling
 from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.registry import available_estimators, get_estimator
 from rllm_plugins.spec import normalize_name
 
-__all__ = ["RLLMGRPOConfig", "check_no_per_role_loss"]
+from .advantages import role_name, takes_keyword
+
+__all__ = ["AdvantageSettings", "RLLMGRPOConfig", "advantage_settings", "check_adv_estimator_kwargs", "check_no_per_role_loss", "check_trainer_setup"]
+
+TRL_ESTIMATOR = "trl_grpo"  # the estimator of a plain GRPOConfig: TRL's formula, following scale_rewards
+TRL_SETTINGS = ("scale_rewards",)  # GRPOConfig fields given to the estimators that name them
 
 
 def check_no_per_role_loss(config: AlgorithmConfig) -> AlgorithmConfig:
@@ -29,14 +43,31 @@ def check_no_per_role_loss(config: AlgorithmConfig) -> AlgorithmConfig:
     return config
 
 
+@dataclass(frozen=True)
+class AdvantageSettings:
+    """What a trainer computes: ``estimator`` for roles not in ``estimator_map`` (registry keys),
+    the options of every call, the role column, and TRL's settings not at their default, given
+    to the estimators that take them (``trl_settings``: ``{}`` or ``{"scale_rewards": "batch" | "none"}``).
+    ``overridden`` says, one line each, which TRL settings not at their default an estimator
+    in use does not follow.
+    """
+
+    estimator: str
+    estimator_map: dict[str, str]
+    norm_adv_by_std_in_grpo: bool
+    estimator_kwargs: dict[str, Any]
+    role_column: str | None
+    trl_settings: dict[str, Any]
+    overridden: tuple[str, ...] = ()
+
+
 @dataclass
 class RLLMGRPOConfig(GRPOConfig):
     """``GRPOConfig`` whose advantages come from an rLLM estimator chosen by name.
 
-    The estimator replaces TRL's inline advantage formula, so ``scale_rewards`` and
-    ``multi_objective_aggregation`` no longer apply (a warning says so when they are set to
-    something other than TRL's defaults); ``adv_estimator="trl_grpo"`` reproduces TRL's
-    ``scale_rewards="group"``, ``"trl_grpo_batch"`` its ``"batch"``.
+    ``adv_estimator="trl_grpo"`` follows TRL's ``scale_rewards`` and gives ``GRPOTrainer``'s
+    advantages; another estimator replaces TRL's formula, and a warning names each TRL advantage
+    setting it overrides (``scale_rewards``, ``multi_objective_aggregation`` not at TRL's defaults).
     """
 
     _VALID_DICT_FIELDS: ClassVar[list[str]] = [*GRPOConfig._VALID_DICT_FIELDS, "adv_estimator_kwargs", "adv_estimator_map"]
@@ -48,7 +79,7 @@ class RLLMGRPOConfig(GRPOConfig):
             "`reinforce_plus_plus_baseline`, `prpo`, `prpo_std_optional`, `opo`, `grpo_passk`, `trl_grpo`, `trl_grpo_batch`, `dr_grpo`, "
             "`maxrl`, `passk_training`, `gpg`, `verl_grpo`, `verl_rloo_vectorized`, `verl_reinforce_plus_plus_baseline`) or one from an "
             "installed `rllm_plugins` plugin (`rllm-plugins estimators` lists them). `grpo` is rLLM's GRPO "
-            "(population std, eps 1e-6; Shao et al., 2024); `trl_grpo` is TRL's own (sample std, eps 1e-4)."
+            "(population std, eps 1e-6; Shao et al., 2024); `trl_grpo` is TRL's own and follows `scale_rewards`."
         },
     )
     norm_adv_by_std_in_grpo: bool = field(
@@ -81,64 +112,175 @@ class RLLMGRPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.adv_estimator_kwargs = self._as_dict("adv_estimator_kwargs")
-        self.adv_estimator_map = {str(role): name for role, name in self._as_dict("adv_estimator_map").items()}
-        if any(isinstance(name, (tuple, list)) for name in self.adv_estimator_map.values()):  # rLLM main's (estimator, loss_fn) pairs
-            check_no_per_role_loss(AlgorithmConfig(estimator_map=self.adv_estimator_map))
-        self.adv_estimator = self._check_estimator(self.adv_estimator, "adv_estimator")
-        for role, name in self.adv_estimator_map.items():
-            self.adv_estimator_map[role] = self._check_estimator(name, f"adv_estimator_map[{role!r}]")
-        check_estimator_kwargs(
-            [self.adv_estimator, *self.adv_estimator_map.values()],
-            self.adv_estimator_kwargs,
-            where="RLLMGRPOConfig.adv_estimator_kwargs",
-            norm_field="RLLMGRPOConfig.norm_adv_by_std_in_grpo",
-        )
-        for where, name in [("adv_estimator", self.adv_estimator), *((f"adv_estimator_map[{r!r}]", n) for r, n in self.adv_estimator_map.items())]:
-            if self.num_generations is not None:  # a group is one prompt's num_generations completions
-                try:
-                    check_group_size(get_estimator(name).spec, self.adv_estimator_kwargs, self.num_generations)
-                except ValueError as e:
-                    raise ValueError(f"{where} with num_generations={self.num_generations}: {e}") from None
-        if self.adv_estimator_map and self.role_column is None:
-            raise ValueError("adv_estimator_map is set but role_column is None: set role_column to the dataset column naming each prompt's role")
-        ignored = []
-        if self.scale_rewards != "group":
-            ignored.append(f"scale_rewards={self.scale_rewards!r} (use adv_estimator='trl_grpo_batch' for 'batch', norm_adv_by_std_in_grpo=False for 'none')")
-        if self.multi_objective_aggregation != "sum_then_normalize":
-            ignored.append(f"multi_objective_aggregation={self.multi_objective_aggregation!r} (rewards are combined as a weighted sum)")
-        if ignored:
-            warnings.warn(
-                f"RLLMGRPOConfig: advantages come from the rLLM estimator {self.adv_estimator!r}, so these settings are ignored: {'; '.join(ignored)}",
-                UserWarning,
-                stacklevel=3,
-            )
+        settings = advantage_settings(self)
+        self.adv_estimator, self.adv_estimator_map, self.adv_estimator_kwargs = settings.estimator, settings.estimator_map, settings.estimator_kwargs
+        for line in settings.overridden:
+            warnings.warn(f"RLLMGRPOConfig: {line}", UserWarning, stacklevel=3)
 
     def algorithm_config(self) -> AlgorithmConfig:
-        """These settings as rLLM's ``AlgorithmConfig`` (for the object path, ``compute_advantages_via_groups``)."""
-        node = {"adv_estimator": self.adv_estimator, "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo, "estimator_kwargs": self.adv_estimator_kwargs}
+        """These settings as rLLM's ``AlgorithmConfig`` (for the object path, ``compute_advantages_via_groups``).
+
+        TRL's settings not at their default join ``estimator_kwargs``, as the trainer gives them to the estimators that take them.
+        """
+        kwargs = {**self.adv_estimator_kwargs, **advantage_settings(self).trl_settings}
+        node = {"adv_estimator": self.adv_estimator, "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo, "estimator_kwargs": kwargs}
         return check_no_per_role_loss(build_algorithm_config(node, self.adv_estimator_map))
 
-    def _as_dict(self, name: str) -> dict[str, Any]:
-        value = getattr(self, name)
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise ValueError(f"{name} must be a dict (or a JSON object string), got {type(value).__name__}: {value!r}")
-        return dict(value)
 
-    @staticmethod
-    def _check_estimator(name: Any, where: str) -> str:
-        """The registry key of ``name``; an unknown name raises the registry's error, prefixed with ``where``."""
-        if not isinstance(name, str):
-            raise ValueError(f"{where} must be an estimator name (str), got {type(name).__name__}: {name!r}")
-        try:
-            get_estimator(name)
-        except ValueError as e:
-            bare = normalize_name(name).removeprefix("rllm_")
-            if bare != normalize_name(name) and bare in available_estimators():
-                raise type(e)(
-                    f"{where}={name!r}: the 'rllm_' prefix is verl's spelling (algorithm.adv_estimator=rllm_<name>); in TRL set {where}={bare!r}"
-                ) from None
-            raise type(e)(f"{where}: {e}") from None
-        return normalize_name(name)
+def _as_dict(args: Any, name: str) -> dict[str, Any]:
+    value = getattr(args, name, None)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a dict (or a JSON object string), got {type(value).__name__}: {value!r}")
+    return dict(value)
+
+
+def _check_estimator(name: Any, where: str) -> str:
+    """The registry key of ``name``; an unknown name raises the registry's error, prefixed with ``where``."""
+    if not isinstance(name, str):
+        raise ValueError(f"{where} must be an estimator name (str), got {type(name).__name__}: {name!r}")
+    try:
+        get_estimator(name)
+    except ValueError as e:
+        bare = normalize_name(name).removeprefix("rllm_")
+        if bare != normalize_name(name) and bare in available_estimators():
+            raise type(e)(
+                f"{where}={name!r}: the 'rllm_' prefix is verl's spelling (algorithm.adv_estimator=rllm_<name>); in TRL set {where}={bare!r}"
+            ) from None
+        raise type(e)(f"{where}: {e}") from None
+    return normalize_name(name)
+
+
+def check_adv_estimator_kwargs(kwargs: Any, estimators: list[str]) -> dict[str, Any]:
+    """``adv_estimator_kwargs`` as a dict, checked against the options of ``estimators`` (the core's rule:
+    known keys, values of the right type); TRL's own settings (``scale_rewards``) are refused here, as
+    the trainer passes the ``GRPOConfig`` field to the estimators that take it.
+    """
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"adv_estimator_kwargs must be a dict (or a JSON object string), got {type(kwargs).__name__}: {kwargs!r}")
+    for key in TRL_SETTINGS:
+        if key in kwargs:
+            raise ValueError(f"RLLMGRPOConfig.adv_estimator_kwargs: {key!r} is a GRPOConfig field; set {key} instead (the estimators that take it receive it)")
+    check_estimator_kwargs(estimators, kwargs, where="RLLMGRPOConfig.adv_estimator_kwargs", norm_field="RLLMGRPOConfig.norm_adv_by_std_in_grpo")
+    return dict(kwargs)
+
+
+def advantage_settings(args: Any) -> AdvantageSettings:
+    """Check and resolve the advantage fields of ``args`` (an ``RLLMGRPOConfig`` or any ``GRPOConfig``).
+
+    ``scale_rewards`` other than TRL's default goes to the estimators that name it as a keyword
+    (``trl_grpo``, ``trl_grpo_batch``), each tried once here on two small groups; the others get a
+    line in ``overridden``. Raises ``ValueError`` for a bad value (naming the field) and for
+    combinations without a meaning: settings such an estimator rejects (``trl_grpo`` with
+    ``scale_rewards="batch"`` and ``norm_adv_by_std_in_grpo=False``, ``trl_grpo_batch`` with
+    ``"none"``), and ``multi_objective_aggregation="normalize_then_sum"`` with one of them.
+    """
+    estimator = _check_estimator(getattr(args, "adv_estimator", TRL_ESTIMATOR), "adv_estimator")
+    raw_map = _as_dict(args, "adv_estimator_map")
+    if any(isinstance(name, (tuple, list)) for name in raw_map.values()):  # rLLM main's (estimator, loss_fn) pairs
+        check_no_per_role_loss(AlgorithmConfig(estimator_map={str(role): name for role, name in raw_map.items()}))
+    estimator_map = {}
+    for role, name in raw_map.items():
+        estimator_map[role_name(role, f"adv_estimator_map key {role!r}")] = _check_estimator(name, f"adv_estimator_map[{role!r}]")
+    role_column = getattr(args, "role_column", None)
+    if role_column is not None and (not isinstance(role_column, str) or not role_column):
+        raise ValueError(f"role_column must be a dataset column name (a non-empty str) or None, got {type(role_column).__name__}: {role_column!r}")
+    if estimator_map and role_column is None:
+        raise ValueError("adv_estimator_map is set but role_column is None: set role_column to the dataset column naming each prompt's role")
+    norm = getattr(args, "norm_adv_by_std_in_grpo", True)
+    if not isinstance(norm, (bool, np.bool_)):
+        raise ValueError(f"norm_adv_by_std_in_grpo must be True or False, got {type(norm).__name__}: {norm!r}")
+    in_use = list(dict.fromkeys([estimator, *estimator_map.values()]))
+    kwargs = check_adv_estimator_kwargs(getattr(args, "adv_estimator_kwargs", None), in_use)
+    group_size = getattr(args, "num_generations", None)  # a group is one prompt's num_generations completions
+    for where, name in [("adv_estimator", estimator), *((f"adv_estimator_map[{role!r}]", n) for role, n in estimator_map.items())]:
+        if group_size is not None:
+            try:
+                check_group_size(get_estimator(name).spec, kwargs, group_size)
+            except ValueError as e:
+                raise ValueError(f"{where} with num_generations={group_size}: {e}") from None
+    scale_rewards = trl_scaling(getattr(args, "scale_rewards", "group"))
+    aggregation = getattr(args, "multi_objective_aggregation", "sum_then_normalize")
+
+    trl_settings = {} if scale_rewards == "group" else {"scale_rewards": scale_rewards}  # TRL's default: nothing to pass
+    followers = [name for name in in_use if takes_keyword(name, "scale_rewards")]
+    others = [name for name in in_use if name not in followers]
+    for name in followers:
+        _dry_run(name, {**kwargs, "norm_adv_by_std_in_grpo": bool(norm), **trl_settings})
+    if followers and aggregation != "sum_then_normalize":
+        raise ValueError(
+            f"adv_estimator {followers[0]!r} follows TRL's settings but does not implement "
+            f"multi_objective_aggregation={aggregation!r}; use 'sum_then_normalize'"
+        )
+    overridden = []
+    if others and scale_rewards != "group" and not (scale_rewards == "none" and not norm):
+        hint = " (or norm_adv_by_std_in_grpo=False for unscaled advantages)" if scale_rewards == "none" else ""
+        overridden.append(
+            f"scale_rewards={scale_rewards!r} is overridden by {_estimators(others)}, which "
+            f"{'computes the advantages its' if len(others) == 1 else 'compute the advantages their'} own way; "
+            f"set adv_estimator='trl_grpo' to follow scale_rewards{hint}"
+        )
+    if others and aggregation != "sum_then_normalize":
+        overridden.append(f"multi_objective_aggregation={aggregation!r} is overridden by {_estimators(others)}: rewards are combined as a weighted sum")
+    return AdvantageSettings(
+        estimator=estimator,
+        estimator_map=estimator_map,
+        norm_adv_by_std_in_grpo=bool(norm),
+        estimator_kwargs=kwargs,
+        role_column=role_column,
+        trl_settings=trl_settings,
+        overridden=tuple(overridden),
+    )
+
+
+def _dry_run(name: str, options: dict[str, Any]) -> None:
+    """Call estimator ``name`` once on two small groups, so that settings it rejects fail at config time."""
+    try:
+        get_estimator(name).batched_form(np.array([1.0, 0.0, 0.5, 0.25]), np.array([0, 2, 4]), **options)
+    except ValueError as e:
+        raise ValueError(f"estimator {name!r}: {e}") from None
+
+
+def _estimators(names: list[str]) -> str:
+    return f"adv_estimator {names[0]!r}" if len(names) == 1 else f"the estimators {names}"
+
+
+def _named_datasets(train_dataset: Any, eval_dataset: Any) -> Iterator[tuple[str, Any]]:
+    if train_dataset is not None:
+        yield "train_dataset", train_dataset
+    if isinstance(eval_dataset, dict):
+        for key, dataset in eval_dataset.items():
+            yield f"eval_dataset[{key!r}]", dataset
+    elif eval_dataset is not None:
+        yield "eval_dataset", eval_dataset
+
+
+def check_trainer_setup(args: Any, train_dataset: Any = None, eval_dataset: Any = None) -> AdvantageSettings:
+    """:func:`advantage_settings`, plus what would otherwise fail at the first step: ``role_column``
+    missing from a dataset (or dropped by ``remove_unused_columns``) and role values that are no
+    role names (``None``, ``""``, holding ``":"``). Datasets without known columns are checked per batch.
+    """
+    settings = advantage_settings(args)
+    column = settings.role_column
+    if column is None:
+        return settings
+    if getattr(args, "remove_unused_columns", False):
+        raise ValueError(f"remove_unused_columns=True drops role_column={column!r} before the rewards are computed; set remove_unused_columns=False")
+    for where, dataset in _named_datasets(train_dataset, eval_dataset):
+        columns = getattr(dataset, "column_names", None)
+        if columns is None:
+            continue
+        if column not in columns:
+            raise ValueError(
+                f"role_column={column!r} is not a column of {where} (columns: {sorted(columns)}); "
+                "add it, or set role_column to the column naming each prompt's role"
+            )
+        if isinstance(dataset, datasets.Dataset):
+            if not isinstance(dataset.features[column], datasets.Value):
+                raise ValueError(f"role_column={column!r} of {where} holds {dataset.features[column]}; a role is one name per prompt (str)")
+            for value in dataset.unique(column):
+                role_name(value, f"role_column={column!r} of {where}")
+    return settings

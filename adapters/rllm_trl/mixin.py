@@ -21,7 +21,8 @@ import trl
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
-from .advantages import RewardBatch, compute_advantages, compute_metrics, prepare_batch
+from .advantages import RewardBatch, compute_advantages, compute_metrics, prepare_batch, role_name
+from .config import AdvantageSettings, check_trainer_setup
 
 __all__ = ["OVERRIDDEN_METHODS", "RLLMAdvantageMixin", "check_trl_compatibility"]
 
@@ -47,8 +48,9 @@ def check_trl_compatibility(trainer_class: type = GRPOTrainer) -> None:
 class RLLMAdvantageMixin:
     """Put before ``GRPOTrainer`` (or a subclass of it) in the bases; configure with ``RLLMGRPOConfig`` fields.
 
-    Reads ``args.adv_estimator``, ``args.norm_adv_by_std_in_grpo``, ``args.adv_estimator_kwargs``,
-    ``args.adv_estimator_map`` and ``args.role_column`` (defaults: ``grpo``, True, {}, {}, None).
+    The advantage fields of ``args`` are checked and resolved once, when the trainer is built
+    (:func:`~rllm_trl.config.check_trainer_setup`; kept in ``advantage_settings``). A plain
+    ``GRPOConfig`` gives TRL's own advantages (``trl_grpo`` following ``scale_rewards``).
     After each generation, ``last_reward_batch`` and ``last_advantages`` hold the global batch
     and the ``(N_global,)`` advantages used.
     """
@@ -60,6 +62,7 @@ class RLLMAdvantageMixin:
         check_trl_compatibility(next((c for c in type(self).__mro__[1:] if "_calculate_rewards" in c.__dict__ and c is not RLLMAdvantageMixin), GRPOTrainer))
         super().__init__(*args, **kwargs)
         self._rllm_pending: dict[str, Any] | None = None
+        self.advantage_settings: AdvantageSettings = check_trainer_setup(self.args, self.train_dataset, self.eval_dataset)
 
     def _calculate_rewards(
         self, inputs: list[dict[str, Any]], prompts: list[Any], completions: list[Any], completion_ids_list: list[list[int]]
@@ -68,12 +71,14 @@ class RLLMAdvantageMixin:
         device = rewards_per_func.device
         lengths = self.accelerator.gather(torch.tensor([len(ids) for ids in completion_ids_list], device=device))
         roles = None
-        role_column = getattr(self.args, "role_column", None)
-        if role_column is not None:
-            missing = [i for i, example in enumerate(inputs) if role_column not in example]
-            if missing:
-                raise ValueError(f"role_column={role_column!r}: example {missing[0]} of this batch has no such column (columns: {sorted(inputs[missing[0]])})")
-            roles = gather_object([str(example[role_column]) for example in inputs])
+        role_column = self.advantage_settings.role_column
+        if role_column is not None:  # gathered before any check, so that every process raises the same error
+            gathered = gather_object([(example[role_column], None) if role_column in example else (None, sorted(example)) for example in inputs])
+            roles = []
+            for row, (value, columns) in enumerate(gathered):
+                if columns is not None:
+                    raise ValueError(f"role_column={role_column!r}: completion {row} of the gathered batch has no such column (columns: {columns})")
+                roles.append(role_name(value, f"role_column={role_column!r}, completion {row} of the gathered batch"))
         self._rllm_pending = {"rewards_per_func": rewards_per_func, "lengths": lengths, "roles": roles}
         return rewards_per_func
 
@@ -83,7 +88,7 @@ class RLLMAdvantageMixin:
         if pending is None:
             raise RuntimeError("GRPOTrainer._generate_and_score_completions did not call _calculate_rewards; this TRL version is not supported")
         mode = "train" if self.model.training else "eval"
-        args = self.args
+        settings = self.advantage_settings
         batch = prepare_batch(
             pending["rewards_per_func"],
             self.reward_weights,
@@ -93,10 +98,11 @@ class RLLMAdvantageMixin:
         )
         advantages = compute_advantages(
             batch,
-            getattr(args, "adv_estimator", "grpo"),
-            estimator_map=getattr(args, "adv_estimator_map", None),
-            norm_adv_by_std_in_grpo=getattr(args, "norm_adv_by_std_in_grpo", True),
-            estimator_kwargs=getattr(args, "adv_estimator_kwargs", None),
+            settings.estimator,
+            estimator_map=settings.estimator_map,
+            norm_adv_by_std_in_grpo=settings.norm_adv_by_std_in_grpo,
+            estimator_kwargs=settings.estimator_kwargs,
+            trl_settings=settings.trl_settings,
         )
         local = output["advantages"]
         start = self.accelerator.process_index * local.shape[0]

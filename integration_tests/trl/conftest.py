@@ -157,6 +157,18 @@ def expected_advantages() -> Callable[..., np.ndarray]:
 
 
 @pytest.fixture(scope="session")
+def make_config() -> Callable[..., Any]:
+    """:func:`training_args`: the CPU config, of a given class, with overrides."""
+    return training_args
+
+
+@pytest.fixture(scope="session")
+def default_reward_funcs() -> list[Callable[..., list[float]]]:
+    """The reward functions ``make_trainer`` uses unless told otherwise (weights 1.0, 0.5)."""
+    return [reward_length, reward_letter_a]
+
+
+@pytest.fixture(scope="session")
 def snapshot() -> Callable[[torch.nn.Module], dict[str, torch.Tensor]]:
     """:func:`parameters`: a copy of a model's parameters."""
     return parameters

@@ -1,6 +1,8 @@
 """One rank of the two-process test (run by ``torchrun --nproc_per_node=2``): 2 steps, records to ``<out>/rank<k>.json``.
 
 6 completions per process, groups of 4: group 1 has rows 4-5 on rank 0 and rows 6-7 on rank 1.
+With a third argument ``none-role-on-rank-1``, prompts carry a role column and rank 1's first
+example has the role None at the first step.
 """
 
 from __future__ import annotations
@@ -30,8 +32,11 @@ def reward_length(completions: list[str], **_: Any) -> list[float]:
 
 class RecordingTrainer(RLLMGRPOTrainer):
     records: list[dict[str, Any]]
+    none_role_on_rank_1 = False
 
     def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> torch.Tensor:
+        if self.none_role_on_rank_1 and self.accelerator.process_index == 1:
+            inputs = [{**inputs[0], "role": None}, *inputs[1:]]
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self.records.append({"rewards_per_func": rewards.tolist(), "lengths": [len(ids) for ids in completion_ids_list]})
         return rewards
@@ -42,7 +47,7 @@ class RecordingTrainer(RLLMGRPOTrainer):
         return output
 
 
-def main(out_dir: Path, estimator: str) -> None:
+def main(out_dir: Path, estimator: str, case: str = "") -> None:
     tokenizer = build_tiny_tokenizer([*PROMPTS, "the quick brown fox jumps over the lazy dog 0123456789"])
     args = RLLMGRPOConfig(
         output_dir=str(out_dir / "trainer"),
@@ -62,15 +67,17 @@ def main(out_dir: Path, estimator: str) -> None:
         seed=0,
         adv_estimator=estimator,
         ddp_backend="gloo",
+        role_column="role" if case else None,
     )
     trainer = RecordingTrainer(
         model=build_tiny_model(tokenizer, seed=0),
         reward_funcs=[reward_length],
         args=args,
-        train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+        train_dataset=Dataset.from_dict({"prompt": PROMPTS, "role": ["solver"] * len(PROMPTS)}),
         processing_class=tokenizer,
     )
     trainer.records = []
+    trainer.none_role_on_rank_1 = case == "none-role-on-rank-1"
     trainer.train()
     rank = trainer.accelerator.process_index
     result = {"rank": rank, "world_size": trainer.accelerator.num_processes, "records": trainer.records}
@@ -78,4 +85,4 @@ def main(out_dir: Path, estimator: str) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2])
+    main(Path(sys.argv[1]), sys.argv[2], *sys.argv[3:])

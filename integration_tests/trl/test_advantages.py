@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from rllm_trl import compute_advantages, compute_advantages_via_groups, compute_metrics, prepare_batch
+from rllm_trl import RLLMGRPOConfig, compute_advantages, compute_advantages_via_groups, compute_metrics, prepare_batch
 
 from rllm_plugins import AlgorithmConfig
 
@@ -66,6 +66,19 @@ def test_object_path_agrees_with_fast_path(estimator):
         assert ours[key] == pytest.approx(value, abs=1e-6), key
 
 
+@pytest.mark.parametrize("scale_rewards", ["batch", "none"])
+def test_the_config_algorithm_config_carries_scale_rewards_to_the_object_path(scale_rewards):
+    rewards, weights = gathered(seed=2)
+    batch = prepare_batch(rewards, weights, G)
+    config = RLLMGRPOConfig(output_dir="unused", use_cpu=True, bf16=False, adv_estimator="trl_grpo", scale_rewards=scale_rewards)
+    ids = [[1]] * rewards.shape[0]
+
+    slow, _ = compute_advantages_via_groups(batch, ids, ids, config.algorithm_config())
+    fast = compute_advantages(batch, "trl_grpo", trl_settings={"scale_rewards": scale_rewards})
+    np.testing.assert_allclose(slow, fast, rtol=0, atol=1e-6)
+    assert np.abs(fast - compute_advantages(batch, "trl_grpo")).max() > 0.01  # group scaling would differ
+
+
 def test_each_role_uses_its_estimator():
     rewards, weights = gathered(num_groups=4, seed=2)
     roles = ["a"] * G + ["b"] * G + ["a"] * G + ["b"] * G
@@ -88,6 +101,14 @@ def test_each_role_uses_its_estimator():
         ({"roles": ["x"] * 7 + ["y"] + ["x"] * 8}, "group 0 (rows 0..7) mixes roles ['x', 'y']"),
         ({"roles": ["x"] * 3}, "roles has 3 entries for 16 completions"),
         ({"lengths": [1, 2]}, "lengths has 2 entries for 16 completions"),
+        ({"roles": ["x"] * 8 + [None] * 8}, "completion 8 (group 1): role is None; every prompt needs a role name (fill in the role column)"),
+        ({"roles": ["x"] * 8 + [float("nan")] * 8}, "completion 8 (group 1): role is nan; every prompt needs a role name"),
+        ({"roles": [""] * 16}, "completion 0 (group 0): role is the empty string; every prompt needs a role name"),
+        (
+            {"roles": ["x"] * 8 + ["math:judge"] * 8},
+            "completion 8 (group 1): role 'math:judge' contains ':', which separates task and role in rLLM group ids ('<task>:<role>'), "
+            "so it would be read as the role 'math'; rename the role without ':' (e.g. 'math_judge')",
+        ),
         ({"rewards_per_func": torch.tensor([[float("inf"), 0.0]] + [[0.0, 0.0]] * 15)}, "completion 0 (group 0): combined reward is inf"),
     ],
 )
@@ -96,6 +117,25 @@ def test_bad_input_names_what_and_where(kwargs, message):
     with pytest.raises(ValueError) as error:
         prepare_batch(**args)
     assert message in str(error.value)
+
+
+def test_roles_are_names_and_numbers_become_their_text():
+    rewards = torch.tensor([[1.0], [0.0]] * 4)
+    batch = prepare_batch(rewards, torch.ones(1), 2, roles=[0, 0, 1, 1, 0, 0, 1, 1])
+    assert batch.roles == ("0", "1") and batch.group_roles.tolist() == [0, 1, 0, 1]
+
+
+def test_trl_settings_reach_only_the_estimators_that_take_them():
+    rewards = torch.tensor([[1.0], [0.0], [3.0], [5.0]])
+    batch = prepare_batch(rewards, torch.ones(1), 2)
+    flat = np.array([1.0, 0.0, 3.0, 5.0])
+    centred = flat - np.repeat([0.5, 4.0], 2)
+    batch_scaled = compute_advantages(batch, "trl_grpo", trl_settings={"scale_rewards": "batch"})
+    np.testing.assert_allclose(batch_scaled, centred / (flat.std(ddof=1) + 1e-4), rtol=0, atol=1e-12)
+    grpo = compute_advantages(batch, "grpo", trl_settings={"scale_rewards": "batch"})  # grpo ignores TRL's settings
+    np.testing.assert_allclose(grpo, centred / (np.repeat([0.5, 1.0], 2) + 1e-6), rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match=r"\['norm_adv_by_std_in_grpo'\] given both as estimator keyword arguments and as TRL settings"):
+        compute_advantages(batch, "trl_grpo", trl_settings={"norm_adv_by_std_in_grpo": False})
 
 
 def test_unknown_estimator_raises_the_registry_error():

@@ -5,8 +5,9 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from rllm_trl import RLLMGRPOConfig
+from rllm_trl import RLLMGRPOConfig, advantage_settings
 from transformers import HfArgumentParser
+from trl import GRPOConfig
 
 BASE = {"output_dir": "unused", "use_cpu": True, "bf16": False}
 
@@ -60,17 +61,111 @@ def test_estimator_map_needs_a_role_column():
 
 
 @pytest.mark.parametrize(
-    ("setting", "named"),
+    ("setting", "message"),
     [
-        ({"scale_rewards": "batch"}, "scale_rewards='batch'"),
-        ({"scale_rewards": False}, "scale_rewards='none'"),
-        ({"multi_objective_aggregation": "normalize_then_sum"}, "multi_objective_aggregation='normalize_then_sum'"),
+        (
+            {"scale_rewards": "batch"},
+            "RLLMGRPOConfig: scale_rewards='batch' is overridden by adv_estimator 'rloo', which computes the advantages its own way; "
+            "set adv_estimator='trl_grpo' to follow scale_rewards",
+        ),
+        (
+            {"scale_rewards": False},
+            "RLLMGRPOConfig: scale_rewards='none' is overridden by adv_estimator 'rloo', which computes the advantages its own way; "
+            "set adv_estimator='trl_grpo' to follow scale_rewards (or norm_adv_by_std_in_grpo=False for unscaled advantages)",
+        ),
+        (
+            {"multi_objective_aggregation": "normalize_then_sum"},
+            "RLLMGRPOConfig: multi_objective_aggregation='normalize_then_sum' is overridden by adv_estimator 'rloo': rewards are combined as a weighted sum",
+        ),
     ],
 )
-def test_overridden_trl_settings_warn_naming_the_setting(setting, named):
-    with pytest.warns(UserWarning, match="these settings are ignored") as record:
+def test_overridden_trl_settings_warn_once_naming_the_setting_and_the_estimator(setting, message):
+    with pytest.warns(UserWarning) as record:
         RLLMGRPOConfig(**BASE, adv_estimator="rloo", **setting)
-    assert named in str(record[0].message)
+    assert [str(w.message) for w in record] == [message]
+
+
+def test_overriding_estimators_in_the_map_are_named_with_the_default_one():
+    with pytest.warns(UserWarning) as record:
+        RLLMGRPOConfig(**BASE, adv_estimator="trl_grpo", adv_estimator_map={"judge": "rloo", "critic": "grpo"}, role_column="role", scale_rewards="none")
+    assert [str(w.message) for w in record] == [
+        "RLLMGRPOConfig: scale_rewards='none' is overridden by the estimators ['rloo', 'grpo'], which compute the advantages their own way; "
+        "set adv_estimator='trl_grpo' to follow scale_rewards (or norm_adv_by_std_in_grpo=False for unscaled advantages)"
+    ]
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none", True, False])
+def test_trl_grpo_follows_scale_rewards_without_warnings(scale_rewards):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        config = RLLMGRPOConfig(**BASE, adv_estimator="trl_grpo", scale_rewards=scale_rewards)
+    mode = {True: "group", False: "none"}.get(scale_rewards, scale_rewards)
+    assert advantage_settings(config).trl_settings == ({} if mode == "group" else {"scale_rewards": mode})  # TRL's default is not passed
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch"])
+def test_trl_grpo_batch_takes_batch_and_the_default_without_warnings(scale_rewards):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        RLLMGRPOConfig(**BASE, adv_estimator="trl_grpo_batch", scale_rewards=scale_rewards)
+
+
+def test_unscaled_rllm_estimators_with_scale_rewards_none_do_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        RLLMGRPOConfig(**BASE, adv_estimator="grpo", norm_adv_by_std_in_grpo=False, scale_rewards="none")
+
+
+def test_a_plain_grpo_config_is_read_as_trl_grpo_following_its_settings():
+    settings = advantage_settings(GRPOConfig(**BASE, scale_rewards="batch"))
+    assert (settings.estimator, settings.estimator_map, settings.norm_adv_by_std_in_grpo, settings.trl_settings, settings.overridden) == (
+        "trl_grpo",
+        {},
+        True,
+        {"scale_rewards": "batch"},
+        (),
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"adv_estimator": "trl_grpo", "scale_rewards": "batch", "norm_adv_by_std_in_grpo": False},
+            "estimator 'trl_grpo': scale_rewards='batch' divides by the batch std but norm_adv_by_std_in_grpo=False "
+            "asks for no scaling: set scale_rewards='none' for unscaled advantages, or norm_adv_by_std_in_grpo=True",
+        ),
+        (
+            {"adv_estimator": "trl_grpo_batch", "scale_rewards": "none"},
+            "estimator 'trl_grpo_batch': trl_grpo_batch scales by the batch std, but scale_rewards='none': choose trl_grpo, which follows scale_rewards",
+        ),
+        (
+            {"adv_estimator": "trl_grpo", "multi_objective_aggregation": "normalize_then_sum"},
+            "adv_estimator 'trl_grpo' follows TRL's settings but does not implement multi_objective_aggregation='normalize_then_sum'; use 'sum_then_normalize'",
+        ),
+        ({"scale_rewards": "Group"}, "scale_rewards must be 'group', 'batch', 'none', True or False, got 'Group'"),
+        ({"norm_adv_by_std_in_grpo": "false"}, "norm_adv_by_std_in_grpo must be True or False, got str: 'false'"),
+        ({"role_column": ""}, "role_column must be a dataset column name (a non-empty str) or None, got str: ''"),
+        ({"role_column": 3}, "role_column must be a dataset column name (a non-empty str) or None, got int: 3"),
+        (
+            {"adv_estimator_map": {"a:b": "rloo"}, "role_column": "role"},
+            "adv_estimator_map key 'a:b': role 'a:b' contains ':', which separates task and role in rLLM group ids ('<task>:<role>'), "
+            "so it would be read as the role 'a'; rename the role without ':' (e.g. 'a_b')",
+        ),
+    ],
+)
+def test_meaningless_combinations_and_bad_values_raise_at_construction(fields, message):
+    with pytest.raises(ValueError) as info:
+        RLLMGRPOConfig(**BASE, **fields)
+    assert str(info.value) == message
+
+
+def test_scale_rewards_in_the_estimator_kwargs_is_refused_for_the_config_field():
+    with pytest.raises(ValueError) as info:
+        RLLMGRPOConfig(**BASE, adv_estimator="trl_grpo", adv_estimator_kwargs={"scale_rewards": "batch"})
+    assert str(info.value) == (
+        "RLLMGRPOConfig.adv_estimator_kwargs: 'scale_rewards' is a GRPOConfig field; set scale_rewards instead (the estimators that take it receive it)"
+    )
 
 
 def test_command_line_parses_every_field():

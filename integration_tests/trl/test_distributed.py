@@ -39,3 +39,15 @@ def test_two_ranks_hold_the_slices_of_one_global_computation(tmp_path, expected_
         np.testing.assert_allclose(rank0["advantages"], expected[:6], rtol=0, atol=1e-6)
         np.testing.assert_allclose(rank1["advantages"], expected[6:], rtol=0, atol=1e-6)
         assert np.abs(expected[4:8]).max() > 0, "the straddling group carries no signal"
+
+
+def test_a_bad_role_on_one_rank_fails_every_rank_with_the_same_error(tmp_path):
+    """Roles are gathered before they are checked, so no rank is left waiting in a collective."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}"]
+    command += ["--tee=3", "--log-dir", str(tmp_path / "logs"), str(WORKER), str(tmp_path), "rloo", "none-role-on-rank-1"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode != 0
+    message = "ValueError: role_column='role', completion 6 of the gathered batch: role is None; every prompt needs a role name"
+    output = done.stdout + done.stderr
+    for rank in (0, 1):
+        assert f"[rank{rank}]: {message}" in output, output[-3000:]

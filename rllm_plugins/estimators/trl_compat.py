@@ -1,9 +1,13 @@
 """TRL's GRPO advantages by name, so a TRL user can reproduce ``GRPOTrainer``'s numbers.
 
-``trl_grpo`` is TRL's ``scale_rewards="group"``: ``(r - mean_g) / (sample std_g + 1e-4)``;
-a group with a single trajectory gets 0 (TRL's NaN std, then ``nan_to_num``).
-``trl_grpo_batch`` is ``scale_rewards="batch"``: group mean, sample std of all the role's
-rewards. ``norm_adv_by_std_in_grpo=False`` is ``scale_rewards="none"``: ``r - mean_g``.
+``trl_grpo`` follows TRL's ``scale_rewards`` (keyword ``scale_rewards``, default ``"group"``):
+
+- ``"group"`` (or True): ``(r - mean_g) / (sample std_g + 1e-4)``; a group with a single
+  trajectory gets 0 (TRL's NaN std, then ``nan_to_num``);
+- ``"batch"``: group mean, sample std of all the role's rewards;
+- ``"none"`` (or False, or ``norm_adv_by_std_in_grpo=False``): ``r - mean_g``.
+
+``trl_grpo_batch`` is ``"batch"``; any other ``scale_rewards`` given to it is an error.
 """
 
 from __future__ import annotations
@@ -15,25 +19,55 @@ import numpy as np
 from ..segments import GroupLayout
 from ..spec import list_form_of
 
+SCALE_REWARDS = ("group", "batch", "none")
+
+
+def trl_scaling(scale_rewards: Any = "group", norm_adv_by_std_in_grpo: bool = True) -> str:
+    """TRL's ``scale_rewards`` as ``"group"``, ``"batch"`` or ``"none"`` (True -> group, False -> none).
+
+    ``norm_adv_by_std_in_grpo=False`` means ``"none"``; with ``scale_rewards="batch"`` the two
+    contradict each other and a ``ValueError`` says so.
+    """
+    mode = ("group" if scale_rewards else "none") if isinstance(scale_rewards, (bool, np.bool_)) else scale_rewards
+    if not isinstance(mode, str) or mode not in SCALE_REWARDS:
+        raise ValueError(f"scale_rewards must be 'group', 'batch', 'none', True or False, got {scale_rewards!r}")
+    if not norm_adv_by_std_in_grpo:
+        if mode == "batch":
+            raise ValueError(
+                "scale_rewards='batch' divides by the batch std but norm_adv_by_std_in_grpo=False asks for no scaling: "
+                "set scale_rewards='none' for unscaled advantages, or norm_adv_by_std_in_grpo=True"
+            )
+        return "none"
+    return mode
+
 
 def _centred(layout: GroupLayout, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mean = layout.mean(values)
     return values - layout.expand(mean), mean
 
 
-def trl_grpo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-4, **_: Any) -> np.ndarray:
-    """TRL GRPO, scale_rewards="group": (r - group mean) / (group sample std + 1e-4); 0 for a group of 1."""
+def trl_grpo(
+    values: np.ndarray, offsets: np.ndarray, /, *, scale_rewards: Any = "group", norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-4, **_: Any
+) -> np.ndarray:
+    """TRL GRPO with TRL's scale_rewards: (r - group mean) / (group or batch sample std + 1e-4), or r - group mean."""
+    mode = trl_scaling(scale_rewards, norm_adv_by_std_in_grpo)
+    if mode == "batch":
+        return trl_grpo_batch(values, offsets, scale_rewards=mode, epsilon=epsilon)
     layout = GroupLayout.from_offsets(offsets, len(values))
     centred, mean = _centred(layout, values)
-    if not norm_adv_by_std_in_grpo:
+    if mode == "none":
         return centred
     std = layout.std(values, mean, ddof=1)
     centred /= layout.expand(std + epsilon)
     return np.nan_to_num(centred, nan=0.0, copy=False)
 
 
-def trl_grpo_batch(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-4, **_: Any) -> np.ndarray:
+def trl_grpo_batch(
+    values: np.ndarray, offsets: np.ndarray, /, *, scale_rewards: Any = "batch", norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-4, **_: Any
+) -> np.ndarray:
     """TRL GRPO, scale_rewards="batch": (r - group mean) / (sample std of all rewards + 1e-4)."""
+    if trl_scaling(scale_rewards) != "batch":
+        raise ValueError(f"trl_grpo_batch scales by the batch std, but scale_rewards={scale_rewards!r}: choose trl_grpo, which follows scale_rewards")
     layout = GroupLayout.from_offsets(offsets, len(values))
     centred, _ = _centred(layout, values)
     if not norm_adv_by_std_in_grpo or values.size <= 1:

@@ -1,5 +1,7 @@
 """Every row of DESIGN.md's semantics table, against independent per-group numpy computations."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -165,6 +167,36 @@ def test_trl_grpo_batch_uses_the_sample_std_of_all_rewards():
     flat = np.concatenate(groups)
     advantages, _ = get_rllm_adv_estimator("trl_grpo_batch")(rewards=groups)
     assert_groups_close(advantages, [(g - g.mean()) / (flat.std(ddof=1) + 1e-4) for g in groups])
+
+
+@pytest.mark.parametrize("scale_rewards", ["batch", "group", "none", True, False])
+def test_trl_grpo_follows_scale_rewards(scale_rewards):
+    groups = [np.array([1.0, 0.0, 0.25]), np.array([3.0, 5.0]), np.array([2.0])]
+    flat = np.concatenate(groups)
+    scale = {"group": [g.std(ddof=1) + 1e-4 if g.size > 1 else np.inf for g in groups], "batch": [flat.std(ddof=1) + 1e-4] * 3, "none": [1.0] * 3}
+    mode = {True: "group", False: "none"}.get(scale_rewards, scale_rewards)
+    advantages, _ = get_rllm_adv_estimator("trl_grpo")(rewards=groups, scale_rewards=scale_rewards)
+    assert_groups_close(advantages, [(g - g.mean()) / s for g, s in zip(groups, scale[mode], strict=True)])
+
+
+def test_trl_grpo_unscaled_when_norm_is_off_and_rejects_batch_with_it():
+    groups = [np.array([1.0, 0.0, 0.25]), np.array([3.0, 5.0])]
+    advantages, _ = get_rllm_adv_estimator("trl_grpo")(rewards=groups, norm_adv_by_std_in_grpo=False)
+    assert_groups_close(advantages, [g - g.mean() for g in groups])
+    with pytest.raises(ValueError, match=r"scale_rewards='batch' divides by the batch std but norm_adv_by_std_in_grpo=False asks for no scaling"):
+        get_rllm_adv_estimator("trl_grpo")(rewards=groups, scale_rewards="batch", norm_adv_by_std_in_grpo=False)
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "none", True, False])
+def test_trl_grpo_batch_rejects_any_other_scale_rewards(scale_rewards):
+    with pytest.raises(ValueError, match=rf"trl_grpo_batch scales by the batch std, but scale_rewards={re.escape(repr(scale_rewards))}: choose trl_grpo"):
+        get_rllm_adv_estimator("trl_grpo_batch")(rewards=[np.array([1.0, 0.0])], scale_rewards=scale_rewards)
+
+
+@pytest.mark.parametrize("bad", ["Group", "global", 1, None])
+def test_trl_grpo_rejects_unknown_scale_rewards(bad):
+    with pytest.raises(ValueError, match=rf"scale_rewards must be 'group', 'batch', 'none', True or False, got {re.escape(repr(bad))}"):
+        get_rllm_adv_estimator("trl_grpo")(rewards=[np.array([1.0, 0.0])], scale_rewards=bad)
 
 
 @pytest.mark.parametrize("bad, where", [([np.array([1.0, np.nan])], "group 0, trajectory 1"), ([np.array([1.0]), [0.0, None]], "group 1")])
