@@ -18,6 +18,7 @@ from trl import GRPOConfig
 
 from rllm_plugins.aggregation import check_aggregation
 from rllm_plugins.config import AlgorithmConfig, build_algorithm_config
+from rllm_plugins.estimators import check_group_size
 from rllm_plugins.estimators.trl_compat import trl_scaling
 from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.registry import available_estimators, get_estimator
@@ -79,7 +80,8 @@ class RLLMGRPOConfig(GRPOConfig):
         default="grpo",
         metadata={
             "help": "Name of the rLLM advantage estimator: a built-in (`grpo`, `rloo`, `reinforce`, "
-            "`reinforce_plus_plus_baseline`, `prpo`, `prpo_std_optional`, `opo`, `grpo_passk`, `trl_grpo`, `trl_grpo_batch`) or one from an "
+            "`reinforce_plus_plus_baseline`, `prpo`, `prpo_std_optional`, `opo`, `grpo_passk`, `trl_grpo`, `trl_grpo_batch`, `dr_grpo`, "
+            "`maxrl`, `passk_training`, `gpg`, `verl_grpo`, `verl_rloo_vectorized`, `verl_reinforce_plus_plus_baseline`) or one from an "
             "installed `rllm_plugins` plugin (`rllm-plugins estimators` lists them). `grpo` is rLLM's GRPO "
             "(population std, eps 1e-6; Shao et al., 2024); `trl_grpo` is TRL's own and follows `scale_rewards`."
         },
@@ -198,6 +200,13 @@ def advantage_settings(args: Any) -> AdvantageSettings:
         raise ValueError(f"norm_adv_by_std_in_grpo must be True or False, got {type(norm).__name__}: {norm!r}")
     in_use = list(dict.fromkeys([estimator, *estimator_map.values()]))
     kwargs = check_adv_estimator_kwargs(getattr(args, "adv_estimator_kwargs", None), in_use)
+    group_size = getattr(args, "num_generations", None)  # a group is one prompt's num_generations completions
+    for where, name in [("adv_estimator", estimator), *((f"adv_estimator_map[{role!r}]", n) for role, n in estimator_map.items())]:
+        if group_size is not None:
+            try:
+                check_group_size(get_estimator(name).spec, kwargs, group_size)
+            except ValueError as e:
+                raise ValueError(f"{where} with num_generations={group_size}: {e}") from None
     scale_rewards = trl_scaling(getattr(args, "scale_rewards", "group"))
     aggregation = check_aggregation(getattr(args, "multi_objective_aggregation", "sum_then_normalize"))
     if aggregation == "normalize_then_sum":

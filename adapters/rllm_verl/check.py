@@ -4,8 +4,9 @@ verl reports an unknown estimator only at the first advantage computation, after
 started and the first rollout ran. :func:`verl_check` composes the same config verl's
 ``main_ppo`` would (same overrides), looks the estimator up in verl's registry (where the
 ``rllm_*`` names are), and for an ``rllm_*`` name checks that verl will load our ``verl.plugins`` entry point (named
-``rllm_plugins``; ``VERL_USE_EXTERNAL_PLUGINS`` may exclude it), checks the estimator options
-and runs it once on a two-group toy batch. ``rllm-plugins verl-check OVERRIDES...`` calls :func:`main`.
+``rllm_plugins``; ``VERL_USE_EXTERNAL_PLUGINS`` may exclude it), checks the estimator options (also
+against the group size ``actor_rollout_ref.rollout.n``) and runs it once on a toy batch of two such
+groups. ``rllm-plugins verl-check OVERRIDES...`` calls :func:`main`.
 """
 
 from __future__ import annotations
@@ -96,20 +97,32 @@ def entry_point_policy_error(environ: Mapping[str, str] | None = None) -> str | 
     )
 
 
-def _dry_run(name: str, algorithm: object) -> None:
-    """Call the registered function once on a toy batch (two groups, uneven lengths) with the real options."""
+def _dry_run(name: str, algorithm: object, group_size: int) -> None:
+    """Call the registered function once on a toy batch (two groups of ``group_size``, uneven lengths) with the real options."""
     import numpy as np
     import torch
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
-    rewards = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.5, 0.0, 0.0], [1.0, 0.0, 0.0]])
-    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 0, 0]])
-    index = np.array(["p", "p", "q", "q"], dtype=object)
+    rows = 2 * group_size
+    rewards = torch.zeros(rows, 3)
+    rewards[::2, 0] = 1.0  # a success and a failure in each group (sizes > 1)
+    rewards[1::4, 1] = 0.5
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 0, 0]]).repeat(group_size, 1)[:rows]
+    index = np.array(["p"] * group_size + ["q"] * group_size, dtype=object)
     keys = algorithm.get("gdpo_reward_keys", None) if hasattr(algorithm, "get") else None
     extra = {}
     if keys and not isinstance(keys, str):  # per-key scores, one None, as compute_score would return them
-        extra["non_tensor_batch"] = {"uid": index, **{str(k): np.array([1.0, 0.0, 0.5, None], dtype=object) for k in keys}}
+        scores = np.array([[1.0, 0.0, 0.5, None][i % 4] for i in range(rows)], dtype=object)
+        extra["non_tensor_batch"] = {"uid": index, **{str(k): scores.copy() for k in keys}}
     get_adv_estimator_fn(name)(token_level_rewards=rewards, response_mask=mask, index=index, config=algorithm, **extra)
+
+
+def _group_size(config: object) -> int:
+    """Responses per prompt (``actor_rollout_ref.rollout.n``), 2 when the config does not say."""
+    from omegaconf import OmegaConf
+
+    n = OmegaConf.select(config, "actor_rollout_ref.rollout.n", default=None)
+    return int(n) if isinstance(n, int) and n >= 1 else 2
 
 
 def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer", config_dir: str | None = None) -> VerlCheckReport:
@@ -119,8 +132,10 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     """
     from verl.trainer.ppo import core_algos
 
+    from rllm_plugins.estimators import check_group_size
     from rllm_plugins.registry import get_estimator, unavailable_because
 
+    from .bridge import estimator_options
     from .registration import VERL_PREFIX, register_estimators_into_verl
 
     rllm_names = register_estimators_into_verl()
@@ -148,8 +163,17 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
             get_estimator(name.removeprefix(VERL_PREFIX))
         except ValueError as error:  # a plugin that did not load, or a name two plugins offer
             return VerlCheckReport(False, name, config_name, rllm_names, [f"{name!r} is registered in verl but cannot run: {error}"])
+        group_size = _group_size(config)
         try:
-            _dry_run(name, algorithm)
+            options = estimator_options(algorithm, f"advantage estimator {name!r}", name.removeprefix(VERL_PREFIX))
+        except ValueError as error:
+            return VerlCheckReport(False, name, config_name, rllm_names, [str(error)])
+        try:
+            check_group_size(get_estimator(name.removeprefix(VERL_PREFIX)).spec, options, group_size)
+        except ValueError as error:
+            return VerlCheckReport(False, name, config_name, rllm_names, [f"{name!r} with actor_rollout_ref.rollout.n={group_size}: {error}"])
+        try:
+            _dry_run(name, algorithm, group_size)
         except Exception as error:
             return VerlCheckReport(False, name, config_name, rllm_names, [f"{name!r} fails on a toy batch with this config: {type(error).__name__}: {error}"])
     return VerlCheckReport(True, name, config_name, rllm_names)

@@ -10,7 +10,10 @@ from rllm_trl import RLLMGRPOConfig, compute_advantages, compute_advantages_via_
 from rllm_plugins import AlgorithmConfig
 
 G = 8
-ESTIMATORS = ["grpo", "reinforce", "reinforce_plus_plus_baseline", "rloo", "prpo", "opo", "grpo_passk", "trl_grpo", "trl_grpo_batch", "median_baseline"]
+ESTIMATORS = [
+    *("grpo", "reinforce", "reinforce_plus_plus_baseline", "rloo", "prpo", "opo", "grpo_passk", "trl_grpo", "trl_grpo_batch", "median_baseline"),
+    *("dr_grpo", "maxrl", "passk_training", "gpg", "verl_grpo", "verl_rloo_vectorized", "verl_reinforce_plus_plus_baseline"),
+]
 
 
 def gathered(num_groups: int = 64, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -227,3 +227,13 @@ def test_algorithm_config_is_built_by_the_core_wiring():
         estimator_map={"judge": "grpo"},
         rollout_correction=RolloutCorrectionConfig(tis_cap=2.0),  # rLLM main's from_config default
     )
+
+
+def test_passk_training_k_is_checked_against_num_generations():
+    assert RLLMGRPOConfig(**BASE, adv_estimator="passk_training", adv_estimator_kwargs={"k": 4}, num_generations=8).adv_estimator_kwargs == {"k": 4}
+    with pytest.raises(ValueError, match=r"adv_estimator with num_generations=8: estimator 'passk_training': k=8 equals the group size"):
+        RLLMGRPOConfig(**BASE, adv_estimator="passk_training", adv_estimator_kwargs={"k": 8}, num_generations=8)
+    with pytest.raises(ValueError, match=r"adv_estimator_map\['judge'\] with num_generations=8: .*k=9 is larger than the group size 8"):
+        RLLMGRPOConfig(**BASE, adv_estimator_map={"judge": "passk_training"}, adv_estimator_kwargs={"k": 9}, role_column="role", num_generations=8)
+    with pytest.raises(ValueError, match="option 'k' of estimator 'passk_training' must be an int, got str '4'"):
+        RLLMGRPOConfig(**BASE, adv_estimator="passk_training", adv_estimator_kwargs={"k": "4"}, num_generations=8)

@@ -81,3 +81,12 @@ def test_reward_key_options_are_tried_on_a_toy_batch_with_those_keys():
     assert good.ok, good
     bad = verl_check(["algorithm.adv_estimator=rllm_rloo", "+algorithm.gdpo_reward_keys=[accuracy,format]", "+algorithm.gdpo_reward_weights=[1.0]"])
     assert not bad.ok and "gdpo_reward_weights has 1 weights for the 2 keys" in bad.errors[0]
+
+
+def test_passk_training_k_is_checked_against_the_rollout_group_size():
+    good = verl_check(["algorithm.adv_estimator=rllm_passk_training", "+algorithm.rllm_estimator_kwargs.k=4", "actor_rollout_ref.rollout.n=8"])
+    assert good.ok, good
+    same = verl_check(["algorithm.adv_estimator=rllm_passk_training", "+algorithm.rllm_estimator_kwargs.k=8", "actor_rollout_ref.rollout.n=8"])
+    assert not same.ok and "'rllm_passk_training' with actor_rollout_ref.rollout.n=8: estimator 'passk_training': k=8 equals the group size" in same.errors[0]
+    larger = verl_check(["algorithm.adv_estimator=rllm_passk_training", "+algorithm.rllm_estimator_kwargs.k=9", "actor_rollout_ref.rollout.n=8"])
+    assert not larger.ok and "k=9 is larger than the group size 8" in larger.errors[0]

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 from ..spec import AdvEstimatorSpec
+from .dr_grpo import calculate_dr_grpo_advantages, dr_grpo
+from .gpg import calculate_gpg_advantages, gpg
 from .grpo import calculate_grpo_advantages, grpo
 from .grpo_passk import calculate_grpo_passk_advantages, grpo_passk
+from .maxrl import calculate_maxrl_advantages, maxrl
 from .opo import calculate_opo_advantages, opo
+from .passk_training import calculate_passk_training_advantages, check_passk_k, passk_training
 from .prpo import calculate_prpo_advantages, calculate_prpo_std_optional_advantages, prpo, prpo_std_optional
 from .reinforce import calculate_reinforce_advantages, reinforce
 from .reinforce_plus_plus_baseline import calculate_reinforce_plus_plus_baseline_advantages, reinforce_plus_plus_baseline
 from .rloo import calculate_rloo_advantages, rloo
 from .trl_compat import calculate_trl_grpo_advantages, calculate_trl_grpo_batch_advantages, trl_grpo, trl_grpo_batch
+from .verl_grpo import calculate_verl_grpo_advantages, verl_grpo
+from .verl_reinforce_plus_plus_baseline import calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline
+from .verl_rloo_vectorized import calculate_verl_rloo_vectorized_advantages, verl_rloo_vectorized
 
 # options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
 BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
@@ -24,13 +34,42 @@ BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
     AdvEstimatorSpec("grpo_passk", calculate_grpo_passk_advantages, grpo_passk, options=()),
     AdvEstimatorSpec("trl_grpo", calculate_trl_grpo_advantages, trl_grpo, options=()),
     AdvEstimatorSpec("trl_grpo_batch", calculate_trl_grpo_batch_advantages, trl_grpo_batch, options=()),
+    AdvEstimatorSpec("dr_grpo", calculate_dr_grpo_advantages, dr_grpo, options=()),
+    AdvEstimatorSpec("maxrl", calculate_maxrl_advantages, maxrl, options=()),
+    AdvEstimatorSpec("passk_training", calculate_passk_training_advantages, passk_training, options=()),
+    AdvEstimatorSpec("gpg", calculate_gpg_advantages, gpg, options=()),
+    AdvEstimatorSpec("verl_grpo", calculate_verl_grpo_advantages, verl_grpo, options=()),
+    AdvEstimatorSpec("verl_rloo_vectorized", calculate_verl_rloo_vectorized_advantages, verl_rloo_vectorized, options=()),
+    AdvEstimatorSpec(
+        "verl_reinforce_plus_plus_baseline", calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline, options=()
+    ),
 )
+
+_GROUP_SIZE_CHECKS: dict[Callable[..., Any], Callable[[Mapping[str, Any], int], object]] = {
+    passk_training: lambda options, group_size: check_passk_k(options.get("k", 1), group_size),
+}
+
+
+def check_group_size(spec: AdvEstimatorSpec, options: Mapping[str, Any], group_size: int) -> None:
+    """Config-time check of an estimator's ``options`` against the configured group size (trajectories per prompt).
+
+    Raises ``ValueError`` where a built-in cannot work with that size (``passk_training``'s ``k``);
+    other estimators, and names overridden in user code, pass.
+    """
+    check = _GROUP_SIZE_CHECKS.get(spec.batched)  # type: ignore[arg-type]
+    if check is not None:
+        check(options, group_size)
+
 
 __all__ = [
     "BUILTIN_SPECS",
+    "calculate_dr_grpo_advantages",
+    "calculate_gpg_advantages",
     "calculate_grpo_advantages",
     "calculate_grpo_passk_advantages",
+    "calculate_maxrl_advantages",
     "calculate_opo_advantages",
+    "calculate_passk_training_advantages",
     "calculate_prpo_advantages",
     "calculate_prpo_std_optional_advantages",
     "calculate_reinforce_advantages",
@@ -38,4 +77,8 @@ __all__ = [
     "calculate_rloo_advantages",
     "calculate_trl_grpo_advantages",
     "calculate_trl_grpo_batch_advantages",
+    "calculate_verl_grpo_advantages",
+    "calculate_verl_reinforce_plus_plus_baseline_advantages",
+    "calculate_verl_rloo_vectorized_advantages",
+    "check_group_size",
 ]

@@ -15,9 +15,10 @@ from rllm_plugins import (
     calculate_rloo_advantages_per_group,
     get_rllm_adv_estimator,
 )
+from rllm_plugins.estimators import BUILTIN_SPECS
 
 EPS = 1e-6
-BUILTINS = ["grpo", "reinforce", "reinforce_plus_plus_baseline", "rloo", "prpo", "opo", "grpo_passk", "trl_grpo", "trl_grpo_batch"]
+BUILTINS = [spec.name for spec in BUILTIN_SPECS]
 GROUPS = [np.array([1.0, 0.0, 0.0, 1.0]), np.array([0.3]), np.array([2.0, 2.0, 2.0]), np.array([-1.5, 4.0])]
 
 

@@ -5,10 +5,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups, get_rllm_adv_estimator
+from rllm_plugins.estimators import BUILTIN_SPECS
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
 
-BUILTINS = ["grpo", "reinforce", "reinforce_plus_plus_baseline", "rloo", "prpo", "opo", "grpo_passk", "trl_grpo", "trl_grpo_batch"]
+BUILTINS = [spec.name for spec in BUILTIN_SPECS]
 reward = st.floats(min_value=-100, max_value=100, allow_nan=False).map(lambda x: round(x, 3))
 groups_of = st.lists(st.lists(reward, min_size=1, max_size=12), min_size=1, max_size=8)
 

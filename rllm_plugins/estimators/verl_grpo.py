@@ -1,0 +1,32 @@
+"""verl's GRPO by name (``compute_grpo_outcome_advantage`` of verl 0.9), so a TRL or rLLM user can reproduce verl's numbers.
+
+``A_i = (r_i - mean_g) / (std_sample_g + eps)`` with the sample std (ddof=1) and eps 1e-6;
+``norm_adv_by_std_in_grpo=False`` gives ``r_i - mean_g``. A group of one uses mean 0 and std 1,
+so ``A = r / (1 + eps)`` (``r`` without the std), exactly as verl's ``grpo`` and
+``grpo_vectorized``. rLLM's ``grpo`` differs only in the population std (ddof=0).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..segments import GroupLayout
+from ..spec import list_form_of
+
+
+def verl_grpo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6, **_: Any) -> np.ndarray:
+    """verl's GRPO: (r - group mean) / (group sample std + eps); a group of 1 uses mean 0, std 1."""
+    layout = GroupLayout.from_offsets(offsets, len(values))
+    mean = layout.mean(values)
+    singles = layout.sizes <= 1
+    centred = values - layout.expand(np.where(singles, 0.0, mean))
+    if not norm_adv_by_std_in_grpo:
+        return centred
+    std = np.where(singles, 1.0, layout.std(values, mean, ddof=1))
+    centred /= layout.expand(std + epsilon)
+    return centred
+
+
+calculate_verl_grpo_advantages = list_form_of(verl_grpo, "calculate_verl_grpo_advantages")
