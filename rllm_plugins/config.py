@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Literal
 
+import numpy as np
+
 from .spec import normalize_name
 
 __all__ = ["AlgorithmConfig", "RolloutCorrectionConfig", "build_algorithm_config", "rLLMAdvantageEstimator"]
@@ -47,6 +49,7 @@ _PER_STEP_DEPRECATION = (
 USE_RLLM_DEPRECATION = (
     "`algorithm.use_rllm` is deprecated and ignored — advantages are always computed via the rLLM-native path. Remove the field from your config."
 )
+_FLAGS = ("norm_adv_by_std_in_grpo", "use_precomputed_advantage")
 _CHOICES: dict[str, tuple[Any, ...]] = {
     "lr_schedule": ("linear", "cosine", "constant"),
     "mu_source": ("inference", "proximal"),
@@ -140,6 +143,11 @@ class AlgorithmConfig:
             self.stepwise_advantage_mode = "broadcast"
         if self.stepwise_advantage_mode != "broadcast":
             raise ValueError(f"stepwise_advantage_mode must be 'broadcast' (or the deprecated 'per_step'), got {self.stepwise_advantage_mode!r}")
+        for name in _FLAGS:  # a str such as "false" is truthy: it would silently mean True
+            value = getattr(self, name)
+            if not isinstance(value, (bool, np.bool_)):
+                raise ValueError(f"AlgorithmConfig.{name} must be a bool (True or False), got {type(value).__name__} {value!r}")
+            setattr(self, name, bool(value))
         self.estimator = _as_estimator(self.estimator)
         self.estimator_map, self.loss_fn_map = _split_estimator_map(self.estimator_map, self.loss_fn_map)
         self.estimator_kwargs = dict(self.estimator_kwargs)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
+import numbers
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -136,6 +138,17 @@ def _bind_positional(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], s
         kwargs[key] = value
 
 
+def _check_call_options(func_name: str, kwargs: dict[str, Any]) -> None:
+    """``norm_adv_by_std_in_grpo`` must be a bool and ``epsilon`` a finite number >= 0 (a str ``"false"`` is truthy)."""
+    norm = kwargs.get("norm_adv_by_std_in_grpo")
+    if norm is not None and not isinstance(norm, (bool, np.bool_)):
+        raise ValueError(f"{func_name}(): norm_adv_by_std_in_grpo must be a bool (True or False), got {type(norm).__name__} {norm!r}")
+    if "epsilon" in kwargs:
+        epsilon = kwargs["epsilon"]
+        if isinstance(epsilon, (bool, np.bool_)) or not isinstance(epsilon, numbers.Real) or not math.isfinite(epsilon) or epsilon < 0:
+            raise ValueError(f"{func_name}(): epsilon must be a finite number >= 0, got {type(epsilon).__name__} {epsilon!r}")
+
+
 def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_args: tuple[str, ...] = (), main_args: tuple[str, ...] = ()) -> ListEstimator:
     """Wrap a batched estimator in rLLM's list-of-arrays calling convention, for both rLLM signatures.
 
@@ -154,6 +167,7 @@ def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_arg
         config = kwargs.pop("algorithm_config", None)
         if config is not None and "norm_adv_by_std_in_grpo" not in kwargs and hasattr(config, "norm_adv_by_std_in_grpo"):
             kwargs["norm_adv_by_std_in_grpo"] = config.norm_adv_by_std_in_grpo
+        _check_call_options(func_name, kwargs)
         if len(rewards) == 0:
             return [], []
         traj_groups = kwargs.pop("traj_groups", None)

@@ -6,6 +6,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
 from trl import GRPOConfig
 
 from rllm_plugins.config import AlgorithmConfig, build_algorithm_config
@@ -79,6 +80,10 @@ class RLLMGRPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        norm = self.norm_adv_by_std_in_grpo
+        if not isinstance(norm, (bool, np.bool_)):  # a str "false" is truthy
+            raise ValueError(f"norm_adv_by_std_in_grpo must be a bool (True or False), got {type(norm).__name__} {norm!r}")
+        self.norm_adv_by_std_in_grpo = bool(norm)
         self.adv_estimator_kwargs = self._as_dict("adv_estimator_kwargs")
         self.adv_estimator_map = {str(role): name for role, name in self._as_dict("adv_estimator_map").items()}
         if any(isinstance(name, (tuple, list)) for name in self.adv_estimator_map.values()):  # rLLM main's (estimator, loss_fn) pairs

@@ -85,3 +85,12 @@ def test_an_output_outside_the_rule_names_the_estimator(centred_estimator):
     batch = prepare_batch(torch.tensor([[1.0], [0.0]]), torch.ones(1), 2)
     with pytest.raises(ValueError, match=r"estimator 'h_trl_bad_output' returned str 'nope'; advantages must be a sequence"):
         compute_advantages(batch, name)
+
+
+@pytest.mark.parametrize("value", ["false", 0, None])
+def test_norm_adv_by_std_in_grpo_must_be_a_bool_when_the_config_is_built(value):
+    # "false" is truthy: before, it silently divided by the std
+    with pytest.raises(ValueError) as error:
+        RLLMGRPOConfig(**BASE, norm_adv_by_std_in_grpo=value)
+    assert str(error.value) == f"norm_adv_by_std_in_grpo must be a bool (True or False), got {type(value).__name__} {value!r}"
+    assert RLLMGRPOConfig(**BASE, norm_adv_by_std_in_grpo=np.False_).norm_adv_by_std_in_grpo is False
