@@ -15,6 +15,7 @@ whose last rows repeat its first rows is refused unless ``pad_size`` says how ma
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ from rllm_plugins.types import Step, Trajectory, TrajectoryGroup
 __all__ = ["ROW_ID_KEY", "apply_advantages", "dataproto_to_groups", "group_id_of"]
 
 ROW_ID_KEY = "rllm_row_ids"
+_ROW_BITS = 22  # row ids are <random 40-bit base> * 2**22 + row: unique across conversions of batches below 4M rows
 
 
 def group_id_of(uid: object, role: object | None) -> str:
@@ -123,12 +125,12 @@ def _real_rows(data: Any, n: int, pad_size: int | None) -> int:
 
 def _row_ids(data: Any, n: int, real: int) -> np.ndarray:
     """The row ids of the batch: new ones (padding rows get the id of the row they copy), else the column's."""
-    if ROW_ID_KEY not in data.non_tensor_batch:
-        data.non_tensor_batch[ROW_ID_KEY] = np.arange(n, dtype=np.int64) % max(real, 1)
+    if ROW_ID_KEY not in data.non_tensor_batch:  # a random base: ids of two conversions never meet
+        data.non_tensor_batch[ROW_ID_KEY] = (secrets.randbits(40) << _ROW_BITS) + np.arange(n, dtype=np.int64) % max(real, 1)
     ids = _column(data, ROW_ID_KEY, n)
     if len(set(ids[:real].tolist())) != real:
         raise ValueError(
-            f"non_tensor_batch[{ROW_ID_KEY!r}] repeats ids: the batch was padded (or concatenated with itself) after "
+            f"non_tensor_batch[{ROW_ID_KEY!r}] repeats ids: the batch was padded, or concatenated with a copy of itself, after "
             "dataproto_to_groups tagged it; convert the unpadded batch"
         )
     return ids
@@ -250,7 +252,13 @@ def apply_advantages(data: Any, groups: Sequence[TrajectoryGroup]) -> None:
                     raise ValueError(f"{where}: the step has no metadata['row_id']; use groups made by dataproto_to_groups")
                 if step.advantage is None:
                     raise ValueError(f"{where}: advantage is None; compute advantages first")
-                by_id[step.metadata["row_id"]] = step.advantage
+                row_id = step.metadata["row_id"]
+                if row_id in by_id:
+                    raise ValueError(
+                        f"{where}: row id {row_id!r} belongs to two steps of the groups (the groups of two conversions of "
+                        "the same rows?); pass the groups of one dataproto_to_groups call"
+                    )
+                by_id[row_id] = step.advantage
     valid = mask.detach().to("cpu").numpy().astype(bool)
     scalars = np.zeros(n, dtype=np.float64)
     per_token: list[tuple[int, list[float]]] = []

@@ -1,0 +1,65 @@
+"""Row ids of two ``dataproto_to_groups`` conversions never meet; uids are ids, NaN is none.
+
+Before, every conversion numbered its rows 0..n-1: the groups of one batch wrote their advantages
+onto another batch of the same size without a word, and two converted batches concatenated got
+the second batch's advantages on the first batch's rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("verl")
+from rllm_verl import apply_advantages, dataproto_to_groups
+from verl import DataProto
+
+from rllm_plugins import AlgorithmConfig, collect_reward_and_advantage_from_trajectory_groups
+
+from .conftest import make_batch
+
+RLOO = AlgorithmConfig(estimator="rloo")
+
+
+def _converted(rewards, uids):
+    data = make_batch(rewards, [1] * len(rewards), uids)
+    groups = dataproto_to_groups(data)
+    collect_reward_and_advantage_from_trajectory_groups(groups, RLOO)
+    return data, groups
+
+
+def _row_advantages(data: DataProto) -> list[float]:
+    return data.batch["advantages"].sum(dim=-1).tolist()  # one response token per row
+
+
+def test_two_converted_batches_concatenated_keep_their_own_advantages():
+    a, groups_a = _converted([1.0, 0.0], ["p", "p"])
+    b, groups_b = _converted([0.7, 0.1], ["q", "q"])
+    both = DataProto.concat([a, b])
+    apply_advantages(both, groups_a + groups_b)
+    # rloo by hand: r_i minus the other reward of the pair
+    np.testing.assert_allclose(_row_advantages(both), [1.0, -1.0, 0.6, -0.6], atol=1e-6)
+
+
+def test_the_groups_of_another_batch_are_refused():
+    _, groups_a = _converted([1.0, 0.0], ["p", "p"])
+    b, _ = _converted([0.7, 0.1], ["q", "q"])
+    with pytest.raises(ValueError, match=r"row 0 \(row id \d+\) has no step in the groups"):
+        apply_advantages(b, groups_a)
+
+
+def test_a_concatenation_of_converted_batches_converts_again_with_its_ids():
+    a, _ = _converted([1.0, 0.0], ["p", "p"])
+    b, _ = _converted([0.7, 0.1], ["q", "q"])
+    both = DataProto.concat([a, b])
+    groups = dataproto_to_groups(both)
+    collect_reward_and_advantage_from_trajectory_groups(groups, RLOO)
+    apply_advantages(both, groups)
+    np.testing.assert_allclose(_row_advantages(both), [1.0, -1.0, 0.6, -0.6], atol=1e-6)
+
+
+def test_steps_sharing_a_row_id_are_refused():
+    data, groups = _converted([1.0, 0.0], ["p", "p"])
+    twice = groups + groups
+    with pytest.raises(ValueError, match=r"group 1 \('p'\), trajectory 0, step 0: row id \d+ belongs to two steps of the groups"):
+        apply_advantages(data, twice)
