@@ -148,6 +148,8 @@ def _check_ids(column: np.ndarray, key: str) -> None:
             hash(value)
         except TypeError:
             raise ValueError(f"row {row}: {key} {value!r} is a {type(value).__name__}, not a hashable id (a str or an int)") from None
+        if value != value:  # NaN: never equal to itself, so its rows would each be a group of one
+            raise ValueError(f"row {row}: {key} is {value!r}, which equals no other id (NaN); give every row a real id")
 
 
 def _precomputed_value(value: Any) -> float | list[float] | None:

@@ -63,3 +63,35 @@ def test_steps_sharing_a_row_id_are_refused():
     twice = groups + groups
     with pytest.raises(ValueError, match=r"group 1 \('p'\), trajectory 0, step 0: row id \d+ belongs to two steps of the groups"):
         apply_advantages(data, twice)
+
+
+NAN_UIDS = {
+    "float-array": lambda: np.array([np.nan, np.nan, 1.0, 1.0]),
+    "distinct-nan-objects": lambda: np.array([float("nan"), float("nan"), 1.0, 1.0], dtype=object),
+    "one-nan-object": lambda: np.array([np.nan, np.nan, 1.0, 1.0], dtype=object),
+    "reordered": lambda: np.array([1.0, float("nan"), 1.0, float("nan")], dtype=object),
+}
+
+
+@pytest.mark.parametrize("uids", NAN_UIDS.values(), ids=NAN_UIDS.keys())
+def test_a_nan_uid_is_refused_by_dataproto_to_groups(uids):
+    # before: a float column made every NaN row a group of one (rloo gave those rows their raw reward)
+    data = make_batch([1.0, 0.0, 0.7, 0.1], [1] * 4, ["x"] * 4)
+    data.non_tensor_batch["uid"] = uids()
+    row = 1 if np.asarray(uids())[0] == 1.0 else 0
+    with pytest.raises(ValueError) as error:
+        dataproto_to_groups(data)
+    assert str(error.value) == f"row {row}: uid is nan, which equals no other id (NaN); give every row a real id"
+
+
+@pytest.mark.parametrize("uids", NAN_UIDS.values(), ids=NAN_UIDS.keys())
+def test_a_nan_uid_is_refused_by_the_verl_estimator(uids):
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    data = make_batch([1.0, 0.0, 0.7, 0.1], [1] * 4, ["x"] * 4)
+    row = 1 if np.asarray(uids())[0] == 1.0 else 0
+    with pytest.raises(ValueError) as error:
+        get_adv_estimator_fn("rllm_rloo")(
+            token_level_rewards=data.batch["token_level_rewards"], response_mask=data.batch["response_mask"], index=uids(), config=None
+        )
+    assert str(error.value) == f"advantage estimator 'rllm_rloo': row {row} has uid nan, which equals no other id (NaN); give every row a real uid"
