@@ -178,7 +178,7 @@ class AlgorithmConfig:
         The algorithm node may also hold ``estimator_map`` and ``estimator_kwargs``; a key of it that
         ``AlgorithmConfig`` does not know raises ``ValueError`` (with the closest known key).
         """
-        whole = _get(config, "rllm") is not None or _is_mapping(_get(config, "algorithm"))
+        whole = _get(config, "rllm", plain=False) is not None or _is_mapping(_get(config, "algorithm", plain=False))
         node = _get(config, "rllm.algorithm") if whole else config
         values = _read_algorithm_node(_plain(node) if node is not None else {}, "rllm.algorithm" if whole else "the algorithm config")
         if whole:
@@ -306,14 +306,20 @@ def _is_mapping(node: Any) -> bool:
     return node is not None and not isinstance(node, str) and (isinstance(node, Mapping) or (hasattr(node, "items") and hasattr(node, "keys")))
 
 
-def _get(config: Any, path: str, default: Any = None) -> Any:
-    """``config[a][b]...`` for ``path = "a.b..."`` (mappings, DictConfig or attributes), else ``default``."""
+def _get(config: Any, path: str, default: Any = None, *, plain: bool = True) -> Any:
+    """``config[a][b]...`` for ``path = "a.b..."`` (mappings, DictConfig or attributes), else ``default``.
+
+    ``plain=False`` returns the node as it is: nothing under it is read (a ``???`` or an
+    interpolation elsewhere in a section is not resolved just to see that the section exists).
+    """
     node = config
     for key in path.split("."):
         if node is None or isinstance(node, (str, bytes, int, float, bool)):
             return default
         node = node.get(key) if isinstance(node, Mapping) or hasattr(node, "get") else getattr(node, key, None)
-    return default if node is None else _plain(node)
+    if node is None:
+        return default
+    return _plain(node) if plain else node
 
 
 def _plain(node: Any) -> Any:

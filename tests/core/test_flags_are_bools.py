@@ -58,3 +58,15 @@ def test_list_form_epsilon_must_be_a_finite_non_negative_number(value):
     assert str(error.value) == (
         f"calculate_reinforce_plus_plus_baseline_advantages(): epsilon must be a finite number >= 0, got {type(value).__name__} {value!r}"
     )
+
+
+def test_from_config_reads_only_what_it_needs_of_a_whole_config():
+    # before: the whole rllm section was converted to see that it exists, so a "???" (set later) or an
+    # unresolvable interpolation in an unrelated key raised MissingMandatoryValue
+    omegaconf = pytest.importorskip("omegaconf")
+    config = omegaconf.OmegaConf.create(
+        {"rllm": {"algorithm": {"adv_estimator": "rloo", "norm_adv_by_std_in_grpo": False}, "trainer": {"experiment_name": "???"}}}
+    )
+    omegaconf.OmegaConf.set_struct(config, True)
+    algorithm = AlgorithmConfig.from_config(config)
+    assert (algorithm.estimator, algorithm.norm_adv_by_std_in_grpo) == ("rloo", False)
