@@ -58,8 +58,10 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
 }
 
 
-def _as_estimator(name: EstimatorName) -> EstimatorName:
+def _as_estimator(name: EstimatorName, where: str) -> EstimatorName:
     """Known names become the enum member; custom (registered) names stay strings, never ``OTHER``."""
+    if not isinstance(name, (str, Enum)):
+        raise ValueError(f"{where} must be an estimator name (a str or rLLMAdvantageEstimator), got {type(name).__name__} {name!r}")
     key = normalize_name(name)
     return rLLMAdvantageEstimator(key) if key in _KNOWN else key
 
@@ -91,7 +93,7 @@ def _split_estimator_map(estimator_map: Mapping[Any, Any], loss_fn_map: Mapping[
             if losses.get(role, loss) != loss:
                 raise ValueError(f"role {role!r}: estimator_map gives loss_fn {loss!r} but loss_fn_map gives {losses[role]!r}; set it in one place")
             losses[role] = loss
-        names[role] = _as_estimator(value)
+        names[role] = _as_estimator(value, f"estimator_map[{role!r}]")
     for role, loss in losses.items():
         if not isinstance(loss, str) or not loss:
             raise ValueError(f"loss_fn_map[{role!r}] must be a non-empty str, got {type(loss).__name__} {loss!r}")
@@ -148,7 +150,7 @@ class AlgorithmConfig:
             if not isinstance(value, (bool, np.bool_)):
                 raise ValueError(f"AlgorithmConfig.{name} must be a bool (True or False), got {type(value).__name__} {value!r}")
             setattr(self, name, bool(value))
-        self.estimator = _as_estimator(self.estimator)
+        self.estimator = _as_estimator(self.estimator, "AlgorithmConfig.estimator")
         self.estimator_map, self.loss_fn_map = _split_estimator_map(self.estimator_map, self.loss_fn_map)
         self.estimator_kwargs = dict(self.estimator_kwargs)
         for name, choices in _CHOICES.items():

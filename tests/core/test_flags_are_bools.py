@@ -70,3 +70,18 @@ def test_from_config_reads_only_what_it_needs_of_a_whole_config():
     omegaconf.OmegaConf.set_struct(config, True)
     algorithm = AlgorithmConfig.from_config(config)
     assert (algorithm.estimator, algorithm.norm_adv_by_std_in_grpo) == ("rloo", False)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"estimator": 3}, "AlgorithmConfig.estimator must be an estimator name (a str or rLLMAdvantageEstimator), got int 3"),
+        ({"estimator_map": {"judge": None}}, "estimator_map['judge'] must be an estimator name (a str or rLLMAdvantageEstimator), got NoneType None"),
+        ({"estimator_map": {"judge": (None, "ppo")}}, "estimator_map['judge'] must be an estimator name (a str or rLLMAdvantageEstimator), got NoneType None"),
+    ],
+)
+def test_an_estimator_that_is_no_name_is_a_value_error_naming_the_role(kwargs, message):
+    # before: TypeError without the role
+    with pytest.raises(ValueError) as error:
+        AlgorithmConfig(**kwargs)
+    assert str(error.value) == message
