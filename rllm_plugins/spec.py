@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .outputs import as_advantages, as_groups
+from .outputs import _is_tensor, as_advantages, as_groups
 from .segments import GroupLayout, offsets_from_sizes
 
 __all__ = ["AdvEstimatorSpec", "BatchedEstimator", "ListEstimator", "accepted_keywords", "call_with_accepted_kwargs", "normalize_name"]
@@ -93,8 +93,10 @@ def flatten_groups(rewards: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     for g, group in enumerate(rewards):
         try:
             arr = np.asarray(group, dtype=np.float64)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"group {g}: rewards must be numbers, got {group!r} ({e})") from None
+        except (TypeError, ValueError, RuntimeError) as e:  # a bf16, requires_grad or GPU tensor: read its values
+            if not _is_tensor(group) or group.is_complex():
+                raise ValueError(f"group {g}: rewards must be numbers, got {group!r} ({e})") from None
+            arr = group.detach().to(device="cpu").double().numpy()
         if arr.ndim != 1:
             raise ValueError(f"group {g}: rewards must be a 1-D sequence, got shape {arr.shape}")
         arrays.append(arr)

@@ -91,3 +91,16 @@ def test_a_sparse_tensor_is_its_dense_values_and_a_meta_tensor_is_refused():
     assert as_advantages(torch.tensor([0.5, 0.0, -0.5]).to_sparse(), "x").tolist() == [0.5, 0.0, -0.5]
     with pytest.raises(ValueError, match=r"^x returned Tensor tensor\(\.\.\., device='meta'"):
         as_advantages(torch.empty(2, device="meta"), "x")
+
+
+@pytest.mark.parametrize(
+    "group",
+    [torch.tensor([1.0, 0.0], dtype=torch.bfloat16), torch.tensor([1.0, 0.0], requires_grad=True), torch.tensor([1.0, 0.0], dtype=torch.float16)],
+    ids=["bf16", "requires-grad", "fp16"],
+)
+def test_list_form_rewards_may_be_any_real_tensor(group):
+    # before: bf16 -> "rewards must be numbers", requires_grad -> RuntimeError
+    from rllm_plugins.estimators import calculate_grpo_advantages
+
+    advantages, _ = calculate_grpo_advantages([group])
+    np.testing.assert_allclose(advantages[0], [0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6)])
