@@ -187,12 +187,32 @@ def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_arg
     return list_form
 
 
+def _takes_algorithm_config(fn: Callable[..., Any]) -> bool:
+    names, var_kw = accepted_keywords(fn)
+    return var_kw or "algorithm_config" in names
+
+
+def _algorithm_config_of(name: str | None, kwargs: dict[str, Any]) -> Any:
+    """The ``AlgorithmConfig`` an rLLM main estimator reads (``fn(rewards, algorithm_config, **kw)``), from the call's options."""
+    from .config import AlgorithmConfig  # config imports this module
+
+    norm = kwargs.get("norm_adv_by_std_in_grpo", True)
+    return AlgorithmConfig(estimator=name or "grpo", norm_adv_by_std_in_grpo=bool(norm))
+
+
 def batched_form_of(fn: ListEstimator, name: str | None = None) -> BatchedEstimator:
-    """Wrap a list-form estimator so it takes (values, offsets): one array per group, then concatenated (``name`` for errors)."""
+    """Wrap a list-form estimator so it takes (values, offsets): one array per group, then concatenated (``name`` for errors).
+
+    An estimator written to rLLM main's ``fn(rewards, algorithm_config, **kw)`` (or taking ``**kwargs``)
+    gets an ``AlgorithmConfig`` of ``name`` and the call's ``norm_adv_by_std_in_grpo`` when the caller
+    (the verl or TRL adapter) passes none.
+    """
     who = f"estimator {name or getattr(fn, '__name__', fn)!r}"
 
     def batched(values: np.ndarray, offsets: np.ndarray, /, **kwargs: Any) -> np.ndarray:
         layout = GroupLayout.from_offsets(offsets, len(values))
+        if "algorithm_config" not in kwargs and _takes_algorithm_config(fn):
+            kwargs["algorithm_config"] = _algorithm_config_of(name, kwargs)
         advantages, _returns = call_with_accepted_kwargs(fn, rewards=layout.split(np.asarray(values, dtype=np.float64)), **kwargs)
         advantages = as_groups(advantages, who)
         if len(advantages) != layout.num_groups:

@@ -110,3 +110,22 @@ def test_a_none_role_is_refused_not_the_role_none():
     with pytest.raises(ValueError) as error:
         prepare_batch(torch.tensor([[1.0], [0.0], [0.5], [0.25]]), torch.ones(1), 2, roles=["c", "c", None, None])
     assert str(error.value) == "completion 2 (group 1): its role is None; give every prompt a role (not the role 'None')"
+
+
+@pytest.mark.parametrize("norm", [True, False])
+def test_an_rllm_main_style_estimator_runs_in_trl(norm):
+    # rLLM main's signature fn(rewards, algorithm_config, **kwargs); before: TypeError, no algorithm_config
+    from rllm_plugins import register_adv_estimator
+
+    @register_adv_estimator("h_trl_main_style")
+    def estimator(rewards, algorithm_config, **kwargs):
+        out = [(r - r.mean()) / ((r.std() + 1e-6) if algorithm_config.norm_adv_by_std_in_grpo else 1.0) for r in rewards]
+        return out, out
+
+    try:
+        batch = prepare_batch(torch.tensor([[1.0], [0.0], [0.5], [0.25]]), torch.ones(1), 2)
+        got = compute_advantages(batch, "h_trl_main_style", norm_adv_by_std_in_grpo=norm)
+    finally:
+        unregister_rllm_adv_estimator("h_trl_main_style")
+    expected = [0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6), 0.125 / (0.125 + 1e-6), -0.125 / (0.125 + 1e-6)] if norm else [0.5, -0.5, 0.125, -0.125]
+    np.testing.assert_allclose(got, expected, rtol=1e-6)

@@ -95,3 +95,29 @@ def test_a_nan_uid_is_refused_by_the_verl_estimator(uids):
             token_level_rewards=data.batch["token_level_rewards"], response_mask=data.batch["response_mask"], index=uids(), config=None
         )
     assert str(error.value) == f"advantage estimator 'rllm_rloo': row {row} has uid nan, which equals no other id (NaN); give every row a real uid"
+
+
+def test_an_rllm_main_style_estimator_runs_as_rllm_name_in_verl():
+    # rLLM main's signature fn(rewards, algorithm_config, **kwargs); before: TypeError, no algorithm_config
+    from rllm_verl.registration import register_estimators_into_verl
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    from rllm_plugins import register_adv_estimator, unregister_rllm_adv_estimator
+
+    @register_adv_estimator("h_verl_main_style")
+    def estimator(rewards, algorithm_config, **kwargs):
+        out = [r - r.mean() if not algorithm_config.norm_adv_by_std_in_grpo else (r - r.mean()) / (r.std() + 1e-6) for r in rewards]
+        return out, out
+
+    try:
+        register_estimators_into_verl()
+        data = make_batch([1.0, 0.0, 0.5, 0.25], [1] * 4, ["p", "p", "q", "q"])
+        from omegaconf import OmegaConf
+
+        config = OmegaConf.create({"norm_adv_by_std_in_grpo": False})
+        advantages, _ = get_adv_estimator_fn("rllm_h_verl_main_style")(
+            token_level_rewards=data.batch["token_level_rewards"], response_mask=data.batch["response_mask"], index=data.non_tensor_batch["uid"], config=config
+        )
+    finally:
+        unregister_rllm_adv_estimator("h_verl_main_style")
+    np.testing.assert_allclose(advantages.sum(dim=-1).numpy(), [0.5, -0.5, 0.125, -0.125], atol=1e-6)
