@@ -60,17 +60,39 @@ def _tensor(data: Any, key: str) -> torch.Tensor:
 
 
 def _rows_equal(data: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(len(a),) bool: whether row ``a[i]`` equals row ``b[i]`` in every tensor and non-tensor column."""
+    """(len(a),) bool: whether row ``a[i]`` equals row ``b[i]`` in every tensor and non-tensor column.
+
+    Non-tensor columns (the ids) go first and each column only compares the pairs still equal, so
+    the token tensors are read for a few rows at most (usually none).
+    """
     same = np.ones(len(a), dtype=bool)
+    for column in data.non_tensor_batch.values():
+        rows = np.flatnonzero(same)
+        if not rows.size:
+            return same
+        column = np.asarray(column)
+        same[rows] = _column_equal(column[a[rows]], column[b[rows]])
     if data.batch is not None:
         for key in data.batch.keys():  # noqa: SIM118 - TensorDict
-            tensor = data.batch[key].detach().to("cpu")
-            same &= (tensor[torch.from_numpy(a)] == tensor[torch.from_numpy(b)]).reshape(len(a), -1).all(dim=1).numpy()
-    for column in data.non_tensor_batch.values():
-        column = np.asarray(column)
-        for k in np.flatnonzero(same).tolist():  # only rows still equal: usually none
-            same[k] = _equal(column[a[k]], column[b[k]])
+            rows = np.flatnonzero(same)
+            if not rows.size:
+                return same
+            tensor = data.batch[key].detach()
+            x, y = tensor[torch.from_numpy(a[rows])], tensor[torch.from_numpy(b[rows])]
+            same[rows] = (x == y).reshape(rows.size, -1).all(dim=1).to("cpu").numpy()
     return same
+
+
+def _column_equal(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Elementwise equality of two equal-length column slices (vectorised when numpy can, else one pair at a time)."""
+    if x.ndim == 1:
+        try:
+            eq = x == y
+            if isinstance(eq, np.ndarray) and eq.dtype == bool and eq.shape == x.shape:
+                return eq
+        except (TypeError, ValueError):  # elements that are arrays: compare them one by one
+            pass
+    return np.array([_equal(u, v) for u, v in zip(x, y, strict=True)], dtype=bool)
 
 
 def _equal(x: Any, y: Any) -> bool:

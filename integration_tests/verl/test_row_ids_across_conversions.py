@@ -121,3 +121,25 @@ def test_an_rllm_main_style_estimator_runs_as_rllm_name_in_verl():
     finally:
         unregister_rllm_adv_estimator("h_verl_main_style")
     np.testing.assert_allclose(advantages.sum(dim=-1).numpy(), [0.5, -0.5, 0.125, -0.125], atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["lists", "arrays"])
+def test_padding_is_detected_through_object_columns_of_lists_and_arrays(kind):
+    from verl.protocol import pad_dataproto_to_divisor
+
+    data = make_batch([1.0, 0.0, 0.5, 0.25, 0.3, 0.1], [1] * 6, ["p", "p", "q", "q", "r", "r"])
+    ids = [[1, 2], [1, 2, 3], [4], [5, 6], [7], [8]]
+    column = np.empty(6, dtype=object)
+    column[:] = [np.array(i) for i in ids] if kind == "arrays" else ids
+    data.non_tensor_batch["raw_prompt_ids"] = column
+    padded, pad_size = pad_dataproto_to_divisor(data, 4)
+    with pytest.raises(ValueError, match=r"^rows 6\.\.7 repeat rows 0\.\.1 in every column"):
+        dataproto_to_groups(padded)
+    groups = dataproto_to_groups(padded, pad_size=pad_size)
+    assert [len(g.trajectories) for g in groups] == [2, 2, 2]
+    # real rows equal in every tensor but one list column are not padding
+    real = make_batch([1.0, 0.0, 1.0], [1] * 3, ["p", "q", "p"])
+    column = np.empty(3, dtype=object)
+    column[:] = [np.array([1]), np.array([2]), np.array([1, 9])] if kind == "arrays" else [[1], [2], [1, 9]]
+    real.non_tensor_batch["raw_prompt_ids"] = column
+    assert [len(g.trajectories) for g in dataproto_to_groups(real)] == [2, 1]
