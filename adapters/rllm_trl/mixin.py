@@ -13,7 +13,6 @@ Two private TRL methods are overridden (pinned by :func:`check_trl_compatibility
 from __future__ import annotations
 
 import inspect
-import warnings
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,7 @@ from trl import GRPOTrainer
 
 from .advantages import RewardBatch, compute_advantages, compute_metrics, prepare_batch
 
-__all__ = ["OVERRIDDEN_METHODS", "RLLMAdvantageMixin", "check_trainer_args", "check_trl_compatibility"]
+__all__ = ["OVERRIDDEN_METHODS", "RLLMAdvantageMixin", "check_trl_compatibility"]
 
 # method name -> parameter names it has in TRL 1.16 (and since 0.29)
 OVERRIDDEN_METHODS: dict[str, tuple[str, ...]] = {
@@ -45,35 +44,6 @@ def check_trl_compatibility(trainer_class: type = GRPOTrainer) -> None:
             )
 
 
-def _columns(dataset: Any) -> list[str] | None:
-    names = getattr(dataset, "column_names", None)  # None for an IterableDataset whose features are unknown
-    return list(names) if isinstance(names, (list, tuple)) else None
-
-
-def check_trainer_args(args: Any, train_dataset: Any = None, eval_dataset: Any = None) -> None:
-    """What would otherwise fail (or go unnoticed) at the first step, checked when the trainer is built.
-
-    A plain ``GRPOConfig`` (no ``adv_estimator``) warns: the advantages come from rLLM's ``grpo``
-    (population std, eps 1e-6) whatever ``scale_rewards`` says. A ``role_column`` missing from the
-    train or an eval dataset (when its columns are known) raises ``ValueError``.
-    """
-    if not hasattr(args, "adv_estimator"):
-        warnings.warn(
-            f"{type(args).__name__} has no rLLM settings: advantages come from rLLM's 'grpo' (population std, eps 1e-6), "
-            f"not TRL's scale_rewards={getattr(args, 'scale_rewards', None)!r}. Use rllm_trl.RLLMGRPOConfig to choose the estimator",
-            UserWarning,
-            stacklevel=3,
-        )
-    role_column = getattr(args, "role_column", None)
-    if role_column is None:
-        return
-    evals = eval_dataset.items() if isinstance(eval_dataset, dict) else [("", eval_dataset)]
-    for name, dataset in [("train_dataset", train_dataset), *((f"eval_dataset{f'[{k!r}]' if k else ''}", d) for k, d in evals)]:
-        columns = _columns(dataset)
-        if columns is not None and role_column not in columns:
-            raise ValueError(f"role_column={role_column!r} is not a column of {name} (columns: {sorted(columns)})")
-
-
 class RLLMAdvantageMixin:
     """Put before ``GRPOTrainer`` (or a subclass of it) in the bases; configure with ``RLLMGRPOConfig`` fields.
 
@@ -90,7 +60,6 @@ class RLLMAdvantageMixin:
         check_trl_compatibility(next((c for c in type(self).__mro__[1:] if "_calculate_rewards" in c.__dict__ and c is not RLLMAdvantageMixin), GRPOTrainer))
         super().__init__(*args, **kwargs)
         self._rllm_pending: dict[str, Any] | None = None
-        check_trainer_args(self.args, self.train_dataset, self.eval_dataset)
 
     def _calculate_rewards(
         self, inputs: list[dict[str, Any]], prompts: list[Any], completions: list[Any], completion_ids_list: list[list[int]]
