@@ -72,17 +72,7 @@ def _group_roles(roles: Sequence[str] | None, num_rows: int, num_generations: in
         return (DEFAULT_ROLE,), np.zeros(num_groups, dtype=np.int64)
     if len(roles) != num_rows:
         raise ValueError(f"roles has {len(roles)} entries for {num_rows} completions")
-    missing = next((row for row, role in enumerate(roles) if role is None), None)
-    if missing is not None:
-        raise ValueError(f"completion {missing} (group {missing // num_generations}): its role is None; give every prompt a role (not the role 'None')")
     names, first, codes = np.unique(np.asarray([str(r) for r in roles], dtype=object), return_index=True, return_inverse=True)
-    colon = next((str(name) for name in names if ":" in str(name)), None)
-    if colon is not None:
-        row = int(first[list(names).index(colon)])
-        raise ValueError(
-            f"completion {row} (group {row // num_generations}): role {colon!r} contains ':'; rLLM reads a group's role from its "
-            "group_id up to the next ':', so the groups of this role would get another role's estimator. Use another character"
-        )
     per_row = codes.reshape(num_groups, num_generations)
     disagree = np.flatnonzero((per_row != per_row[:, :1]).any(axis=1))
     if disagree.size:

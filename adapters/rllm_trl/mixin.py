@@ -73,7 +73,7 @@ class RLLMAdvantageMixin:
             missing = [i for i, example in enumerate(inputs) if role_column not in example]
             if missing:
                 raise ValueError(f"role_column={role_column!r}: example {missing[0]} of this batch has no such column (columns: {sorted(inputs[missing[0]])})")
-            roles = gather_object([None if example[role_column] is None else str(example[role_column]) for example in inputs])
+            roles = gather_object([str(example[role_column]) for example in inputs])
         self._rllm_pending = {"rewards_per_func": rewards_per_func, "lengths": lengths, "roles": roles}
         return rewards_per_func
 

@@ -96,22 +96,6 @@ def test_norm_adv_by_std_in_grpo_must_be_a_bool_when_the_config_is_built(value):
     assert RLLMGRPOConfig(**BASE, norm_adv_by_std_in_grpo=np.False_).norm_adv_by_std_in_grpo is False
 
 
-def test_a_role_with_a_colon_is_refused_both_paths_would_disagree():
-    # before: compute_advantages used the 'a:b' estimator, the object path (group_id "0:a:b") role 'a''s
-    with pytest.raises(ValueError) as error:
-        prepare_batch(torch.tensor([[1.0], [0.0], [0.5], [0.25]]), torch.ones(1), 2, roles=["c", "c", "a:b", "a:b"])
-    assert str(error.value) == (
-        "completion 2 (group 1): role 'a:b' contains ':'; rLLM reads a group's role from its group_id up to the next ':', "
-        "so the groups of this role would get another role's estimator. Use another character"
-    )
-
-
-def test_a_none_role_is_refused_not_the_role_none():
-    with pytest.raises(ValueError) as error:
-        prepare_batch(torch.tensor([[1.0], [0.0], [0.5], [0.25]]), torch.ones(1), 2, roles=["c", "c", None, None])
-    assert str(error.value) == "completion 2 (group 1): its role is None; give every prompt a role (not the role 'None')"
-
-
 @pytest.mark.parametrize("norm", [True, False])
 def test_an_rllm_main_style_estimator_runs_in_trl(norm):
     # rLLM main's signature fn(rewards, algorithm_config, **kwargs); before: TypeError, no algorithm_config
