@@ -127,7 +127,12 @@ class RLLMGRPOConfig(GRPOConfig):
         TRL's settings not at their default join ``estimator_kwargs``, as the trainer gives them to the estimators that take them.
         """
         kwargs = {**self.adv_estimator_kwargs, **advantage_settings(self).trl_settings}
-        node = {"adv_estimator": self.adv_estimator, "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo, "estimator_kwargs": kwargs}
+        node = {
+            "adv_estimator": self.adv_estimator,
+            "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo,
+            "estimator_kwargs": kwargs,
+            "multi_objective_aggregation": self.multi_objective_aggregation,
+        }
         return check_no_per_role_loss(build_algorithm_config(node, self.adv_estimator_map))
 
 
