@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from test_multi_objective import gdpo_by_hand
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 
@@ -51,3 +52,27 @@ def test_a_bad_role_on_one_rank_fails_every_rank_with_the_same_error(tmp_path):
     output = done.stdout + done.stderr
     for rank in (0, 1):
         assert f"[rank{rank}]: {message}" in output, output[-3000:]
+
+
+def test_normalize_then_sum_with_roles_straddling_ranks_is_one_computation_per_role(tmp_path):
+    """Group 1 straddles the ranks; each role's GDPO (rloo per function, weighted sum, whitening) runs on the global batch."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}", str(WORKER), str(tmp_path), "rloo", "nts-roles"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in (0, 1)]
+    straddling = []
+    for step in range(2):
+        rank0, rank1 = ranks[0]["records"][step], ranks[1]["records"][step]
+        gathered = torch.tensor(rank0["rewards_per_func"], dtype=torch.float32)
+        assert gathered.shape == (12, 2) and torch.isnan(gathered[:, 1]).sum() == 4
+        roles = rank0["group_roles"]
+        assert roles == rank1["group_roles"] and sorted(set(roles)) == ["judge", "solver"]
+        expected = np.zeros(12)
+        for role in set(roles):
+            rows = [r for g, name in enumerate(roles) if name == role for r in range(4 * g, 4 * g + 4)]
+            expected[rows] = gdpo_by_hand(gathered[rows], [1.0, -0.5], 4, "rloo")
+        used = np.asarray(rank0["advantages"] + rank1["advantages"])
+        np.testing.assert_allclose(used, expected, rtol=0, atol=1e-6)
+        straddling.append(np.abs(expected[4:8]).max())
+    assert max(straddling) > 0.1, "the straddling group carries no signal"
