@@ -56,7 +56,8 @@ def test_a_bad_role_on_one_rank_fails_every_rank_with_the_same_error(tmp_path):
 
 def test_normalize_then_sum_with_roles_straddling_ranks_is_one_computation_per_role(tmp_path):
     """Group 1 straddles the ranks; each role's GDPO (rloo per function, weighted sum, whitening) runs on the global batch."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}", str(WORKER), str(tmp_path), "rloo", "nts-roles"]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}"]
+    command += [str(WORKER), str(tmp_path), "rloo", "nts-roles"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
