@@ -235,3 +235,37 @@ def test_trl_grpo_with_normalize_then_sum_and_roles_whitens_each_role_over_its_o
     assert batch.roles == ("solver", "judge")
     np.testing.assert_allclose(ours_out["advantages"].double().numpy(), expected, rtol=0, atol=1e-6)
     assert np.abs(expected - stock_out["advantages"].double().numpy()).max() > 1e-3
+
+
+def test_trl_grpo_with_batch_scaling_and_roles_divides_by_the_std_of_each_roles_rows(both_steps):
+    """scale_rewards="batch" with role_column: group mean, sample std of the role's rows + 1e-4 (TRL: of the whole batch)."""
+    stock_out, ours_out, ours = both_steps({"scale_rewards": "batch"}, adv_estimator="trl_grpo", role_column="role")
+
+    batch = ours.last_reward_batch
+    rewards = batch.rewards.tolist()
+    expected = [0.0] * len(rewards)
+    for r in range(len(batch.roles)):
+        groups = [g for g in range(batch.num_groups) if batch.group_roles[g] == r]
+        std = statistics.stdev(rewards[i] for g in groups for i in range(G * g, G * g + G))
+        for g in groups:
+            mean = statistics.fmean(rewards[G * g : G * g + G])
+            for i in range(G * g, G * g + G):
+                expected[i] = (rewards[i] - mean) / (std + 1e-4)
+    assert batch.roles == ("solver", "judge")
+    np.testing.assert_allclose(ours_out["advantages"].double().numpy(), expected, rtol=0, atol=1e-6)
+    assert np.abs(np.asarray(expected) - stock_out["advantages"].double().numpy()).max() > 1e-3
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch"])
+def test_steps_per_generation_the_statistics_cover_one_whole_generation(make_trainer, scale_rewards):
+    """steps_per_generation=2: one generation of 16 completions scored at once, as stock TRL does."""
+    fields = {"steps_per_generation": 2, "scale_rewards": scale_rewards, "max_steps": 1}
+    stock = make_trainer(stock=True, **fields)
+    stock.train()
+    ours = make_trainer(adv_estimator="trl_grpo", **fields)  # built after the stock run: the same seed, the same completions
+    ours.train()
+
+    theirs, used = stock.records[0], ours.records[0]
+    assert theirs["rewards_per_func"].shape == (16, 2) and torch.equal(theirs["rewards_per_func"], used["rewards_per_func"])
+    np.testing.assert_allclose(used["advantages"].double().numpy(), theirs["advantages"].double().numpy(), rtol=0, atol=1e-6)
+    assert ours.last_advantages.size == 16 and np.abs(ours.last_advantages).max() > 0.1
