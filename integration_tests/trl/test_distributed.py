@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
-from test_multi_objective import gdpo_by_hand
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 
@@ -54,6 +55,19 @@ def test_a_bad_role_on_one_rank_fails_every_rank_with_the_same_error(tmp_path):
         assert f"[rank{rank}]: {message}" in output, output[-3000:]
 
 
+def rloo_gdpo_by_hand(table: list[list[float]], weights: list[float], group: int) -> list[float]:
+    """Per function and group RLOO on the present values, the weighted sum, whitening (sample std + 1e-4)."""
+    total = [0.0] * len(table)
+    for f, weight in enumerate(weights):
+        for start in range(0, len(table), group):
+            keep = [i for i in range(start, start + group) if not math.isnan(table[i][f])]
+            values = [table[i][f] for i in keep]
+            for i, v in zip(keep, values, strict=True):
+                total[i] += weight * (v if len(values) == 1 else v - (sum(values) - v) / (len(values) - 1))
+    mean, std = statistics.fmean(total), statistics.stdev(total)
+    return [(t - mean) / (std + 1e-4) for t in total]
+
+
 def test_normalize_then_sum_with_roles_straddling_ranks_is_one_computation_per_role(tmp_path):
     """Group 1 straddles the ranks; each role's GDPO (rloo per function, weighted sum, whitening) runs on the global batch."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}"]
@@ -72,7 +86,7 @@ def test_normalize_then_sum_with_roles_straddling_ranks_is_one_computation_per_r
         expected = np.zeros(12)
         for role in set(roles):
             rows = [r for g, name in enumerate(roles) if name == role for r in range(4 * g, 4 * g + 4)]
-            expected[rows] = gdpo_by_hand(gathered[rows], [1.0, -0.5], 4, "rloo")
+            expected[rows] = rloo_gdpo_by_hand(gathered[rows].tolist(), [1.0, -0.5], 4)
         used = np.asarray(rank0["advantages"] + rank1["advantages"])
         np.testing.assert_allclose(used, expected, rtol=0, atol=1e-6)
         straddling.append(np.abs(expected[4:8]).max())
