@@ -129,3 +129,30 @@ def test_a_disable_name_that_matches_no_plugin_says_so(site, load):
     ]
     assert [w for w in load(RLLM_PLUGINS_DISABLE="empty") if DISABLE_ENV in w] == []
     assert record("empty").status == "disabled"
+
+
+OFFERS_ANOTHER_NAME = """from rllm_plugins import AdvEstimatorSpec, hookimpl
+
+
+def centred(rewards, **kwargs):
+    return rewards, rewards
+
+
+@hookimpl
+def rllm_adv_estimators():
+    return [AdvEstimatorSpec("other_name", fn=centred)]
+"""
+
+
+def test_the_name_of_a_plugin_that_loaded_says_what_it_offers_not_that_it_failed(site, load):
+    """Before, with another plugin broken: "estimator 'named' is not available: Plugins that did not load ..." for a plugin that loaded."""
+    install(site, "named", OFFERS_ANOTHER_NAME)
+    broken = install(site, "broken", "import rllm_mistake_not_installed\n")
+    load()
+    with pytest.raises(UnknownEstimatorError) as caught:
+        get_estimator("named")
+    assert str(caught.value).startswith(
+        "Unknown advantage estimator 'named'. Plugins that did not load, which may offer it: plugin 'broken' (distribution "
+        f"rllm-mistake-broken 0.1) failed to load: ModuleNotFoundError: No module named 'rllm_mistake_not_installed' (at {broken}:1). "
+        "plugin 'named' (distribution rllm-mistake-named 0.1) is installed and offers: other_name. Available: "
+    )
