@@ -51,8 +51,10 @@ def parse_sessions(keys: Sequence[Any], uids: Sequence[Any]) -> Sessions:
 
     The uid part may itself contain ``_`` (the key is split at its last two); ``index`` is an
     integer. Raises ``ValueError`` naming the row for a malformed key, an index repeated within a
-    session, or a session whose rows carry different ``uid`` values.
+    session, a session whose rows carry different ``uid`` values, or a uid that is not hashable.
     """
+    if np.ndim(uids) != 1:
+        raise ValueError(f"uid has shape {np.shape(uids)}; it needs one id per row (1-D): join multi-part ids into one string, e.g. f'{{task}}|{{sample}}'")
     if len(keys) != len(uids):
         raise ValueError(f"{len(keys)} batch keys for {len(uids)} rows; every row needs its key {{uid}}_{{session_id}}_{{index}}")
     code_of: dict[str, int] = {}
@@ -70,6 +72,10 @@ def parse_sessions(keys: Sequence[Any], uids: Sequence[Any]) -> Sessions:
         code = code_of.setdefault(head, len(code_of))
         session_of_row[row] = code
         if code == len(final_rows):
+            try:
+                hash(uids[row])
+            except TypeError:
+                raise ValueError(f"row {row} has uid {uids[row]!r}, a {type(uids[row]).__name__}; a uid must be hashable (a str or an int)") from None
             final_rows.append(row)
             final_index.append(index)
             continue

@@ -296,3 +296,17 @@ def test_the_session_path_applies_the_output_rule(ref, algorithm_config):
     finally:
         for name in ("session_text", "session_tensor"):
             unregister_rllm_adv_estimator(name)
+
+
+def test_an_unhashable_or_two_dimensional_uid_raises_naming_it_on_the_session_path(ref, algorithm_config):
+    """As on the row path; before, a bare TypeError (unhashable type: 'list') or numpy's ambiguous truth value."""
+    keys = ["a_0_0", "a_0_1", "a_1_0"]
+    data = ref.make_batch([1.0, 0.0, 1.0], [2, 2, 2], ["a"] * 3)
+    uids = np.empty(3, dtype=object)
+    uids[:] = [["a"], ["a"], ["a"]]
+    data.non_tensor_batch["uid"] = uids
+    with pytest.raises(ValueError, match=r"row 0 has uid \['a'\], a list; a uid must be hashable \(a str or an int\)"):
+        run(copy.deepcopy(data), keys, "rllm_rloo", algorithm_config(adv_estimator="rllm_rloo"))
+    data.non_tensor_batch["uid"] = np.array([["a", "x"], ["a", "x"], ["a", "y"]], dtype=object)
+    with pytest.raises(ValueError, match=r"uid has shape \(3, 2\); it needs one id per row \(1-D\)"):
+        run(data, keys, "rllm_rloo", algorithm_config(adv_estimator="rllm_rloo"))
