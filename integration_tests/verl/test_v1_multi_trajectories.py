@@ -310,3 +310,12 @@ def test_an_unhashable_or_two_dimensional_uid_raises_naming_it_on_the_session_pa
     data.non_tensor_batch["uid"] = np.array([["a", "x"], ["a", "x"], ["a", "y"]], dtype=object)
     with pytest.raises(ValueError, match=r"uid has shape \(3, 2\); it needs one id per row \(1-D\)"):
         run(data, keys, "rllm_rloo", algorithm_config(adv_estimator="rllm_rloo"))
+
+
+def test_a_session_advantage_that_overflows_fp16_rewards_is_an_error(ref, algorithm_config):
+    data = ref.make_batch([0.0, 60000.0, -60000.0], [2, 2, 2], ["a"] * 3)
+    data.batch["token_level_rewards"] = data.batch["token_level_rewards"].half()
+    with pytest.raises(
+        ValueError, match=r"\(sessions of compute_advantage_for_multi_trajectories\): advantage 120000\.0 of row 0 \(uid 'a'\) overflows torch\.float16"
+    ):
+        run(data, ["a_0_0", "a_0_1", "a_1_0"], "rllm_rloo", algorithm_config(adv_estimator="rllm_rloo"))
