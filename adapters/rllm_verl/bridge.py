@@ -31,7 +31,7 @@ from rllm_plugins.spec import accepted_keywords
 
 from .multi_objective import reward_key_options, reward_table
 
-__all__ = ["ESTIMATOR_KWARGS_KEY", "compute_rllm_advantage", "estimator_options", "group_rows", "verl_estimator"]
+__all__ = ["ESTIMATOR_KWARGS_KEY", "check_inputs", "compute_rllm_advantage", "estimator_options", "group_rows", "verl_estimator", "wants_lengths"]
 
 ESTIMATOR_KWARGS_KEY = "rllm_estimator_kwargs"
 
@@ -87,7 +87,7 @@ def estimator_options(config: Any, where: str, name: str | None = None) -> dict[
     return {**{str(k): v for k, v in extra.items()}, "norm_adv_by_std_in_grpo": bool(norm)}
 
 
-def _wants_lengths(name: str) -> bool:
+def wants_lengths(name: str) -> bool:
     """Whether the estimator names a ``lengths`` parameter (then it gets ``response_mask.sum(-1)``)."""
     spec = get_estimator(name).spec
     return "lengths" in accepted_keywords(spec.batched if spec.batched is not None else spec.fn)[0]  # type: ignore[arg-type]
@@ -124,7 +124,8 @@ def _has_tokens(mask: torch.Tensor) -> bool:
     return bool(mask.any())
 
 
-def _check_inputs(where: str, token_level_rewards: Any, response_mask: Any, index: Any) -> None:
+def check_inputs(where: str, token_level_rewards: Any, response_mask: Any, index: Any) -> None:
+    """Raise ``ValueError`` unless rewards and mask are matching 2-D (B, T) tensors, ``index`` has B ids and the mask has a token."""
     if not isinstance(token_level_rewards, torch.Tensor) or token_level_rewards.dim() != 2:
         shape = tuple(token_level_rewards.shape) if hasattr(token_level_rewards, "shape") else type(token_level_rewards).__name__
         raise ValueError(f"{where}: token_level_rewards must be a 2-D (batch, response_length) tensor, got {shape}")
@@ -160,7 +161,7 @@ def compute_rllm_advantage(
     of ``token_level_rewards`` (the default float dtype for integer rewards) and on its device.
     """
     where = f"advantage estimator 'rllm_{name}'"
-    _check_inputs(where, token_level_rewards, response_mask, index)
+    check_inputs(where, token_level_rewards, response_mask, index)
     options = estimator_options(config, where, name)
     estimator = get_estimator(name)
     index = np.asarray(index, dtype=object) if not isinstance(index, np.ndarray) else index
@@ -184,7 +185,7 @@ def compute_rllm_advantage(
         except TypeError:  # an unhashable uid: name the first
             row = next(r for r, uid in enumerate(index.tolist()) if not _hashable(uid))
             raise ValueError(f"{where}: row {row} has uid {index[row]!r}, a {type(index[row]).__name__}; a uid must be hashable (a str or an int)") from None
-        if _wants_lengths(name):
+        if wants_lengths(name):
             lengths = _row_sums(response_mask)
             options["lengths"] = lengths if order is None else lengths[order]
         values = scores if order is None else scores[order]

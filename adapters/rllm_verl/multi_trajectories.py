@@ -16,10 +16,10 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from .extension import Extension, install
+from .extension import Extension
 from .sessions import Sessions, first_outputs_only, parse_sessions, session_advantages
 
-__all__ = ["SESSIONS", "SESSIONS_ENV", "install_session_extension"]
+__all__ = ["SESSIONS", "SESSIONS_ENV", "extend", "session_compute"]
 
 SESSIONS_ENV = "RLLM_PLUGINS_VERL_SESSIONS"
 
@@ -42,11 +42,11 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
 
     from rllm_plugins.registry import get_estimator
 
-    from .bridge import _check_inputs, _wants_lengths, estimator_options
+    from .bridge import check_inputs, estimator_options, wants_lengths
 
     where = f"advantage estimator 'rllm_{name}' (sessions of compute_advantage_for_multi_trajectories)"
     rewards, mask, uids = data.batch["token_level_rewards"], data.batch["response_mask"], data.non_tensor_batch["uid"]
-    _check_inputs(where, rewards, mask, uids)
+    check_inputs(where, rewards, mask, uids)
     options = estimator_options(config, where)
     estimator = get_estimator(name)
     with torch.no_grad():
@@ -56,7 +56,7 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
             row = int(sessions.final_rows[np.flatnonzero(~np.isfinite(session_rewards))[0]])
             raise ValueError(f"{where}: row {row} (uid {uids[row]!r}) has a non-finite reward; token_level_rewards must be finite")
         lengths = None
-        if _wants_lengths(name):  # a session's length: its response tokens over all its outputs
+        if wants_lengths(name):  # a session's length: its response tokens over all its outputs
             row_lengths = mask.sum(dim=-1).to(device="cpu", dtype=torch.float64).numpy()
             lengths = np.bincount(sessions.session_of_row, weights=row_lengths, minlength=len(sessions.final_rows))
         try:
@@ -126,8 +126,3 @@ SESSIONS = Extension(
     env=SESSIONS_ENV,
     bound_in=("verl.trainer.ppo.v1.trainer_base",),
 )
-
-
-def install_session_extension() -> str:
-    """Install the session extension (see :mod:`rllm_verl.extension`); returns its status. Never raises."""
-    return install(SESSIONS)
