@@ -31,7 +31,16 @@ from rllm_plugins.spec import accepted_keywords
 
 from .multi_objective import reward_key_options, reward_table
 
-__all__ = ["ESTIMATOR_KWARGS_KEY", "check_inputs", "compute_rllm_advantage", "estimator_options", "group_rows", "verl_estimator", "wants_lengths"]
+__all__ = [
+    "ESTIMATOR_KWARGS_KEY",
+    "check_inputs",
+    "compute_rllm_advantage",
+    "estimator_options",
+    "group_rows",
+    "in_row_order",
+    "verl_estimator",
+    "wants_lengths",
+]
 
 ESTIMATOR_KWARGS_KEY = "rllm_estimator_kwargs"
 
@@ -55,6 +64,15 @@ def group_rows(index: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
     group_of_row = np.fromiter(map(code_of.__getitem__, keys), dtype=np.int64, count=n)
     order = np.argsort(group_of_row, kind="stable")
     return order, offsets_from_sizes(np.bincount(group_of_row, minlength=len(code_of)))
+
+
+def in_row_order(grouped: np.ndarray, order: np.ndarray | None) -> np.ndarray:
+    """``grouped`` (B,), in the group order of :func:`group_rows`, back in row order (the inverse of ``values[order]``)."""
+    if order is None:
+        return grouped
+    out = np.empty_like(grouped)
+    out[order] = grouped
+    return out
 
 
 def estimator_options(config: Any, where: str, name: str | None = None) -> dict[str, Any]:
@@ -196,11 +214,7 @@ def compute_rllm_advantage(
             grouped = aggregate_advantages(values, offsets, estimator.batched_form, **options)
         if grouped.shape != values.shape[:1]:
             raise ValueError(f"{where}: the estimator ({estimator.provider}) returned {grouped.size} advantages for {values.size} rows")
-        if order is None:
-            advantages = grouped
-        else:
-            advantages = np.empty_like(grouped)
-            advantages[order] = grouped
+        advantages = in_row_order(grouped, order)
         if not np.isfinite(advantages).all():
             row = int(np.flatnonzero(~np.isfinite(advantages))[0])
             raise ValueError(f"{where}: the estimator ({estimator.provider}) gave advantage {advantages[row]} for row {row} (uid {index[row]!r})")

@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from .bridge import group_rows
+from rllm_plugins.outputs import as_advantages
+
+from .bridge import group_rows, in_row_order
 
 __all__ = ["Sessions", "first_outputs_only", "parse_sessions", "session_advantages"]
 
@@ -104,14 +106,10 @@ def session_advantages(
     if session_lengths is not None:
         options["lengths"] = session_lengths if order is None else session_lengths[order]
     values = rewards if order is None else rewards[order]
-    grouped = np.asarray(batched(values, offsets, **options), dtype=np.float64).reshape(-1)
+    grouped = as_advantages(batched(values, offsets, **options), "the estimator")
     if grouped.shape != values.shape:
         raise ValueError(f"the estimator returned {grouped.size} advantages for {values.size} sessions")
-    if order is None:
-        per_session = grouped
-    else:
-        per_session = np.empty_like(grouped)
-        per_session[order] = grouped
+    per_session = in_row_order(grouped, order)
     if not np.isfinite(per_session).all():
         s = int(np.flatnonzero(~np.isfinite(per_session))[0])
         raise ValueError(f"the estimator gave advantage {per_session[s]} for the session of row {sessions.final_rows[s]} (uid {sessions.uids[s]!r})")
