@@ -257,3 +257,36 @@ def test_a_fresh_verl_process_extends_on_import_unless_opted_out(opt_out, expect
     done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == expected
+
+
+OPTED_OUT = """
+import numpy as np, torch, verl
+from omegaconf import OmegaConf
+from verl import DataProto
+from verl.trainer.ppo import ray_trainer
+
+mask = torch.ones(2, 2, dtype=torch.int64)
+data = DataProto.from_dict(
+    tensors={"response_mask": mask, "token_level_rewards": torch.ones(2, 2)},
+    non_tensors={"uid": np.array(["a", "a"], dtype=object), "x": np.array([1.0, 0.0], dtype=object)},
+)
+config = OmegaConf.create({"adv_estimator": "rllm_grpo", "norm_adv_by_std_in_grpo": True, "gdpo_reward_keys": ["x"]})
+try:
+    ray_trainer.compute_advantage(data, adv_estimator="rllm_grpo", config=config)
+except ValueError as error:
+    print(error)
+"""
+
+
+def test_opted_out_the_error_says_so_and_how_to_turn_it_on():
+    env = {**os.environ, REWARD_KEYS_ENV: "0"}
+    done = subprocess.run([sys.executable, "-c", OPTED_OUT], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (
+        done.stdout.strip()
+        .splitlines()[-1]
+        .endswith(
+            "rllm-plugins extends it so rllm_* estimators see it, and that extension is off (RLLM_PLUGINS_VERL_REWARD_KEYS=0); "
+            "unset RLLM_PLUGINS_VERL_REWARD_KEYS to turn it on."
+        )
+    )
