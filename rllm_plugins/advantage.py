@@ -23,7 +23,7 @@ from .config import AlgorithmConfig
 from .diagnostics import batch_diagnostics
 from .options import check_estimator_kwargs
 from .outputs import as_advantages, as_groups
-from .registry import _prepare_adv_estimator_input, get_estimator
+from .registry import get_estimator, prepare_adv_estimator_input
 from .segments import GroupLayout, offsets_from_sizes
 from .spec import call_with_accepted_kwargs, flatten_groups, normalize_name
 from .types import Step, TrajectoryGroup
@@ -180,7 +180,7 @@ def _call_estimator(role: str, batch: _RoleBatch, config: AlgorithmConfig) -> li
     """Run the role's estimator and check its output against the groups."""
     name = config.estimator_name(role)
     estimator = get_estimator(name)
-    kwargs = _prepare_adv_estimator_input(batch.rewards, config, batch.groups)
+    kwargs = prepare_adv_estimator_input(batch.rewards, config, batch.groups)
     result = call_with_accepted_kwargs(estimator.list_form, **kwargs)
     who = f"estimator {name!r} ({estimator.provider}) for role {role!r}"
     if not isinstance(result, (tuple, list)) or len(result) != 2:

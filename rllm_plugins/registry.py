@@ -22,6 +22,7 @@ __all__ = [
     "get_estimator",
     "get_estimator_spec",
     "get_rllm_adv_estimator",
+    "prepare_adv_estimator_input",
     "register_adv_estimator",
     "register_rllm_adv_estimator",
     "unavailable_because",
@@ -156,7 +157,7 @@ def available_estimators() -> list[str]:
     return sorted(set(state.estimators) | set(plugins.user_overrides()))
 
 
-def _prepare_adv_estimator_input(rewards: list[Any], algorithm_config: AlgorithmConfig, traj_groups: list[Any] | None = None) -> dict[str, Any]:
+def prepare_adv_estimator_input(rewards: list[Any], algorithm_config: AlgorithmConfig, traj_groups: list[Any] | None = None) -> dict[str, Any]:
     """Keyword arguments of one estimator call: both rLLM signature generations find theirs.
 
     ``rewards`` (one array per group), ``algorithm_config``, ``traj_groups``,

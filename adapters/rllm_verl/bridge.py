@@ -31,7 +31,17 @@ from rllm_plugins.spec import accepted_keywords
 
 from .multi_objective import reward_key_options, reward_table
 
-__all__ = ["ESTIMATOR_KWARGS_KEY", "check_representable", "compute_rllm_advantage", "estimator_options", "group_rows", "verl_estimator"]
+__all__ = [
+    "ESTIMATOR_KWARGS_KEY",
+    "check_inputs",
+    "check_representable",
+    "compute_rllm_advantage",
+    "estimator_options",
+    "group_rows",
+    "in_row_order",
+    "verl_estimator",
+    "wants_lengths",
+]
 
 ESTIMATOR_KWARGS_KEY = "rllm_estimator_kwargs"
 
@@ -73,6 +83,15 @@ def _refuse_nan(keys: list[object], offsets: np.ndarray, order: np.ndarray | Non
             raise ValueError(f"row {row} has uid {keys[g]!r}, which equals no other id (NaN); give every row a real uid")
 
 
+def in_row_order(grouped: np.ndarray, order: np.ndarray | None) -> np.ndarray:
+    """``grouped`` (B,), in the group order of :func:`group_rows`, back in row order (the inverse of ``values[order]``)."""
+    if order is None:
+        return grouped
+    out = np.empty_like(grouped)
+    out[order] = grouped
+    return out
+
+
 def estimator_options(config: Any, where: str, name: str | None = None) -> dict[str, Any]:
     """Keyword options of the estimator from verl's ``algorithm`` config (None, DictConfig, AlgoConfig or dict).
 
@@ -103,7 +122,7 @@ def estimator_options(config: Any, where: str, name: str | None = None) -> dict[
     return {**{str(k): v for k, v in extra.items()}, "norm_adv_by_std_in_grpo": bool(norm)}
 
 
-def _wants_lengths(name: str) -> bool:
+def wants_lengths(name: str) -> bool:
     """Whether the estimator names a ``lengths`` parameter (then it gets ``response_mask.sum(-1)``)."""
     spec = get_estimator(name).spec
     return "lengths" in accepted_keywords(spec.batched if spec.batched is not None else spec.fn)[0]  # type: ignore[arg-type]
@@ -154,7 +173,8 @@ def _has_tokens(mask: torch.Tensor) -> bool:
     return bool(mask.any())
 
 
-def _check_inputs(where: str, token_level_rewards: Any, response_mask: Any, index: Any) -> None:
+def check_inputs(where: str, token_level_rewards: Any, response_mask: Any, index: Any) -> None:
+    """Raise ``ValueError`` unless rewards and mask are matching 2-D (B, T) tensors, ``index`` has B ids and the mask has a token."""
     if not isinstance(token_level_rewards, torch.Tensor) or token_level_rewards.dim() != 2:
         shape = tuple(token_level_rewards.shape) if hasattr(token_level_rewards, "shape") else type(token_level_rewards).__name__
         raise ValueError(f"{where}: token_level_rewards must be a 2-D (batch, response_length) tensor, got {shape}")
@@ -190,7 +210,7 @@ def compute_rllm_advantage(
     of ``token_level_rewards`` (the default float dtype for integer rewards) and on its device.
     """
     where = f"advantage estimator 'rllm_{name}'"
-    _check_inputs(where, token_level_rewards, response_mask, index)
+    check_inputs(where, token_level_rewards, response_mask, index)
     options = estimator_options(config, where, name)
     estimator = get_estimator(name)
     index = np.asarray(index, dtype=object) if not isinstance(index, np.ndarray) else index
@@ -216,7 +236,7 @@ def compute_rllm_advantage(
         except TypeError:  # an unhashable uid: name the first
             row = next(r for r, uid in enumerate(index.tolist()) if not _hashable(uid))
             raise ValueError(f"{where}: row {row} has uid {index[row]!r}, a {type(index[row]).__name__}; a uid must be hashable (a str or an int)") from None
-        if _wants_lengths(name):
+        if wants_lengths(name):
             lengths = _row_sums(response_mask)
             options["lengths"] = lengths if order is None else lengths[order]
         values = scores if order is None else scores[order]
@@ -227,11 +247,7 @@ def compute_rllm_advantage(
             grouped = aggregate_advantages(values, offsets, estimator.batched_form, **options)
         if grouped.shape != values.shape[:1]:
             raise ValueError(f"{where}: the estimator ({estimator.provider}) returned {grouped.size} advantages for {values.size} rows")
-        if order is None:
-            advantages = grouped
-        else:
-            advantages = np.empty_like(grouped)
-            advantages[order] = grouped
+        advantages = in_row_order(grouped, order)
         if not np.isfinite(advantages).all():
             row = int(np.flatnonzero(~np.isfinite(advantages))[0])
             raise ValueError(f"{where}: the estimator ({estimator.provider}) gave advantage {advantages[row]} for row {row} (uid {index[row]!r})")

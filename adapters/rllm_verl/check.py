@@ -6,7 +6,8 @@ started and the first rollout ran. :func:`verl_check` composes the same config v
 ``rllm_*`` names are), and for an ``rllm_*`` name checks that verl will load our ``verl.plugins`` entry point (named
 ``rllm_plugins``; ``VERL_USE_EXTERNAL_PLUGINS`` may exclude it), checks the estimator options (also
 against the group size ``actor_rollout_ref.rollout.n``) and runs it once on a toy batch of two such
-groups. ``rllm-plugins verl-check OVERRIDES...`` calls :func:`main`.
+groups. The report also says whether the two verl extensions (sessions, reward keys; see
+:mod:`rllm_verl.extension`) are active. ``rllm-plugins verl-check OVERRIDES...`` calls :func:`main`.
 """
 
 from __future__ import annotations
@@ -24,29 +25,34 @@ ENTRY_POINT_NAME = "rllm_plugins"  # our entry point in verl's ``verl.plugins`` 
 PLUGIN_MODULE = "rllm_verl.verl_plugin"
 
 
-def session_extension_status() -> str:
-    """Whether the session extension of verl's v1 ``compute_advantage_for_multi_trajectories`` is active (imports that module)."""
-    from .extension import extension_status
-    from .multi_trajectories import install_session_extension
+def extension_status_of(name: str) -> str:
+    """Whether the verl extension ``name`` (``sessions`` or ``reward_keys``) is active; imports the verl module it extends."""
+    import importlib
 
-    install_session_extension()
+    from .extension import extension_status, install
+    from .multi_trajectories import SESSIONS
+    from .reward_keys import REWARD_KEYS
+
+    extension = {e.name: e for e in (SESSIONS, REWARD_KEYS)}[name]
+    install(extension)
     try:
-        import verl.trainer.ppo.v1.utils  # noqa: F401 - importing it applies the extension
+        importlib.import_module(extension.module)  # importing it applies a pending extension
     except Exception as error:
-        return f"not applied: verl's v1 trainer cannot be imported ({type(error).__name__}: {error})"
-    return extension_status().get("sessions", "not installed")
+        return f"not applied: {extension.module} cannot be imported ({type(error).__name__}: {error})"
+    return extension_status().get(extension.name, "not installed")
 
 
 @dataclass
 class VerlCheckReport:
-    """Outcome of :func:`verl_check`: whether ``adv_estimator`` resolves, and the ``rllm_*`` names verl knows."""
+    """Outcome of :func:`verl_check`: whether ``adv_estimator`` resolves, the ``rllm_*`` names verl knows, each extension's status."""
 
     ok: bool
     adv_estimator: str | None
     config_name: str
     rllm_names: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    session_extension: str = field(default_factory=session_extension_status)
+    session_extension: str = field(default_factory=lambda: extension_status_of("sessions"))
+    reward_key_extension: str = field(default_factory=lambda: extension_status_of("reward_keys"))
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -56,6 +62,7 @@ class VerlCheckReport:
         lines = [f"{head}: {'OK' if self.ok else 'FAILED'}", *(f"  error: {e}" for e in self.errors)]
         lines.append(f"  rllm_* estimators in verl: {', '.join(self.rllm_names) or '(none)'}")
         lines.append(f"  session extension (rllm_* over v1 multi-output sessions): {self.session_extension}")
+        lines.append(f"  reward-key extension (algorithm.gdpo_reward_keys for rllm_* in ray_trainer.compute_advantage): {self.reward_key_extension}")
         return "\n".join(lines)
 
 

@@ -2,7 +2,8 @@
 
 An :class:`Extension` names a function (``module.attribute``), the exact signature it was written
 for, the modules that bound the name by ``from module import attribute``, an opt-out environment
-variable, and ``make(original) -> replacement``. :func:`install` applies it:
+variable (``RLLM_PLUGINS_VERL_<NAME>``), and ``make(original) -> replacement``. The extensions:
+``multi_trajectories.SESSIONS`` and ``reward_keys.REWARD_KEYS``, installed by ``verl_plugin``. :func:`install` applies it:
 
 - lazily: if the module is not imported yet, a finder on ``sys.meta_path`` applies it right after
   the module first executes (so ``import verl`` stays as cheap as before, and a later

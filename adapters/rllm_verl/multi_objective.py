@@ -26,7 +26,8 @@ import numpy as np
 
 from rllm_plugins.aggregation import check_aggregation
 
-from . import reward_keys
+from .extension import extension_status
+from .reward_keys import REWARD_KEYS, current_non_tensor_batch
 
 __all__ = ["AGGREGATION_KEY", "KEYS_KEY", "WEIGHTS_KEY", "RewardKeys", "reward_key_options", "reward_table"]
 
@@ -94,10 +95,10 @@ def _missing_message(where: str, key: str, available: list[str]) -> str:
 def reward_table(non_tensor_batch: dict[str, Any] | None, keys: Sequence[str], index: np.ndarray, where: str) -> np.ndarray:
     """Scores float64 ``(B, F)`` of ``keys`` from ``non_tensor_batch`` (or the batch ``compute_advantage`` is processing); NaN for None."""
     if non_tensor_batch is None:
-        non_tensor_batch = reward_keys.current_non_tensor_batch(index)
+        non_tensor_batch = current_non_tensor_batch(index)
     if non_tensor_batch is None:
-        state = reward_keys.extension_state()
-        hint = f" (unset {reward_keys.OPT_OUT_ENV})" if state == "disabled" else ""
+        state = extension_status().get(REWARD_KEYS.name, "not installed")
+        hint = f"; unset {REWARD_KEYS.env} to turn it on" if state.startswith("off") else ""
         raise ValueError(
             f"{where}: algorithm.{KEYS_KEY} is set but the per-key scores did not reach the estimator. verl's compute_advantage passes "
             f"non_tensor_batch only to 'gdpo'; rllm-plugins extends it so rllm_* estimators see it, and that extension is {state}{hint}."

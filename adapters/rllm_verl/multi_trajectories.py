@@ -18,10 +18,10 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from .extension import Extension, install
+from .extension import Extension
 from .sessions import Sessions, first_outputs_only, parse_sessions, session_advantages
 
-__all__ = ["SESSIONS", "SESSIONS_ENV", "install_session_extension"]
+__all__ = ["SESSIONS", "SESSIONS_ENV", "extend", "session_compute"]
 
 SESSIONS_ENV = "RLLM_PLUGINS_VERL_SESSIONS"
 
@@ -45,12 +45,12 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
     from rllm_plugins.aggregation import aggregate_advantages
     from rllm_plugins.registry import get_estimator
 
-    from .bridge import _check_inputs, _wants_lengths, check_representable, estimator_options
+    from .bridge import check_inputs, check_representable, estimator_options, wants_lengths
     from .multi_objective import reward_key_options, reward_table
 
     where = f"advantage estimator 'rllm_{name}' (sessions of compute_advantage_for_multi_trajectories)"
     rewards, mask, uids = data.batch["token_level_rewards"], data.batch["response_mask"], data.non_tensor_batch["uid"]
-    _check_inputs(where, rewards, mask, uids)
+    check_inputs(where, rewards, mask, uids)
     options = estimator_options(config, where, name)
     estimator = get_estimator(name)
     keyed = reward_key_options(config, where)
@@ -68,7 +68,7 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
                 aggregate_advantages, estimator=estimator.batched_form, aggregation=keyed.aggregation, weights=keyed.weights, names=keyed.keys, where=where
             )
         lengths = None
-        if _wants_lengths(name):  # a session's length: its response tokens over all its outputs
+        if wants_lengths(name):  # a session's length: its response tokens over all its outputs
             row_lengths = mask.sum(dim=-1).to(device="cpu", dtype=torch.float64).numpy()
             lengths = np.bincount(sessions.session_of_row, weights=row_lengths, minlength=len(sessions.final_rows))
         try:
@@ -139,8 +139,3 @@ SESSIONS = Extension(
     env=SESSIONS_ENV,
     bound_in=("verl.trainer.ppo.v1.trainer_base",),
 )
-
-
-def install_session_extension() -> str:
-    """Install the session extension (see :mod:`rllm_verl.extension`); returns its status. Never raises."""
-    return install(SESSIONS)

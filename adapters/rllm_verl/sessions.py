@@ -17,7 +17,7 @@ import numpy as np
 
 from rllm_plugins.outputs import as_advantages
 
-from .bridge import group_rows
+from .bridge import group_rows, in_row_order
 
 __all__ = ["Sessions", "first_outputs_only", "parse_sessions", "session_advantages"]
 
@@ -117,11 +117,7 @@ def session_advantages(
     grouped = as_advantages(batched(values, offsets, **options), "the estimator")
     if grouped.shape != values.shape[:1]:
         raise ValueError(f"the estimator returned {grouped.size} advantages for {len(values)} sessions")
-    if order is None:
-        per_session = grouped
-    else:
-        per_session = np.empty_like(grouped)
-        per_session[order] = grouped
+    per_session = in_row_order(grouped, order)
     if not np.isfinite(per_session).all():
         s = int(np.flatnonzero(~np.isfinite(per_session))[0])
         raise ValueError(f"the estimator gave advantage {per_session[s]} for the session of row {sessions.final_rows[s]} (uid {sessions.uids[s]!r})")

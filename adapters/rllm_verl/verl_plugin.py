@@ -1,11 +1,12 @@
-"""Entry point of verl's ``verl.plugins`` group: registers the ``rllm_*`` estimators, extends the v1 sessions path.
+"""Entry point of verl's ``verl.plugins`` group: registers the ``rllm_*`` estimators, installs the verl extensions.
 
 verl (>= 0.9) imports every ``verl.plugins`` entry point while ``import verl`` runs, in every
 process (driver, TaskRunner actor, workers), and swallows errors at DEBUG level. So this module
 does its work at import time, as that contract requires, and never raises: a failure is logged as
-a warning naming the cause, and verl keeps working without the ``rllm_*`` names. The session
-extension of verl's v1 ``compute_advantage_for_multi_trajectories`` (see ``multi_trajectories``)
-is installed lazily: it applies when verl's v1 trainer is imported, not here.
+a warning naming the cause, and verl keeps working without the ``rllm_*`` names. The extensions
+(:mod:`rllm_verl.extension`) of verl's v1 ``compute_advantage_for_multi_trajectories``
+(``multi_trajectories``, sessions) and of ``ray_trainer.compute_advantage`` (``reward_keys``) are
+installed lazily: each applies when verl imports the module it extends, not here.
 """
 
 from __future__ import annotations
@@ -22,15 +23,11 @@ except Exception as error:  # verl would hide it; say it once, loudly enough
     logger.warning("rllm-plugins: could not register the rllm_* advantage estimators into verl: %s: %s", type(error).__name__, error)
 
 try:
-    from .multi_trajectories import install_session_extension
+    from .extension import install
+    from .multi_trajectories import SESSIONS
+    from .reward_keys import REWARD_KEYS
 
-    install_session_extension()
-except Exception as error:  # install never raises; this guards its import
-    logger.warning("rllm-plugins: could not install the verl session extension: %s: %s", type(error).__name__, error)
-
-try:
-    from .reward_keys import install
-
-    install()  # guarded and never raising itself; see rllm_verl.reward_keys
-except Exception as error:
-    logger.warning("rllm-plugins: could not extend verl's compute_advantage: %s: %s", type(error).__name__, error)
+    for _extension in (SESSIONS, REWARD_KEYS):
+        install(_extension)  # lazy, guarded, never raising itself; see rllm_verl.extension
+except Exception as error:  # this guards the imports
+    logger.warning("rllm-plugins: could not install the verl extensions: %s: %s", type(error).__name__, error)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -71,9 +72,21 @@ def test_rllm_plugins_verl_check_without_verl_says_what_to_install():
     )
 
 
-def test_the_report_says_whether_the_session_extension_is_active(capsys):
+def test_the_report_says_whether_each_extension_is_active(capsys):
     assert main(["algorithm.adv_estimator=rllm_rloo"]) == 0
-    assert "session extension (rllm_* over v1 multi-output sessions): active" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "session extension (rllm_* over v1 multi-output sessions): active" in out
+    assert "reward-key extension (algorithm.gdpo_reward_keys for rllm_* in ray_trainer.compute_advantage): active" in out
+
+
+def test_the_report_names_an_opted_out_extension():
+    code = "import json\nfrom rllm_verl.check import verl_check\nprint(json.dumps(verl_check(['algorithm.adv_estimator=rllm_rloo']).as_dict()))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "RLLM_PLUGINS_VERL_REWARD_KEYS": "0"}, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (report["session_extension"], report["reward_key_extension"]) == ("active", "off (RLLM_PLUGINS_VERL_REWARD_KEYS=0)")
 
 
 def test_reward_key_options_are_tried_on_a_toy_batch_with_those_keys():

@@ -6,6 +6,8 @@ verl passes ``non_tensor_batch`` only to its ``gdpo``; rllm-plugins extends ``co
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import math
 import os
@@ -20,6 +22,8 @@ import torch
 
 pytest.importorskip("verl")
 from rllm_verl import reward_keys
+from rllm_verl.extension import extension_status, install
+from rllm_verl.reward_keys import REWARD_KEYS, REWARD_KEYS_ENV
 from verl import DataProto
 from verl.trainer.ppo import ray_trainer
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
@@ -71,8 +75,9 @@ def gdpo_by_hand(scores: dict[str, list[float | None]], uids: list[str], weights
 
 
 def test_the_extension_is_active_where_verl_imported_the_trainer():
-    assert reward_keys.extension_state() == "active"
-    assert ray_trainer.compute_advantage.rllm_original.__module__ == "verl.trainer.ppo.ray_trainer"
+    assert extension_status()["reward_keys"] == "active"
+    assert ray_trainer.compute_advantage.rllm_extension == "reward_keys"
+    assert ray_trainer.compute_advantage.__wrapped__.__module__ == "verl.trainer.ppo.ray_trainer"
     v1_utils = pytest.importorskip("verl.trainer.ppo.v1.utils")
     assert v1_utils.compute_advantage is ray_trainer.compute_advantage
 
@@ -186,50 +191,102 @@ def test_text_or_infinite_scores_are_refused(algorithm_config):
 
 
 def test_a_different_compute_advantage_is_left_alone_with_one_warning(caplog):
+    v1_utils = pytest.importorskip("verl.trainer.ppo.v1.utils")
+    ours = ray_trainer.compute_advantage
+
     def compute_advantage(data, adv_estimator, config=None):  # not verl 0.9's parameters
         return data
 
-    module = types.ModuleType("fake_trainer")
-    module.compute_advantage = compute_advantage
-    state = reward_keys.extension_state()
+    ray_trainer.compute_advantage = v1_utils.compute_advantage = compute_advantage
     try:
-        with caplog.at_level(logging.WARNING, logger="rllm_verl.reward_keys"):
-            assert reward_keys.extend_compute_advantage(module) is False
-        assert module.compute_advantage is compute_advantage
-        assert "left untouched" in caplog.text
+        with caplog.at_level(logging.WARNING, logger="rllm_verl.extension"):
+            install(REWARD_KEYS)
+            install(REWARD_KEYS)
+        assert ray_trainer.compute_advantage is compute_advantage and v1_utils.compute_advantage is compute_advantage
+        assert extension_status()["reward_keys"].startswith("not applied: its signature is (data, adv_estimator, config=None)")
+        warnings = [r.getMessage() for r in caplog.records if r.name == "rllm_verl.extension"]
+        assert warnings == [
+            "rllm-plugins: reward_keys extension of verl.trainer.ppo.ray_trainer.compute_advantage not applied: its signature is "
+            "(data, adv_estimator, config=None), this version of rllm-plugins supports (data, adv_estimator, gamma=1.0, lam=1.0, "
+            "num_repeat=1, norm_adv_by_std_in_grpo=True, config=None); verl's own function is used"
+        ]
     finally:
-        reward_keys._state = state
+        ray_trainer.compute_advantage = v1_utils.compute_advantage = ours
+        install(REWARD_KEYS)
+    assert extension_status()["reward_keys"] == "active"
 
 
-def test_extending_twice_wraps_once():
+def test_extending_twice_wraps_once(monkeypatch):
     def compute_advantage(data, adv_estimator, gamma=1.0, lam=1.0, num_repeat=1, norm_adv_by_std_in_grpo=True, config=None):
         return reward_keys.current_non_tensor_batch(data.non_tensor_batch["uid"])
 
-    module = types.ModuleType("fake_trainer")
+    module = types.ModuleType("rllm_fixture_trainer")
     module.compute_advantage = compute_advantage
-    assert reward_keys.extend_compute_advantage(module) and reward_keys.extend_compute_advantage(module)
-    assert module.compute_advantage.rllm_original is compute_advantage
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    fixture = dataclasses.replace(REWARD_KEYS, name="reward_keys_fixture", module=module.__name__, bound_in=())
+    assert install(fixture) == install(fixture) == "active"
+    assert module.compute_advantage.__wrapped__ is compute_advantage
     batch = types.SimpleNamespace(non_tensor_batch={"uid": np.array(["a"], dtype=object)})
     assert module.compute_advantage(batch, "x") is batch.non_tensor_batch  # visible during the call
     assert reward_keys.current_non_tensor_batch(batch.non_tensor_batch["uid"]) is None  # and only then
 
 
 SCRIPT = """
-import sys, verl
-from rllm_verl import reward_keys
-before = reward_keys.extension_state()
-assert "verl.trainer.ppo.ray_trainer" not in sys.modules
+import json, sys, verl
+from rllm_verl.extension import extension_status
+before = extension_status().get("reward_keys")
+loaded = "verl.trainer.ppo.ray_trainer" in sys.modules
 from verl.trainer.ppo import ray_trainer
 import verl.trainer.ppo.v1.utils as v1
-print(before, reward_keys.extension_state(), hasattr(ray_trainer.compute_advantage, "rllm_original"), v1.compute_advantage is ray_trainer.compute_advantage)
+print(json.dumps([loaded, before, extension_status().get("reward_keys"), getattr(ray_trainer.compute_advantage, "rllm_extension", None),
+                  v1.compute_advantage is ray_trainer.compute_advantage]))
 """
 
 
-@pytest.mark.parametrize(("opt_out", "expected"), [(None, "pending active True True"), ("0", "disabled disabled False True")])
+@pytest.mark.parametrize(
+    ("opt_out", "expected"),
+    [
+        (None, [False, "pending (applied when verl.trainer.ppo.ray_trainer is imported)", "active", "reward_keys", True]),
+        ("0", [False, "off (RLLM_PLUGINS_VERL_REWARD_KEYS=0)", "off (RLLM_PLUGINS_VERL_REWARD_KEYS=0)", None, True]),
+    ],
+)
 def test_a_fresh_verl_process_extends_on_import_unless_opted_out(opt_out, expected):
-    env = {k: v for k, v in os.environ.items() if k != reward_keys.OPT_OUT_ENV}
+    env = {k: v for k, v in os.environ.items() if k != REWARD_KEYS_ENV}
     if opt_out is not None:
-        env[reward_keys.OPT_OUT_ENV] = opt_out
+        env[REWARD_KEYS_ENV] = opt_out
     done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == expected
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == expected
+
+
+OPTED_OUT = """
+import numpy as np, torch, verl
+from omegaconf import OmegaConf
+from verl import DataProto
+from verl.trainer.ppo import ray_trainer
+
+mask = torch.ones(2, 2, dtype=torch.int64)
+data = DataProto.from_dict(
+    tensors={"response_mask": mask, "token_level_rewards": torch.ones(2, 2)},
+    non_tensors={"uid": np.array(["a", "a"], dtype=object), "x": np.array([1.0, 0.0], dtype=object)},
+)
+config = OmegaConf.create({"adv_estimator": "rllm_grpo", "norm_adv_by_std_in_grpo": True, "gdpo_reward_keys": ["x"]})
+try:
+    ray_trainer.compute_advantage(data, adv_estimator="rllm_grpo", config=config)
+except ValueError as error:
+    print(error)
+"""
+
+
+def test_opted_out_the_error_says_so_and_how_to_turn_it_on():
+    env = {**os.environ, REWARD_KEYS_ENV: "0"}
+    done = subprocess.run([sys.executable, "-c", OPTED_OUT], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (
+        done.stdout.strip()
+        .splitlines()[-1]
+        .endswith(
+            "rllm-plugins extends it so rllm_* estimators see it, and that extension is off (RLLM_PLUGINS_VERL_REWARD_KEYS=0); "
+            "unset RLLM_PLUGINS_VERL_REWARD_KEYS to turn it on."
+        )
+    )

@@ -8,6 +8,7 @@ advantage to all its outputs. verl's own names keep verl's behaviour.
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 
 import numpy as np
@@ -73,6 +74,55 @@ def test_worked_example_two_sessions_of_three_and_one_outputs(ref, algorithm_con
     np.testing.assert_allclose(ref.broadcast(np.array([1.0, 1.0, 1.0, -1.0]), data.batch["response_mask"]), rloo.batch["advantages"].numpy(), atol=1e-6)
 
 
+@pytest.fixture
+def batched_user_estimator():
+    """Register ``h_sessions_<id>``: its batched form returns ``produce(r - group mean)``; unregister after."""
+    from rllm_verl import register_estimators_into_verl
+
+    from rllm_plugins import register_rllm_adv_estimator, unregister_rllm_adv_estimator
+
+    names = []
+
+    def make(name, produce):
+        def batched(values, offsets, **_):
+            centred = values.copy()
+            for start, stop in itertools.pairwise(offsets):
+                centred[start:stop] -= values[start:stop].mean()
+            return produce(centred)
+
+        def listed(rewards, **_):
+            advantages = [r - r.mean() for r in rewards]
+            return advantages, advantages
+
+        register_rllm_adv_estimator(name, batched=batched)(listed)
+        register_estimators_into_verl()
+        names.append(name)
+        return f"rllm_{name}"
+
+    yield make
+    for name in names:
+        unregister_rllm_adv_estimator(name)
+
+
+@pytest.mark.parametrize(
+    "produce",
+    [lambda a: torch.tensor(a, requires_grad=True), lambda a: torch.tensor(a, dtype=torch.bfloat16), lambda a: a.reshape(-1, 1), list],
+    ids=["requires-grad", "bf16", "column", "list"],
+)
+def test_a_batched_estimators_output_on_sessions_follows_the_one_rule(ref, algorithm_config, batched_user_estimator, produce):
+    name = batched_user_estimator("h_sessions_rule", produce)
+    data = ref.make_batch([0.2, 0.5, 1.0, 0.0], [2] * 4, ["p"] * 4)
+    out = run(data, ["p_0_0", "p_0_1", "p_0_2", "p_1_0"], name, algorithm_config(adv_estimator=name))
+    np.testing.assert_allclose(out.batch["advantages"][:, 0].numpy(), [0.5, 0.5, 0.5, -0.5])  # sessions' rewards [1.0, 0.0]
+
+
+def test_a_batched_estimators_output_outside_the_rule_names_it_on_sessions(ref, algorithm_config, batched_user_estimator):
+    name = batched_user_estimator("h_sessions_bad", lambda a: {"a": 1.0})
+    data = ref.make_batch([0.2, 0.5, 1.0, 0.0], [2] * 4, ["p"] * 4)
+    with pytest.raises(ValueError, match=r"'rllm_h_sessions_bad' \(sessions of .*\): the estimator returned dict \{'a': 1.0\}; advantages must be"):
+        run(data, ["p_0_0", "p_0_1", "p_0_2", "p_1_0"], name, algorithm_config(adv_estimator=name))
+
+
 @pytest.mark.parametrize("index", [0, 2])
 def test_one_output_per_session_is_exactly_the_row_path(ref, algorithm_config, index):
     rewards, uids = [1.0, 0.0, 0.0, 3.0, 1.0], ["a", "a", "a", "b", "b"]
@@ -114,10 +164,10 @@ def test_rllm_grpo_equals_verl_grpo_after_the_ddof_rescaling(ref, algorithm_conf
 
 
 def test_legacy_compute_advantage_stays_one_row_one_trajectory(ref, algorithm_config):
-    """verl's RayPPOTrainer calls ray_trainer.compute_advantage, which the extension leaves alone."""
+    """verl's RayPPOTrainer calls ray_trainer.compute_advantage, which the session extension leaves alone."""
     import verl.trainer.ppo.ray_trainer as ray_trainer
 
-    assert not hasattr(ray_trainer.compute_advantage, "rllm_extension")
+    assert getattr(ray_trainer.compute_advantage, "rllm_extension", None) in (None, "reward_keys")  # only the reward-key extension wraps it
     data, _ = ref.make_session_batch(np.random.default_rng(5))
     row_rewards = data.batch["token_level_rewards"].to(torch.float64).sum(-1).numpy()
     expected = ref.broadcast(ref.per_group(row_rewards, list(data.non_tensor_batch["uid"]), ref.grpo), data.batch["response_mask"])

@@ -15,17 +15,22 @@ from ..segments import GroupLayout
 from ..spec import list_form_of
 
 
-def grpo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6, **_: Any) -> np.ndarray:
-    """GRPO: (r - group mean) / (group population std + eps); a group of 1 uses mean 0, std 1."""
+def standardize_in_groups(values: np.ndarray, offsets: np.ndarray, *, norm_adv_by_std_in_grpo: bool, epsilon: float, ddof: int) -> np.ndarray:
+    """(r - group mean) / (group std + eps), the std with ``ddof``; a group of 1 uses mean 0, std 1. ``values`` (N,) float64."""
     layout = GroupLayout.from_offsets(offsets, len(values))
     mean = layout.mean(values)
     singles = layout.sizes <= 1
     centred = values - layout.expand(np.where(singles, 0.0, mean))
     if not norm_adv_by_std_in_grpo:
         return centred
-    std = np.where(singles, 1.0, layout.std(values, mean))
+    std = np.where(singles, 1.0, layout.std(values, mean, ddof=ddof))
     centred /= layout.expand(std + epsilon)  # in place: one (N,) temporary less
     return centred
+
+
+def grpo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6, **_: Any) -> np.ndarray:
+    """GRPO: (r - group mean) / (group population std + eps); a group of 1 uses mean 0, std 1."""
+    return standardize_in_groups(values, offsets, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon, ddof=0)
 
 
 calculate_grpo_advantages = list_form_of(grpo, "calculate_grpo_advantages", spec_args=("norm_adv_by_std_in_grpo", "episilon"))

@@ -12,21 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from ..segments import GroupLayout
 from ..spec import list_form_of
+from .grpo import standardize_in_groups
 
 
 def verl_grpo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6, **_: Any) -> np.ndarray:
     """verl's GRPO: (r - group mean) / (group sample std + eps); a group of 1 uses mean 0, std 1."""
-    layout = GroupLayout.from_offsets(offsets, len(values))
-    mean = layout.mean(values)
-    singles = layout.sizes <= 1
-    centred = values - layout.expand(np.where(singles, 0.0, mean))
-    if not norm_adv_by_std_in_grpo:
-        return centred
-    std = np.where(singles, 1.0, layout.std(values, mean, ddof=1))
-    centred /= layout.expand(std + epsilon)
-    return centred
+    return standardize_in_groups(values, offsets, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon, ddof=1)
 
 
 calculate_verl_grpo_advantages = list_form_of(verl_grpo, "calculate_verl_grpo_advantages")

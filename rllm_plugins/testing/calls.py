@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..config import AlgorithmConfig
-from ..registry import _prepare_adv_estimator_input, get_estimator
+from ..registry import get_estimator, prepare_adv_estimator_input
 from ..segments import offsets_from_sizes
 from ..spec import AdvEstimatorSpec, batched_form_of, call_with_accepted_kwargs
 from ..types import Step, Trajectory, TrajectoryGroup
@@ -116,7 +116,7 @@ def _traj_groups(case: Case) -> list[TrajectoryGroup]:
 def list_inputs(case: Case) -> dict[str, Any]:
     """The keyword arguments the collector passes to the list form for ``case``."""
     rewards = [np.array(g, dtype=np.float64) for g in case.rewards]
-    return _prepare_adv_estimator_input(rewards, AlgorithmConfig(), _traj_groups(case))
+    return prepare_adv_estimator_input(rewards, AlgorithmConfig(), _traj_groups(case))
 
 
 def call_list(subject: Subject, case: Case, inputs: dict[str, Any] | None = None) -> Output:
