@@ -16,8 +16,10 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Literal
 
+import numpy as np
+
 from .aggregation import check_aggregation
-from .spec import normalize_name
+from .names import normalize_name
 
 __all__ = ["AlgorithmConfig", "RolloutCorrectionConfig", "build_algorithm_config", "rLLMAdvantageEstimator"]
 
@@ -50,6 +52,7 @@ _PER_STEP_DEPRECATION = (
 USE_RLLM_DEPRECATION = (
     "`algorithm.use_rllm` is deprecated and ignored — advantages are always computed via the rLLM-native path. Remove the field from your config."
 )
+_FLAGS = ("norm_adv_by_std_in_grpo", "use_precomputed_advantage")
 _CHOICES: dict[str, tuple[Any, ...]] = {
     "lr_schedule": ("linear", "cosine", "constant"),
     "mu_source": ("inference", "proximal"),
@@ -58,8 +61,10 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
 }
 
 
-def _as_estimator(name: EstimatorName) -> EstimatorName:
+def _as_estimator(name: EstimatorName, where: str) -> EstimatorName:
     """Known names become the enum member; custom (registered) names stay strings, never ``OTHER``."""
+    if not isinstance(name, (str, Enum)):
+        raise ValueError(f"{where} must be an estimator name (a str or rLLMAdvantageEstimator), got {type(name).__name__} {name!r}")
     key = normalize_name(name)
     return rLLMAdvantageEstimator(key) if key in _KNOWN else key
 
@@ -91,7 +96,7 @@ def _split_estimator_map(estimator_map: Mapping[Any, Any], loss_fn_map: Mapping[
             if losses.get(role, loss) != loss:
                 raise ValueError(f"role {role!r}: estimator_map gives loss_fn {loss!r} but loss_fn_map gives {losses[role]!r}; set it in one place")
             losses[role] = loss
-        names[role] = _as_estimator(value)
+        names[role] = _as_estimator(value, f"estimator_map[{role!r}]")
     for role, loss in losses.items():
         if not isinstance(loss, str) or not loss:
             raise ValueError(f"loss_fn_map[{role!r}] must be a non-empty str, got {type(loss).__name__} {loss!r}")
@@ -151,7 +156,12 @@ class AlgorithmConfig:
             self.stepwise_advantage_mode = "broadcast"
         if self.stepwise_advantage_mode != "broadcast":
             raise ValueError(f"stepwise_advantage_mode must be 'broadcast' (or the deprecated 'per_step'), got {self.stepwise_advantage_mode!r}")
-        self.estimator = _as_estimator(self.estimator)
+        for name in _FLAGS:  # a str such as "false" is truthy: it would silently mean True
+            value = getattr(self, name)
+            if not isinstance(value, (bool, np.bool_)):
+                raise ValueError(f"AlgorithmConfig.{name} must be a bool (True or False), got {type(value).__name__} {value!r}")
+            setattr(self, name, bool(value))
+        self.estimator = _as_estimator(self.estimator, "AlgorithmConfig.estimator")
         self.estimator_map, self.loss_fn_map = _split_estimator_map(self.estimator_map, self.loss_fn_map)
         self.estimator_kwargs = dict(self.estimator_kwargs)
         for name, choices in _CHOICES.items():
@@ -190,7 +200,7 @@ class AlgorithmConfig:
         and ``reward_weights``; a key of it that
         ``AlgorithmConfig`` does not know raises ``ValueError`` (with the closest known key).
         """
-        whole = _get(config, "rllm") is not None or _is_mapping(_get(config, "algorithm"))
+        whole = _get(config, "rllm", plain=False) is not None or _is_mapping(_get(config, "algorithm", plain=False))
         node = _get(config, "rllm.algorithm") if whole else config
         values = _read_algorithm_node(_plain(node) if node is not None else {}, "rllm.algorithm" if whole else "the algorithm config")
         if whole:
@@ -320,14 +330,20 @@ def _is_mapping(node: Any) -> bool:
     return node is not None and not isinstance(node, str) and (isinstance(node, Mapping) or (hasattr(node, "items") and hasattr(node, "keys")))
 
 
-def _get(config: Any, path: str, default: Any = None) -> Any:
-    """``config[a][b]...`` for ``path = "a.b..."`` (mappings, DictConfig or attributes), else ``default``."""
+def _get(config: Any, path: str, default: Any = None, *, plain: bool = True) -> Any:
+    """``config[a][b]...`` for ``path = "a.b..."`` (mappings, DictConfig or attributes), else ``default``.
+
+    ``plain=False`` returns the node as it is: nothing under it is read (a ``???`` or an
+    interpolation elsewhere in a section is not resolved just to see that the section exists).
+    """
     node = config
     for key in path.split("."):
         if node is None or isinstance(node, (str, bytes, int, float, bool)):
             return default
         node = node.get(key) if isinstance(node, Mapping) or hasattr(node, "get") else getattr(node, key, None)
-    return default if node is None else _plain(node)
+    if node is None:
+        return default
+    return _plain(node) if plain else node
 
 
 def _plain(node: Any) -> Any:

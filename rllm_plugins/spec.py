@@ -13,44 +13,25 @@ from __future__ import annotations
 
 import functools
 import inspect
-import re
+import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, Protocol
 
 import numpy as np
 
-from .outputs import as_advantages, as_groups
+from .names import normalize_name, validate_name
+from .outputs import _is_tensor, as_advantages, as_groups
 from .segments import GroupLayout, offsets_from_sizes
 
 __all__ = ["AdvEstimatorSpec", "BatchedEstimator", "ListEstimator", "accepted_keywords", "call_with_accepted_kwargs", "normalize_name"]
 
 ListEstimator = Callable[..., tuple[Sequence[Any], Sequence[Any]]]
 
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-
 
 class BatchedEstimator(Protocol):
     def __call__(self, values: np.ndarray, offsets: np.ndarray, /, **kwargs: Any) -> np.ndarray: ...
-
-
-def normalize_name(name: object) -> str:
-    """Registry key of ``name``: an enum's value, lower-cased and stripped. Does not validate."""
-    if isinstance(name, Enum):
-        name = name.value
-    if not isinstance(name, str):
-        raise TypeError(f"an estimator name must be a str or rLLMAdvantageEstimator, got {type(name).__name__}: {name!r}")
-    return name.strip().lower()
-
-
-def validate_name(name: object, where: str = "") -> str:
-    """Normalise ``name`` and check it is ``[a-z][a-z0-9_]*``; ``where`` names the source in the error."""
-    key = normalize_name(name)
-    if not _NAME_RE.match(key):
-        origin = f" (from {where})" if where else ""
-        raise ValueError(f"invalid estimator name {name!r}{origin}: names are lower case letters, digits and '_', starting with a letter")
-    return key
 
 
 def accepted_keywords(fn: Callable[..., Any]) -> tuple[frozenset[str], bool]:
@@ -91,8 +72,10 @@ def flatten_groups(rewards: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     for g, group in enumerate(rewards):
         try:
             arr = np.asarray(group, dtype=np.float64)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"group {g}: rewards must be numbers, got {group!r} ({e})") from None
+        except (TypeError, ValueError, RuntimeError) as e:  # a bf16, requires_grad or GPU tensor: read its values
+            if not _is_tensor(group) or group.is_complex():
+                raise ValueError(f"group {g}: rewards must be numbers, got {group!r} ({e})") from None
+            arr = group.detach().to(device="cpu").double().numpy()
         if arr.ndim != 1:
             raise ValueError(f"group {g}: rewards must be a 1-D sequence, got shape {arr.shape}")
         arrays.append(arr)
@@ -136,6 +119,17 @@ def _bind_positional(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], s
         kwargs[key] = value
 
 
+def _check_call_options(func_name: str, kwargs: dict[str, Any]) -> None:
+    """``norm_adv_by_std_in_grpo`` must be a bool and ``epsilon`` a finite number >= 0 (a str ``"false"`` is truthy)."""
+    norm = kwargs.get("norm_adv_by_std_in_grpo")
+    if norm is not None and not isinstance(norm, (bool, np.bool_)):
+        raise ValueError(f"{func_name}(): norm_adv_by_std_in_grpo must be a bool (True or False), got {type(norm).__name__} {norm!r}")
+    if "epsilon" in kwargs:
+        epsilon = kwargs["epsilon"]
+        if isinstance(epsilon, (bool, np.bool_)) or not isinstance(epsilon, numbers.Real) or not math.isfinite(epsilon) or epsilon < 0:
+            raise ValueError(f"{func_name}(): epsilon must be a finite number >= 0, got {type(epsilon).__name__} {epsilon!r}")
+
+
 def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_args: tuple[str, ...] = (), main_args: tuple[str, ...] = ()) -> ListEstimator:
     """Wrap a batched estimator in rLLM's list-of-arrays calling convention, for both rLLM signatures.
 
@@ -154,6 +148,7 @@ def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_arg
         config = kwargs.pop("algorithm_config", None)
         if config is not None and "norm_adv_by_std_in_grpo" not in kwargs and hasattr(config, "norm_adv_by_std_in_grpo"):
             kwargs["norm_adv_by_std_in_grpo"] = config.norm_adv_by_std_in_grpo
+        _check_call_options(func_name, kwargs)
         if len(rewards) == 0:
             return [], []
         traj_groups = kwargs.pop("traj_groups", None)
@@ -171,12 +166,32 @@ def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_arg
     return list_form
 
 
+def _takes_algorithm_config(fn: Callable[..., Any]) -> bool:
+    names, var_kw = accepted_keywords(fn)
+    return var_kw or "algorithm_config" in names
+
+
+def _algorithm_config_of(name: str | None, kwargs: dict[str, Any]) -> Any:
+    """The ``AlgorithmConfig`` an rLLM main estimator reads (``fn(rewards, algorithm_config, **kw)``), from the call's options."""
+    from .config import AlgorithmConfig  # config imports this module
+
+    norm = kwargs.get("norm_adv_by_std_in_grpo", True)
+    return AlgorithmConfig(estimator=name or "grpo", norm_adv_by_std_in_grpo=bool(norm))
+
+
 def batched_form_of(fn: ListEstimator, name: str | None = None) -> BatchedEstimator:
-    """Wrap a list-form estimator so it takes (values, offsets): one array per group, then concatenated (``name`` for errors)."""
+    """Wrap a list-form estimator so it takes (values, offsets): one array per group, then concatenated (``name`` for errors).
+
+    An estimator written to rLLM main's ``fn(rewards, algorithm_config, **kw)`` (or taking ``**kwargs``)
+    gets an ``AlgorithmConfig`` of ``name`` and the call's ``norm_adv_by_std_in_grpo`` when the caller
+    (the verl or TRL adapter) passes none.
+    """
     who = f"estimator {name or getattr(fn, '__name__', fn)!r}"
 
     def batched(values: np.ndarray, offsets: np.ndarray, /, **kwargs: Any) -> np.ndarray:
         layout = GroupLayout.from_offsets(offsets, len(values))
+        if "algorithm_config" not in kwargs and _takes_algorithm_config(fn):
+            kwargs["algorithm_config"] = _algorithm_config_of(name, kwargs)
         advantages, _returns = call_with_accepted_kwargs(fn, rewards=layout.split(np.asarray(values, dtype=np.float64)), **kwargs)
         advantages = as_groups(advantages, who)
         if len(advantages) != layout.num_groups:

@@ -118,6 +118,7 @@ class RLLMGRPOConfig(GRPOConfig):
         super().__post_init__()
         settings = advantage_settings(self)
         self.adv_estimator, self.adv_estimator_map, self.adv_estimator_kwargs = settings.estimator, settings.estimator_map, settings.estimator_kwargs
+        self.norm_adv_by_std_in_grpo = settings.norm_adv_by_std_in_grpo  # a bool: np.bool_ is accepted, stored as bool
         for line in settings.overridden:
             warnings.warn(f"RLLMGRPOConfig: {line}", UserWarning, stacklevel=3)
 
@@ -197,7 +198,7 @@ def advantage_settings(args: Any) -> AdvantageSettings:
         raise ValueError("adv_estimator_map is set but role_column is None: set role_column to the dataset column naming each prompt's role")
     norm = getattr(args, "norm_adv_by_std_in_grpo", True)
     if not isinstance(norm, (bool, np.bool_)):
-        raise ValueError(f"norm_adv_by_std_in_grpo must be True or False, got {type(norm).__name__}: {norm!r}")
+        raise ValueError(f"norm_adv_by_std_in_grpo must be a bool (True or False), got {type(norm).__name__} {norm!r}")
     in_use = list(dict.fromkeys([estimator, *estimator_map.values()]))
     kwargs = check_adv_estimator_kwargs(getattr(args, "adv_estimator_kwargs", None), in_use)
     group_size = getattr(args, "num_generations", None)  # a group is one prompt's num_generations completions

@@ -49,12 +49,28 @@ def group_rows(index: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
     starts = np.flatnonzero(np.not_equal(index[1:], index[:-1])) + 1
     heads = index[np.concatenate(([0], starts))].tolist()
     if len(set(heads)) == len(heads):  # every uid forms a single run: no reordering needed
-        return None, np.concatenate(([0], starts, [n])).astype(np.int64)
+        offsets = np.concatenate(([0], starts, [n])).astype(np.int64)
+        _refuse_nan(heads, offsets, None)
+        return None, offsets
     keys = index.tolist()
     code_of = {key: code for code, key in enumerate(dict.fromkeys(keys))}
     group_of_row = np.fromiter(map(code_of.__getitem__, keys), dtype=np.int64, count=n)
     order = np.argsort(group_of_row, kind="stable")
-    return order, offsets_from_sizes(np.bincount(group_of_row, minlength=len(code_of)))
+    offsets = offsets_from_sizes(np.bincount(group_of_row, minlength=len(code_of)))
+    _refuse_nan(list(code_of), offsets, order)
+    return order, offsets
+
+
+def _refuse_nan(keys: list[object], offsets: np.ndarray, order: np.ndarray | None) -> None:
+    """Refuse a NaN uid: it equals no uid, itself included, so its rows would be groups of one (or grouped by identity).
+
+    Contiguous runs (``order`` None) hold a NaN only in runs of one row, so only those are looked at.
+    """
+    groups = range(len(keys)) if order is not None else np.flatnonzero(np.diff(offsets) == 1).tolist()
+    for g in groups:
+        if keys[g] != keys[g]:
+            row = int(offsets[g] if order is None else order[offsets[g]])
+            raise ValueError(f"row {row} has uid {keys[g]!r}, which equals no other id (NaN); give every row a real uid")
 
 
 def estimator_options(config: Any, where: str, name: str | None = None) -> dict[str, Any]:
@@ -181,6 +197,8 @@ def compute_rllm_advantage(
             scores = reward_table(non_tensor_batch, keyed.keys, index, where)
         try:
             order, offsets = group_rows(index)
+        except ValueError as error:  # a NaN uid
+            raise ValueError(f"{where}: {error}") from None
         except TypeError:  # an unhashable uid: name the first
             row = next(r for r, uid in enumerate(index.tolist()) if not _hashable(uid))
             raise ValueError(f"{where}: row {row} has uid {index[row]!r}, a {type(index[row]).__name__}; a uid must be hashable (a str or an int)") from None

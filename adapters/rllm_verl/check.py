@@ -70,22 +70,38 @@ def _compose(overrides: Sequence[str], config_name: str, config_dir: str | None)
         return compose(config_name=config_name, overrides=list(overrides))
 
 
-def entry_point_policy_error(environ: Mapping[str, str] | None = None) -> str | None:
-    """Why verl would not load our entry point under ``VERL_USE_EXTERNAL_PLUGINS`` (None when it will).
+def _installed_entry_points() -> list[tuple[str, str]]:
+    from importlib.metadata import entry_points
 
-    verl reads the variable once, in ``import verl``: ``auto`` (the default) loads every
-    ``verl.plugins`` entry point, ``none`` none, and a comma-separated list only the entry points
-    it names. ``VERL_USE_EXTERNAL_MODULES`` naming ``rllm_verl.verl_plugin`` also registers ours.
+    return [(ep.name, ep.value) for ep in entry_points(group="verl.plugins")]
+
+
+def entry_point_policy_error(environ: Mapping[str, str] | None = None, installed: Sequence[tuple[str, str]] | None = None) -> str | None:
+    """Why verl would not load our entry point (None when it will).
+
+    verl reads ``VERL_USE_EXTERNAL_PLUGINS`` once, in ``import verl``: ``auto`` (the default) loads
+    every ``verl.plugins`` entry point, ``none`` none, and a comma-separated list only the entry
+    points it names. ``VERL_USE_EXTERNAL_MODULES`` naming ``rllm_verl.verl_plugin`` also registers
+    ours. Otherwise the entry point must be installed: ``installed`` lists the ``(name, value)``
+    of the ``verl.plugins`` entry points (default: those of the installed distributions).
     """
     environ = os.environ if environ is None else environ
     raw = environ.get("VERL_USE_EXTERNAL_PLUGINS", "auto")
     policy = raw.strip().lower()
-    modules = {m.strip() for m in environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",")}
-    if policy == "auto" or PLUGIN_MODULE in modules:
+    modules = set(environ.get("VERL_USE_EXTERNAL_MODULES", "").split(","))  # verl imports each name as is, unstripped
+    if PLUGIN_MODULE in modules:
         return None
     allowed = [name.strip() for name in policy.split(",") if name.strip()] if policy != "none" else []
-    if ENTRY_POINT_NAME in allowed:
-        return None
+    if policy == "auto" or ENTRY_POINT_NAME in allowed:
+        installed = _installed_entry_points() if installed is None else installed
+        if (ENTRY_POINT_NAME, PLUGIN_MODULE) in set(installed):
+            return None
+        return (
+            f"no entry point {ENTRY_POINT_NAME!r} = {PLUGIN_MODULE!r} of the verl.plugins group is installed (rllm_verl is "
+            "importable without its distribution's metadata, e.g. from a source tree on PYTHONPATH), so verl will not load "
+            "the rllm_* estimators and the run fails with 'Unknown advantage estimator'. Fix: install rllm-plugins[verl] "
+            f"(pip install -e . in a checkout), or set VERL_USE_EXTERNAL_MODULES={PLUGIN_MODULE}"
+        )
     if policy == "none":
         reason, fix = "VERL_USE_EXTERNAL_PLUGINS=none turns verl's plugin discovery off", f"unset it, or set VERL_USE_EXTERNAL_PLUGINS={ENTRY_POINT_NAME}"
     else:

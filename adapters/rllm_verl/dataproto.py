@@ -15,6 +15,7 @@ whose last rows repeat its first rows is refused unless ``pad_size`` says how ma
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ from rllm_plugins.types import Step, Trajectory, TrajectoryGroup
 __all__ = ["ROW_ID_KEY", "apply_advantages", "dataproto_to_groups", "group_id_of"]
 
 ROW_ID_KEY = "rllm_row_ids"
+_ROW_BITS = 22  # row ids are <random 40-bit base> * 2**22 + row: unique across conversions of batches below 4M rows
 
 
 def group_id_of(uid: object, role: object | None) -> str:
@@ -58,17 +60,39 @@ def _tensor(data: Any, key: str) -> torch.Tensor:
 
 
 def _rows_equal(data: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(len(a),) bool: whether row ``a[i]`` equals row ``b[i]`` in every tensor and non-tensor column."""
+    """(len(a),) bool: whether row ``a[i]`` equals row ``b[i]`` in every tensor and non-tensor column.
+
+    Non-tensor columns (the ids) go first and each column only compares the pairs still equal, so
+    the token tensors are read for a few rows at most (usually none).
+    """
     same = np.ones(len(a), dtype=bool)
+    for column in data.non_tensor_batch.values():
+        rows = np.flatnonzero(same)
+        if not rows.size:
+            return same
+        column = np.asarray(column)
+        same[rows] = _column_equal(column[a[rows]], column[b[rows]])
     if data.batch is not None:
         for key in data.batch.keys():  # noqa: SIM118 - TensorDict
-            tensor = data.batch[key].detach().to("cpu")
-            same &= (tensor[torch.from_numpy(a)] == tensor[torch.from_numpy(b)]).reshape(len(a), -1).all(dim=1).numpy()
-    for column in data.non_tensor_batch.values():
-        column = np.asarray(column)
-        for k in np.flatnonzero(same).tolist():  # only rows still equal: usually none
-            same[k] = _equal(column[a[k]], column[b[k]])
+            rows = np.flatnonzero(same)
+            if not rows.size:
+                return same
+            tensor = data.batch[key].detach()
+            x, y = tensor[torch.from_numpy(a[rows])], tensor[torch.from_numpy(b[rows])]
+            same[rows] = (x == y).reshape(rows.size, -1).all(dim=1).to("cpu").numpy()
     return same
+
+
+def _column_equal(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Elementwise equality of two equal-length column slices (vectorised when numpy can, else one pair at a time)."""
+    if x.ndim == 1:
+        try:
+            eq = x == y
+            if isinstance(eq, np.ndarray) and eq.dtype == bool and eq.shape == x.shape:
+                return eq
+        except (TypeError, ValueError):  # elements that are arrays: compare them one by one
+            pass
+    return np.array([_equal(u, v) for u, v in zip(x, y, strict=True)], dtype=bool)
 
 
 def _equal(x: Any, y: Any) -> bool:
@@ -123,12 +147,12 @@ def _real_rows(data: Any, n: int, pad_size: int | None) -> int:
 
 def _row_ids(data: Any, n: int, real: int) -> np.ndarray:
     """The row ids of the batch: new ones (padding rows get the id of the row they copy), else the column's."""
-    if ROW_ID_KEY not in data.non_tensor_batch:
-        data.non_tensor_batch[ROW_ID_KEY] = np.arange(n, dtype=np.int64) % max(real, 1)
+    if ROW_ID_KEY not in data.non_tensor_batch:  # a random base: ids of two conversions never meet
+        data.non_tensor_batch[ROW_ID_KEY] = (secrets.randbits(40) << _ROW_BITS) + np.arange(n, dtype=np.int64) % max(real, 1)
     ids = _column(data, ROW_ID_KEY, n)
     if len(set(ids[:real].tolist())) != real:
         raise ValueError(
-            f"non_tensor_batch[{ROW_ID_KEY!r}] repeats ids: the batch was padded (or concatenated with itself) after "
+            f"non_tensor_batch[{ROW_ID_KEY!r}] repeats ids: the batch was padded, or concatenated with a copy of itself, after "
             "dataproto_to_groups tagged it; convert the unpadded batch"
         )
     return ids
@@ -146,6 +170,8 @@ def _check_ids(column: np.ndarray, key: str) -> None:
             hash(value)
         except TypeError:
             raise ValueError(f"row {row}: {key} {value!r} is a {type(value).__name__}, not a hashable id (a str or an int)") from None
+        if value != value:  # NaN: never equal to itself, so its rows would each be a group of one
+            raise ValueError(f"row {row}: {key} is {value!r}, which equals no other id (NaN); give every row a real id")
 
 
 def _precomputed_value(value: Any) -> float | list[float] | None:
@@ -250,7 +276,13 @@ def apply_advantages(data: Any, groups: Sequence[TrajectoryGroup]) -> None:
                     raise ValueError(f"{where}: the step has no metadata['row_id']; use groups made by dataproto_to_groups")
                 if step.advantage is None:
                     raise ValueError(f"{where}: advantage is None; compute advantages first")
-                by_id[step.metadata["row_id"]] = step.advantage
+                row_id = step.metadata["row_id"]
+                if row_id in by_id:
+                    raise ValueError(
+                        f"{where}: row id {row_id!r} belongs to two steps of the groups (the groups of two conversions of "
+                        "the same rows?); pass the groups of one dataproto_to_groups call"
+                    )
+                by_id[row_id] = step.advantage
     valid = mask.detach().to("cpu").numpy().astype(bool)
     scalars = np.zeros(n, dtype=np.float64)
     per_token: list[tuple[int, list[float]]] = []

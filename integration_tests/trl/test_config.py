@@ -140,7 +140,7 @@ def test_a_plain_grpo_config_is_read_as_trl_grpo_following_its_settings():
             "multi_objective_aggregation must be one of 'sum_then_normalize', 'normalize_then_sum', got 'normalise_then_sum'",
         ),
         ({"scale_rewards": "Group"}, "scale_rewards must be 'group', 'batch', 'none', True or False, got 'Group'"),
-        ({"norm_adv_by_std_in_grpo": "false"}, "norm_adv_by_std_in_grpo must be True or False, got str: 'false'"),
+        ({"norm_adv_by_std_in_grpo": "false"}, "norm_adv_by_std_in_grpo must be a bool (True or False), got str 'false'"),
         ({"role_column": ""}, "role_column must be a dataset column name (a non-empty str) or None, got str: ''"),
         ({"role_column": 3}, "role_column must be a dataset column name (a non-empty str) or None, got int: 3"),
         (

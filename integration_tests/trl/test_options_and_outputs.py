@@ -85,3 +85,31 @@ def test_an_output_outside_the_rule_names_the_estimator(centred_estimator):
     batch = prepare_batch(torch.tensor([[1.0], [0.0]]), torch.ones(1), 2)
     with pytest.raises(ValueError, match=r"estimator 'h_trl_bad_output' returned str 'nope'; advantages must be a sequence"):
         compute_advantages(batch, name)
+
+
+@pytest.mark.parametrize("value", ["false", 0, None])
+def test_norm_adv_by_std_in_grpo_must_be_a_bool_when_the_config_is_built(value):
+    # "false" is truthy: before, it silently divided by the std
+    with pytest.raises(ValueError) as error:
+        RLLMGRPOConfig(**BASE, norm_adv_by_std_in_grpo=value)
+    assert str(error.value) == f"norm_adv_by_std_in_grpo must be a bool (True or False), got {type(value).__name__} {value!r}"
+    assert RLLMGRPOConfig(**BASE, norm_adv_by_std_in_grpo=np.False_).norm_adv_by_std_in_grpo is False
+
+
+@pytest.mark.parametrize("norm", [True, False])
+def test_an_rllm_main_style_estimator_runs_in_trl(norm):
+    # rLLM main's signature fn(rewards, algorithm_config, **kwargs); before: TypeError, no algorithm_config
+    from rllm_plugins import register_adv_estimator
+
+    @register_adv_estimator("h_trl_main_style")
+    def estimator(rewards, algorithm_config, **kwargs):
+        out = [(r - r.mean()) / ((r.std() + 1e-6) if algorithm_config.norm_adv_by_std_in_grpo else 1.0) for r in rewards]
+        return out, out
+
+    try:
+        batch = prepare_batch(torch.tensor([[1.0], [0.0], [0.5], [0.25]]), torch.ones(1), 2)
+        got = compute_advantages(batch, "h_trl_main_style", norm_adv_by_std_in_grpo=norm)
+    finally:
+        unregister_rllm_adv_estimator("h_trl_main_style")
+    expected = [0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6), 0.125 / (0.125 + 1e-6), -0.125 / (0.125 + 1e-6)] if norm else [0.5, -0.5, 0.125, -0.125]
+    np.testing.assert_allclose(got, expected, rtol=1e-6)

@@ -67,3 +67,29 @@ def test_verl_check_fails_on_a_misspelt_or_mistyped_estimator_option():
     assert "unknown option 'epsilom' for estimator 'grpo' (rllm-plugins (built-in)), which accepts: epsilon. Did you mean 'epsilon'?" in report.errors[0]
     report = verl_check(["algorithm.adv_estimator=rllm_grpo", "+algorithm.rllm_estimator_kwargs.epsilon='1e-4'"])
     assert not report.ok and "option 'epsilon' of estimator 'grpo' must be a number >= 0, got str '1e-4'" in report.errors[0]
+
+
+MISSING = (
+    "no entry point 'rllm_plugins' = 'rllm_verl.verl_plugin' of the verl.plugins group is installed (rllm_verl is importable "
+    "without its distribution's metadata, e.g. from a source tree on PYTHONPATH), so verl will not load the rllm_* estimators "
+    "and the run fails with 'Unknown advantage estimator'. Fix: install rllm-plugins[verl] (pip install -e . in a checkout), "
+    "or set VERL_USE_EXTERNAL_MODULES=rllm_verl.verl_plugin"
+)
+
+
+@pytest.mark.parametrize("policy", ["auto", "AUTO", " auto ", "rllm_plugins", " RLLM_PLUGINS , other"])
+def test_without_the_installed_entry_point_the_check_fails_whatever_the_policy_allows(policy):
+    # before: OK, because verl-check registers the estimators itself, while verl's run would never load them
+    environ = {"VERL_USE_EXTERNAL_PLUGINS": policy}
+    assert entry_point_policy_error(environ, installed=[("other", "other.plugin")]) == MISSING
+    assert entry_point_policy_error(environ, installed=[(ENTRY_POINT_NAME, "elsewhere.module")]) == MISSING
+    assert entry_point_policy_error(environ, installed=[(ENTRY_POINT_NAME, "rllm_verl.verl_plugin")]) is None
+    assert entry_point_policy_error(environ) is None  # this environment has it installed
+    assert entry_point_policy_error({**environ, "VERL_USE_EXTERNAL_MODULES": "rllm_verl.verl_plugin"}, installed=[]) is None
+
+
+@pytest.mark.parametrize("policy", ["", " ", ",", "none"])
+def test_an_empty_policy_loads_nothing_as_verl_reads_it(policy):
+    # verl: os.getenv(...).strip().lower(); "" is not "auto", so its allowed set is empty
+    message = entry_point_policy_error({"VERL_USE_EXTERNAL_PLUGINS": policy})
+    assert message is not None and FAILS in message
