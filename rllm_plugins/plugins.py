@@ -316,9 +316,27 @@ def _specs_of(manager: pluggy.PluginManager, plugin_name: str) -> list[AdvEstima
         result = impl.function()
         for spec in [] if result is None else result:
             if not isinstance(spec, AdvEstimatorSpec):
-                raise TypeError(f"rllm_adv_estimators() must yield AdvEstimatorSpec objects, got {type(spec).__name__}: {spec!r}")
+                raise TypeError(
+                    f"rllm_adv_estimators() must yield AdvEstimatorSpec objects, got {type(spec).__name__}: {spec!r} (from {_defined_at(impl.function)})"
+                )
             specs.append(spec)
     return specs
+
+
+def _defined_at(fn: Callable[..., Any]) -> str:
+    """``file:line`` where ``fn`` is defined (its name when that is unknown)."""
+    code = getattr(fn, "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else repr(fn)
+
+
+def _check_implements_the_hook(manager: pluggy.PluginManager, plugin: object, module: str) -> None:
+    """A plugin that registered no estimator with the decorator must implement ``rllm_adv_estimators`` (a typo in the name is no hook)."""
+    callers = manager.get_hookcallers(plugin) or []
+    if any(caller.name == "rllm_adv_estimators" for caller in callers):
+        return
+    others = [f"{caller.name} (at {_defined_at(impl.function)})" for caller in callers for impl in caller.get_hookimpls() if impl.plugin is plugin]
+    hint = f"; its @hookimpl {', '.join(others)} is no rllm-plugins hook: the hook is rllm_adv_estimators" if others else ""
+    raise TypeError(f"{module!r} offers no estimators: it has no @hookimpl rllm_adv_estimators() and registers none with @register_rllm_adv_estimator{hint}")
 
 
 def _load_entry_point(manager: pluggy.PluginManager, ep: metadata.EntryPoint, provider: Provider) -> list[AdvEstimatorSpec]:
@@ -329,6 +347,8 @@ def _load_entry_point(manager: pluggy.PluginManager, ep: metadata.EntryPoint, pr
     registered = f"{provider.distribution}:{ep.name}"
     manager.register(plugin, name=registered)
     try:
+        if not captured:
+            _check_implements_the_hook(manager, plugin, ep.value)
         return captured + _specs_of(manager, registered)
     except Exception:
         manager.unregister(name=registered)
@@ -359,7 +379,9 @@ def _build() -> PluginState:
     disabled, is_strict = _env_list(DISABLE_ENV), strict()
 
     offers: dict[str, list[tuple[AdvEstimatorSpec, Provider, PluginRecord]]] = {}
-    for ep in entry_points():
+    installed = entry_points()
+    _warn_unmatched_disable(disabled, [ep.name for ep in installed])
+    for ep in installed:
         dist = ep.dist
         provider = Provider(ep.name, dist.name if dist else None, dist.version if dist else None)
         record = PluginRecord(ep.name, provider.distribution, provider.version)
@@ -404,6 +426,21 @@ def _build() -> PluginState:
     state.conflicts = conflicts
     _warn_user_overrides(state)
     return state
+
+
+def _warn_unmatched_disable(disabled: set[str], names: list[str]) -> None:
+    """Names in ``RLLM_PLUGINS_DISABLE`` that are no installed entry point disable nothing: say so (a typo, or the wrong case)."""
+    for name in sorted(disabled - set(names)):
+        import difflib  # only on this warning path
+
+        same = [n for n in names if n.lower() == name.lower()] or difflib.get_close_matches(name, names, n=1)
+        hint = f" Did you mean {same[0]!r}?" if same else ""
+        warnings.warn(
+            f"rllm_plugins: {DISABLE_ENV} names {name!r}, which is no installed plugin's entry-point name, so it disables nothing.{hint} "
+            f"Installed: {', '.join(names) if names else 'none'}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _warn_user_overrides(state: PluginState) -> None:

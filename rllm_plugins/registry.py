@@ -117,13 +117,16 @@ def _unknown_message(name: Any, key: str) -> str:
             f"set the name of a registered estimator instead. Available: {', '.join(names)}"
         )
     because = unavailable_because(key)
-    if because is not None and any(r.name == key for r in plugins.plugin_state().records):
+    namesake = next((r for r in plugins.plugin_state().records if r.name == key), None)
+    if because is not None and namesake is not None and namesake.why_unavailable() is not None:
         return f"estimator {name!r} is not available: {because}"
     import difflib  # only on this error path
 
     # a plugin that did not load may be the cause: then only a near-typo is worth suggesting
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.85 if because else 0.6)
     hint = f" Did you mean {close[0]!r}?" if close else ""
+    if namesake is not None and namesake.estimators:  # the plugin of that entry-point name loaded: name what it offers
+        hint = f" {namesake.provider} is installed and offers: {', '.join(namesake.estimators)}.{hint}"
     return (
         f"Unknown advantage estimator {name!r}.{f' {because}' if because else ''}{hint} Available: {', '.join(names)}. "
         "Register a custom one with @register_rllm_adv_estimator or install an estimator plugin."

@@ -45,6 +45,7 @@ __all__ = [
     "prepare_batch",
     "role_name",
     "takes_keyword",
+    "unique_names",
 ]
 
 DEFAULT_ROLE = "all_groups"  # TrajectoryGroup.group_role of a group_id without a role
@@ -60,7 +61,7 @@ class RewardBatch:
     appearance first), ``group_roles`` int64 ``(N // G,)`` index into ``roles`` of each group,
     ``lengths`` float64 ``(N,)`` completion lengths or None; ``rewards_per_func`` float64 ``(N, F)``
     (NaN where a function returned None), ``reward_weights`` float64 ``(F,)`` and ``reward_names``
-    (F names, or empty) for per-function aggregation and metrics.
+    (F distinct names, see :func:`unique_names`, or empty) for per-function aggregation and metrics.
     """
 
     rewards: np.ndarray
@@ -162,12 +163,27 @@ def prepare_batch(
         if length_array.size != num_rows:
             raise ValueError(f"lengths has {length_array.size} entries for {num_rows} completions")
     role_names, group_roles = _group_roles(roles, num_rows, num_generations)
-    names = tuple(str(n) for n in reward_names) if reward_names is not None else ()
+    names = unique_names(reward_names) if reward_names is not None else ()
     if names and len(names) != rewards_per_func.shape[1]:
         raise ValueError(f"reward_names has {len(names)} names for {rewards_per_func.shape[1]} reward functions")
     per_func = np.asfortranarray(rewards_per_func.detach().to("cpu", torch.float64).numpy())  # columns contiguous
     weights = torch.as_tensor(reward_weights).detach().to("cpu", torch.float64).numpy().reshape(-1)
     return RewardBatch(rewards, scorable, num_generations, role_names, group_roles, length_array, per_func, weights, names)
+
+
+def unique_names(names: Sequence[Any]) -> tuple[str, ...]:
+    """Reward function names as distinct metric names: a name seen before gets its function index, ``"f"``, ``"f_1"``.
+
+    TRL names a function by its ``__name__`` (``functools.partial``: the wrapped function's), so two
+    partials of one function, or two lambdas, share a name; their metrics must not overwrite each other.
+    """
+    out: list[str] = []
+    for f, name in enumerate(str(n) for n in names):
+        unique = name
+        while unique in out:
+            unique = f"{unique}_{f}"
+        out.append(unique)
+    return tuple(out)
 
 
 def takes_keyword(name: str, keyword: str) -> bool:

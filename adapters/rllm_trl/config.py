@@ -128,7 +128,12 @@ class RLLMGRPOConfig(GRPOConfig):
         TRL's settings not at their default join ``estimator_kwargs``, as the trainer gives them to the estimators that take them.
         """
         kwargs = {**self.adv_estimator_kwargs, **advantage_settings(self).trl_settings}
-        node = {"adv_estimator": self.adv_estimator, "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo, "estimator_kwargs": kwargs}
+        node = {
+            "adv_estimator": self.adv_estimator,
+            "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo,
+            "estimator_kwargs": kwargs,
+            "multi_objective_aggregation": self.multi_objective_aggregation,
+        }
         return check_no_per_role_loss(build_algorithm_config(node, self.adv_estimator_map))
 
 
@@ -201,13 +206,14 @@ def advantage_settings(args: Any) -> AdvantageSettings:
         raise ValueError(f"norm_adv_by_std_in_grpo must be a bool (True or False), got {type(norm).__name__} {norm!r}")
     in_use = list(dict.fromkeys([estimator, *estimator_map.values()]))
     kwargs = check_adv_estimator_kwargs(getattr(args, "adv_estimator_kwargs", None), in_use)
-    group_size = getattr(args, "num_generations", None)  # a group is one prompt's num_generations completions
+    # a group is one prompt's num_generations completions (num_generations_eval in evaluation, when set)
+    group_sizes = [(field, size) for field in ("num_generations", "num_generations_eval") if (size := getattr(args, field, None)) is not None]
     for where, name in [("adv_estimator", estimator), *((f"adv_estimator_map[{role!r}]", n) for role, n in estimator_map.items())]:
-        if group_size is not None:
+        for size_field, group_size in group_sizes:
             try:
                 check_group_size(get_estimator(name).spec, kwargs, group_size)
             except ValueError as e:
-                raise ValueError(f"{where} with num_generations={group_size}: {e}") from None
+                raise ValueError(f"{where} with {size_field}={group_size}: {e}") from None
     scale_rewards = trl_scaling(getattr(args, "scale_rewards", "group"))
     aggregation = check_aggregation(getattr(args, "multi_objective_aggregation", "sum_then_normalize"))
     if aggregation == "normalize_then_sum":

@@ -5,7 +5,8 @@ without a role, so ``group_role == "all_groups"``), one trajectory per *scorable
 with one step holding its prompt and completion ids; the row index is kept in
 ``trajectory.metadata["row"]``. Unscorable completions are left out (their advantage is 0).
 Use it when the object path is needed: ``estimator_map`` per role, precomputed advantages,
-custom grouping. It agrees with :func:`rllm_trl.advantages.compute_advantages` to 1e-6.
+custom grouping. It agrees with :func:`rllm_trl.advantages.compute_advantages` to 1e-6 when the reward
+functions are summed first; ``normalize_then_sum`` is the fast path's alone (a ``ValueError`` here).
 """
 
 from __future__ import annotations
@@ -83,9 +84,17 @@ def compute_advantages_via_groups(
 ) -> tuple[np.ndarray, dict[str, float]]:
     """The object path end to end: groups, rLLM collection, advantages ``(N,)`` and the core's metrics.
 
-    A per-role policy loss in ``algorithm_config.loss_fn_map`` raises ``ValueError`` (TRL has one loss).
+    A per-role policy loss in ``algorithm_config.loss_fn_map`` raises ``ValueError`` (TRL has one loss), and so does
+    ``multi_objective_aggregation="normalize_then_sum"``: each trajectory carries one combined reward, not each function's.
     """
     check_no_per_role_loss(algorithm_config)
+    if algorithm_config.multi_objective_aggregation == "normalize_then_sum":
+        raise ValueError(
+            "compute_advantages_via_groups: multi_objective_aggregation='normalize_then_sum' needs each reward function's reward, "
+            "but the trajectories carry one combined reward per completion (Trajectory.reward), so the result would be "
+            "'sum_then_normalize' numbers; use rllm_trl.compute_advantages(batch, ..., aggregation='normalize_then_sum') "
+            "(what RLLMGRPOTrainer runs), or multi_objective_aggregation='sum_then_normalize' here"
+        )
     groups = to_trajectory_groups(batch, prompt_ids, completion_ids)
     metrics = collect_reward_and_advantage_from_trajectory_groups(groups, algorithm_config)
     return advantages_from_trajectory_groups(groups, batch.rewards.size), metrics

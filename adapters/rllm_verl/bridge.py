@@ -31,7 +31,7 @@ from rllm_plugins.spec import accepted_keywords
 
 from .multi_objective import reward_key_options, reward_table
 
-__all__ = ["ESTIMATOR_KWARGS_KEY", "compute_rllm_advantage", "estimator_options", "group_rows", "verl_estimator"]
+__all__ = ["ESTIMATOR_KWARGS_KEY", "check_representable", "compute_rllm_advantage", "estimator_options", "group_rows", "verl_estimator"]
 
 ESTIMATOR_KWARGS_KEY = "rllm_estimator_kwargs"
 
@@ -122,6 +122,20 @@ def _row_sums(x: torch.Tensor) -> np.ndarray:
     """
     summed = x.sum(dim=-1, dtype=torch.float64) if x.dtype in _HALF else x.sum(dim=-1)
     return summed.to(device="cpu", dtype=torch.float64).numpy()
+
+
+def check_representable(advantages: np.ndarray, dtype: torch.dtype, where: str, index: Any) -> None:
+    """Refuse advantages (B,) float64 that overflow a 16-bit ``dtype`` (they would become inf); ``index`` names the row's uid."""
+    if dtype not in _HALF:
+        return
+    limit = float(torch.finfo(dtype).max)
+    over = np.flatnonzero(np.abs(advantages) > limit)
+    if over.size:
+        row = int(over[0])
+        raise ValueError(
+            f"{where}: advantage {advantages[row]} of row {row} (uid {index[row]!r}) overflows {dtype} (largest {limit:g}), the dtype of "
+            "token_level_rewards; compute rewards in float32, or scale them down"
+        )
 
 
 def _hashable(value: object) -> bool:
@@ -221,6 +235,7 @@ def compute_rllm_advantage(
         if not np.isfinite(advantages).all():
             row = int(np.flatnonzero(~np.isfinite(advantages))[0])
             raise ValueError(f"{where}: the estimator ({estimator.provider}) gave advantage {advantages[row]} for row {row} (uid {index[row]!r})")
+        check_representable(advantages, dtype, where, index)
         per_row = torch.from_numpy(advantages).to(device=token_level_rewards.device, dtype=dtype)
         out = torch.empty(token_level_rewards.shape, dtype=dtype, device=token_level_rewards.device)
         torch.mul(per_row.unsqueeze(-1), response_mask, out=out)

@@ -4,14 +4,16 @@ verl's v1 trainer calls ``compute_advantage_for_multi_trajectories(data, batch_k
 one key ``{uid}_{session_id}_{index}`` per output row; verl itself treats a session as one
 trajectory only for ``grpo``. This extension does so for every estimator registered by us
 (``rllm_*``): one trajectory per session, its reward the final output's reward
-(``token_level_rewards`` of that row summed in float64), the estimator over the sessions of each
-``uid``, and the session's advantage on every output row times its ``response_mask``
-(``advantages`` and ``returns``). Batches with one output per session, and every other estimator
+(``token_level_rewards`` of that row summed in float64, or its scores under
+``algorithm.gdpo_reward_keys``, aggregated as :mod:`.multi_objective` says), the estimator over
+the sessions of each ``uid`` with the options checked as on the row path, and the session's
+advantage on every output row times its ``response_mask`` (``advantages`` and ``returns``). Batches with one output per session, and every other estimator
 name, go to verl's own function unchanged. Opt out with ``RLLM_PLUGINS_VERL_SESSIONS=0``.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -40,30 +42,41 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
     import numpy as np
     import torch
 
+    from rllm_plugins.aggregation import aggregate_advantages
     from rllm_plugins.registry import get_estimator
 
-    from .bridge import _check_inputs, _wants_lengths, estimator_options
+    from .bridge import _check_inputs, _wants_lengths, check_representable, estimator_options
+    from .multi_objective import reward_key_options, reward_table
 
     where = f"advantage estimator 'rllm_{name}' (sessions of compute_advantage_for_multi_trajectories)"
     rewards, mask, uids = data.batch["token_level_rewards"], data.batch["response_mask"], data.non_tensor_batch["uid"]
     _check_inputs(where, rewards, mask, uids)
-    options = estimator_options(config, where)
+    options = estimator_options(config, where, name)
     estimator = get_estimator(name)
+    keyed = reward_key_options(config, where)
+    batched = estimator.batched_form
     with torch.no_grad():
-        finals = torch.from_numpy(sessions.final_rows).to(rewards.device)
-        session_rewards = rewards.index_select(0, finals).to(torch.float64).sum(dim=-1).cpu().numpy()
-        if not np.isfinite(session_rewards).all():
-            row = int(sessions.final_rows[np.flatnonzero(~np.isfinite(session_rewards))[0]])
-            raise ValueError(f"{where}: row {row} (uid {uids[row]!r}) has a non-finite reward; token_level_rewards must be finite")
+        if keyed is None:
+            finals = torch.from_numpy(sessions.final_rows).to(rewards.device)
+            session_rewards = rewards.index_select(0, finals).to(torch.float64).sum(dim=-1).cpu().numpy()
+            if not np.isfinite(session_rewards).all():
+                row = int(sessions.final_rows[np.flatnonzero(~np.isfinite(session_rewards))[0]])
+                raise ValueError(f"{where}: row {row} (uid {uids[row]!r}) has a non-finite reward; token_level_rewards must be finite")
+        else:  # the final outputs' scores under algorithm.gdpo_reward_keys (S, F), aggregated as on the row path
+            session_rewards = reward_table(data.non_tensor_batch, keyed.keys, uids, where)[sessions.final_rows]
+            batched = functools.partial(
+                aggregate_advantages, estimator=estimator.batched_form, aggregation=keyed.aggregation, weights=keyed.weights, names=keyed.keys, where=where
+            )
         lengths = None
         if _wants_lengths(name):  # a session's length: its response tokens over all its outputs
             row_lengths = mask.sum(dim=-1).to(device="cpu", dtype=torch.float64).numpy()
             lengths = np.bincount(sessions.session_of_row, weights=row_lengths, minlength=len(sessions.final_rows))
         try:
-            per_row = session_advantages(estimator.batched_form, sessions, session_rewards, session_lengths=lengths, **options)
+            per_row = session_advantages(batched, sessions, session_rewards, session_lengths=lengths, **options)
         except ValueError as error:
             raise ValueError(f"{where}: {error} ({estimator.provider})") from error
         dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
+        check_representable(per_row, dtype, where, uids)
         scores = torch.from_numpy(per_row).to(device=rewards.device, dtype=dtype).unsqueeze(-1) * mask
     data.batch["advantages"] = scores
     data.batch["returns"] = scores

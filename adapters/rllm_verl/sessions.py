@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from rllm_plugins.outputs import as_advantages
+
 from .bridge import group_rows
 
 __all__ = ["Sessions", "first_outputs_only", "parse_sessions", "session_advantages"]
@@ -49,8 +51,10 @@ def parse_sessions(keys: Sequence[Any], uids: Sequence[Any]) -> Sessions:
 
     The uid part may itself contain ``_`` (the key is split at its last two); ``index`` is an
     integer. Raises ``ValueError`` naming the row for a malformed key, an index repeated within a
-    session, or a session whose rows carry different ``uid`` values.
+    session, a session whose rows carry different ``uid`` values, or a uid that is not hashable.
     """
+    if np.ndim(uids) != 1:
+        raise ValueError(f"uid has shape {np.shape(uids)}; it needs one id per row (1-D): join multi-part ids into one string, e.g. f'{{task}}|{{sample}}'")
     if len(keys) != len(uids):
         raise ValueError(f"{len(keys)} batch keys for {len(uids)} rows; every row needs its key {{uid}}_{{session_id}}_{{index}}")
     code_of: dict[str, int] = {}
@@ -68,6 +72,10 @@ def parse_sessions(keys: Sequence[Any], uids: Sequence[Any]) -> Sessions:
         code = code_of.setdefault(head, len(code_of))
         session_of_row[row] = code
         if code == len(final_rows):
+            try:
+                hash(uids[row])
+            except TypeError:
+                raise ValueError(f"row {row} has uid {uids[row]!r}, a {type(uids[row]).__name__}; a uid must be hashable (a str or an int)") from None
             final_rows.append(row)
             final_index.append(index)
             continue
@@ -94,19 +102,21 @@ def session_advantages(
 ) -> np.ndarray:
     """Advantage of every row (B,) float64: its session's advantage among the sessions of its uid.
 
-    ``batched(values, offsets, **options)`` is a core batched estimator; ``session_rewards`` (S,)
-    float64 are the final outputs' rewards; ``session_lengths`` (S,), when given, is passed as
-    ``lengths`` (for length-weighted estimators). Raises ``ValueError`` when the estimator returns
-    the wrong number of values or a non-finite one.
+    ``batched(values, offsets, **options)`` is a core batched estimator (or an aggregation over
+    several rewards); ``session_rewards`` (S,) or (S, F) float64 are the final outputs' rewards;
+    ``session_lengths`` (S,), when given, is passed as ``lengths`` (for length-weighted
+    estimators). The estimator's output follows :func:`rllm_plugins.outputs.as_advantages`.
+    Raises ``ValueError`` when it returns something else, the wrong number of values or a
+    non-finite one.
     """
     rewards = np.asarray(session_rewards, dtype=np.float64)
     order, offsets = group_rows(sessions.uids)
     if session_lengths is not None:
         options["lengths"] = session_lengths if order is None else session_lengths[order]
     values = rewards if order is None else rewards[order]
-    grouped = np.asarray(batched(values, offsets, **options), dtype=np.float64).reshape(-1)
-    if grouped.shape != values.shape:
-        raise ValueError(f"the estimator returned {grouped.size} advantages for {values.size} sessions")
+    grouped = as_advantages(batched(values, offsets, **options), "the estimator")
+    if grouped.shape != values.shape[:1]:
+        raise ValueError(f"the estimator returned {grouped.size} advantages for {len(values)} sessions")
     if order is None:
         per_session = grouped
     else:

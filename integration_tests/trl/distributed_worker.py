@@ -2,7 +2,9 @@
 
 6 completions per process, groups of 4: group 1 has rows 4-5 on rank 0 and rows 6-7 on rank 1.
 With a third argument ``none-role-on-rank-1``, prompts carry a role column and rank 1's first
-example has the role None at the first step.
+example has the role None at the first step. With ``nts-roles``, two reward functions (the second
+None on every third gathered row) under ``multi_objective_aggregation="normalize_then_sum"``, and the
+roles solver / judge alternating by prompt; each record then holds the role of each gathered group.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ def reward_length(completions: list[str], **_: Any) -> list[float]:
     return [len(c) / 8.0 for c in completions]
 
 
+def letter_a_or_none(completions: list[str], **_: Any) -> list[float | None]:
+    """None on every third row of this process's batch, else how often 'a' appears."""
+    return [None if i % 3 == 1 else float(c.count("a")) for i, c in enumerate(completions)]
+
+
 class RecordingTrainer(RLLMGRPOTrainer):
     records: list[dict[str, Any]]
     none_role_on_rank_1 = False
@@ -44,10 +51,13 @@ class RecordingTrainer(RLLMGRPOTrainer):
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
         self.records[-1]["advantages"] = output["advantages"].tolist()
+        batch = self.last_reward_batch
+        self.records[-1]["group_roles"] = [batch.roles[r] for r in batch.group_roles.tolist()]
         return output
 
 
 def main(out_dir: Path, estimator: str, case: str = "") -> None:
+    nts = case == "nts-roles"
     tokenizer = build_tiny_tokenizer([*PROMPTS, "the quick brown fox jumps over the lazy dog 0123456789"])
     args = RLLMGRPOConfig(
         output_dir=str(out_dir / "trainer"),
@@ -68,12 +78,14 @@ def main(out_dir: Path, estimator: str, case: str = "") -> None:
         adv_estimator=estimator,
         ddp_backend="gloo",
         role_column="role" if case else None,
+        multi_objective_aggregation="normalize_then_sum" if nts else "sum_then_normalize",
+        reward_weights=[1.0, -0.5] if nts else None,
     )
     trainer = RecordingTrainer(
         model=build_tiny_model(tokenizer, seed=0),
-        reward_funcs=[reward_length],
+        reward_funcs=[reward_length, letter_a_or_none] if nts else [reward_length],
         args=args,
-        train_dataset=Dataset.from_dict({"prompt": PROMPTS, "role": ["solver"] * len(PROMPTS)}),
+        train_dataset=Dataset.from_dict({"prompt": PROMPTS, "role": ["solver", "judge"] * 3 if nts else ["solver"] * len(PROMPTS)}),
         processing_class=tokenizer,
     )
     trainer.records = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -164,3 +166,19 @@ def test_the_object_path_refuses_a_per_role_loss():
     batch = prepare_batch(torch.zeros(8, 1), torch.ones(1), G)
     with pytest.raises(ValueError, match="are not applied with TRL"):
         compute_advantages_via_groups(batch, [[1]] * 8, [[2]] * 8, AlgorithmConfig(estimator_map={"judge": ("rloo", "ppo")}))
+
+
+def test_the_object_path_refuses_normalize_then_sum_rather_than_summing_first():
+    """The trajectories carry one combined reward: GDPO there would silently be sum-then-normalize numbers."""
+    rewards, weights = gathered(seed=2)
+    batch = prepare_batch(rewards, weights, G)
+    config = RLLMGRPOConfig(output_dir="unused", use_cpu=True, bf16=False, adv_estimator="grpo", multi_objective_aggregation="normalize_then_sum")
+    assert config.algorithm_config().multi_objective_aggregation == "normalize_then_sum"
+    ids = [[1]] * rewards.shape[0]
+    message = "compute_advantages_via_groups: multi_objective_aggregation='normalize_then_sum' needs each reward function's reward"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        compute_advantages_via_groups(batch, ids, ids, config.algorithm_config())
+    with pytest.raises(ValueError, match=re.escape(message)):
+        compute_advantages_via_groups(batch, ids, ids, AlgorithmConfig(multi_objective_aggregation="normalize_then_sum"))
+    gdpo = compute_advantages(batch, "grpo", aggregation="normalize_then_sum")
+    assert np.abs(gdpo - compute_advantages(batch, "grpo")).max() > 0.01  # what the object path would have given instead

@@ -229,6 +229,14 @@ def test_algorithm_config_is_built_by_the_core_wiring():
     )
 
 
+def test_passk_training_k_is_checked_against_num_generations_eval():
+    """Evaluation groups have num_generations_eval completions: k=4 with groups of 2 would fail at the first evaluation."""
+    config = RLLMGRPOConfig(**BASE, adv_estimator="passk_training", adv_estimator_kwargs={"k": 2}, num_generations=8, num_generations_eval=4)
+    assert config.adv_estimator_kwargs == {"k": 2}
+    with pytest.raises(ValueError, match=r"^adv_estimator with num_generations_eval=2: estimator 'passk_training': k=4 "):
+        RLLMGRPOConfig(**BASE, adv_estimator="passk_training", adv_estimator_kwargs={"k": 4}, num_generations=8, num_generations_eval=2)
+
+
 def test_passk_training_k_is_checked_against_num_generations():
     assert RLLMGRPOConfig(**BASE, adv_estimator="passk_training", adv_estimator_kwargs={"k": 4}, num_generations=8).adv_estimator_kwargs == {"k": 4}
     with pytest.raises(ValueError, match=r"adv_estimator with num_generations=8: estimator 'passk_training': k=8 equals the group size"):

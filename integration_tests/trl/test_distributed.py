@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +53,41 @@ def test_a_bad_role_on_one_rank_fails_every_rank_with_the_same_error(tmp_path):
     output = done.stdout + done.stderr
     for rank in (0, 1):
         assert f"[rank{rank}]: {message}" in output, output[-3000:]
+
+
+def rloo_gdpo_by_hand(table: list[list[float]], weights: list[float], group: int) -> list[float]:
+    """Per function and group RLOO on the present values, the weighted sum, whitening (sample std + 1e-4)."""
+    total = [0.0] * len(table)
+    for f, weight in enumerate(weights):
+        for start in range(0, len(table), group):
+            keep = [i for i in range(start, start + group) if not math.isnan(table[i][f])]
+            values = [table[i][f] for i in keep]
+            for i, v in zip(keep, values, strict=True):
+                total[i] += weight * (v if len(values) == 1 else v - (sum(values) - v) / (len(values) - 1))
+    mean, std = statistics.fmean(total), statistics.stdev(total)
+    return [(t - mean) / (std + 1e-4) for t in total]
+
+
+def test_normalize_then_sum_with_roles_straddling_ranks_is_one_computation_per_role(tmp_path):
+    """Group 1 straddles the ranks; each role's GDPO (rloo per function, weighted sum, whitening) runs on the global batch."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}"]
+    command += [str(WORKER), str(tmp_path), "rloo", "nts-roles"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in (0, 1)]
+    straddling = []
+    for step in range(2):
+        rank0, rank1 = ranks[0]["records"][step], ranks[1]["records"][step]
+        gathered = torch.tensor(rank0["rewards_per_func"], dtype=torch.float32)
+        assert gathered.shape == (12, 2) and torch.isnan(gathered[:, 1]).sum() == 4
+        roles = rank0["group_roles"]
+        assert roles == rank1["group_roles"] and sorted(set(roles)) == ["judge", "solver"]
+        expected = np.zeros(12)
+        for role in set(roles):
+            rows = [r for g, name in enumerate(roles) if name == role for r in range(4 * g, 4 * g + 4)]
+            expected[rows] = rloo_gdpo_by_hand(gathered[rows].tolist(), [1.0, -0.5], 4)
+        used = np.asarray(rank0["advantages"] + rank1["advantages"])
+        np.testing.assert_allclose(used, expected, rtol=0, atol=1e-6)
+        straddling.append(np.abs(expected[4:8]).max())
+    assert max(straddling) > 0.1, "the straddling group carries no signal"

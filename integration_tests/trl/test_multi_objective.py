@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from typing import Any
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from rllm_trl import compute_advantages, prepare_batch
+from rllm_trl.advantages import unique_names
 
 UNSCORABLE = {4, 5}  # rows where every function returns None
 LETTER_NONE = {1, 2, 6}  # rows where only the second function returns None
@@ -123,3 +125,27 @@ def test_per_function_metrics_are_logged_per_role(make_trainer):
     judge_lengths = [v for v in table[4:, 0] if not math.isnan(v)]
     assert logged["reward/judge/length_or_none/std"] == pytest.approx(statistics.pstdev(judge_lengths), abs=1e-6)
     assert {"reward/judge/letter_a_or_none/min", "reward/solver/length_or_none/mean", "advantage/judge/mean"} <= set(logged)
+
+
+def scaled_length(completions: list[str], scale: float, **_: Any) -> list[float]:
+    return [scale * len(c) for c in completions]
+
+
+def test_reward_functions_sharing_a_name_keep_their_own_metrics(make_trainer):
+    """Two partials of one function: TRL names both 'scaled_length'; each keeps its own reward/{role}/{func}/* keys."""
+    trainer = make_trainer(reward_funcs=[functools.partial(scaled_length, scale=1.0), functools.partial(scaled_length, scale=-2.0)], max_steps=1)
+    assert trainer.reward_func_names == ["scaled_length", "scaled_length"]
+    trainer.train()
+
+    logged = trainer.state.log_history[0]
+    table = trainer.records[0]["rewards_per_func"].double().numpy()
+    assert logged["reward/all_groups/scaled_length/mean"] == pytest.approx(statistics.fmean(table[:, 0]), abs=1e-5)
+    assert logged["reward/all_groups/scaled_length_1/mean"] == pytest.approx(statistics.fmean(table[:, 1]), abs=1e-5)
+    assert logged["reward/all_groups/scaled_length_1/max"] == pytest.approx(max(table[:, 1]), abs=1e-5)
+    assert statistics.fmean(table[:, 1]) < 0 < statistics.fmean(table[:, 0])
+
+
+def test_unique_names_give_a_repeated_name_its_function_index():
+    assert unique_names(["f", "g", "f", "f"]) == ("f", "g", "f_2", "f_3")
+    assert unique_names(["f", "f_1", "f"]) == ("f", "f_1", "f_2")
+    assert unique_names([1, "1"]) == ("1", "1_1")

@@ -8,6 +8,8 @@ TRL advantage setting.
 
 from __future__ import annotations
 
+import math
+import statistics
 from typing import Any
 
 import numpy as np
@@ -39,6 +41,23 @@ def letter_a(completions: list[str], **_: Any) -> list[float]:
 
 def distinct_letters(completions: list[str], **_: Any) -> list[float]:
     return [float(len(set(c))) for c in completions]
+
+
+def letter_a_none_in_group_0(completions: list[str], **_: Any) -> list[float | None]:
+    """None for the whole first group (rows 0-3), the other function still scoring it."""
+    return [None if i < G else float(c.count("a")) for i, c in enumerate(completions)]
+
+
+def length_int(completions: list[str], **_: Any) -> list[int]:
+    return [len(c) for c in completions]
+
+
+def has_a_bool(completions: list[str], **_: Any) -> list[bool]:
+    return ["a" in c for c in completions]
+
+
+def length_numpy(completions: list[str], **_: Any) -> list[np.float32]:
+    return [np.float32(len(c)) / np.float32(3) for c in completions]
 
 
 @pytest.mark.parametrize(
@@ -114,6 +133,7 @@ PARITY_CASES = {
     "eval-2-batch": {"mode": "eval", "num_generations_eval": 2, "scale_rewards": "batch"},
     "eval-1-group": {"mode": "eval", "num_generations_eval": 1},
     "eval-default": {"mode": "eval"},
+    "int-bool-numpy-rewards": {"reward_funcs": [length_int, has_a_bool, length_numpy], "reward_weights": [1.0, 2.0, -1.0]},
 }
 
 
@@ -168,10 +188,84 @@ def test_another_estimator_overrides_scale_rewards_and_says_so(both_steps):
         {"reward_funcs": [length_or_none, letter_a_or_none]},
         {"mode": "eval", "num_generations_eval": 2},
         {"scale_rewards": "batch"},  # TRL's GDPO path ignores scale_rewards; so does trl_grpo there
+        {"mode": "eval", "num_generations_eval": 1},
+        {"reward_funcs": [length, letter_a_none_in_group_0]},
+        {"reward_funcs": [length, letter_a, distinct_letters], "reward_weights": [0.0, -1.0, 0.5]},
+        {"reward_funcs": [length_int, has_a_bool, length_numpy], "reward_weights": [1.0, 2.0, -1.0]},
     ],
 )
 def test_trl_grpo_gives_grpo_trainer_advantages_with_normalize_then_sum(both_steps, case):
-    case = {**case, "multi_objective_aggregation": "normalize_then_sum", "reward_weights": [2.0, -0.75]}
+    case = {"reward_weights": [2.0, -0.75], **case, "multi_objective_aggregation": "normalize_then_sum"}
     stock_out, ours_out, _ = both_steps(case, adv_estimator="trl_grpo")
 
     np.testing.assert_allclose(ours_out["advantages"].double().numpy(), stock_out["advantages"].double().numpy(), rtol=0, atol=1e-6)
+
+
+def trl_gdpo_by_hand(table: np.ndarray, weights: list[float], group: int) -> np.ndarray:
+    """TRL's GDPO written out: per function and group (x - mean) / (sample std + 1e-4) over the present values
+    (0 for a group of one), the weighted sum, then (s - mean) / (sample std + 1e-4) over the scorable rows."""
+    n, total = table.shape[0], [0.0] * table.shape[0]
+    for f, weight in enumerate(weights):
+        for start in range(0, n, group):
+            keep = [i for i in range(start, start + group) if not math.isnan(table[i, f])]
+            values = [float(table[i, f]) for i in keep]
+            std = statistics.stdev(values) if len(values) > 1 else math.inf
+            for i, v in zip(keep, values, strict=True):
+                total[i] += weight * (v - statistics.fmean(values)) / (std + 1e-4)
+    scorable = [i for i in range(n) if not np.isnan(table[i]).all()]
+    mean, std = statistics.fmean(total[i] for i in scorable), statistics.stdev(total[i] for i in scorable)
+    out = np.zeros(n)
+    for i in scorable:
+        out[i] = (total[i] - mean) / (std + 1e-4)
+    return out
+
+
+def test_trl_grpo_with_normalize_then_sum_and_roles_whitens_each_role_over_its_own_rows(both_steps):
+    """With role_column the final whitening is per role (TRL has no roles: it whitens the whole batch)."""
+    case = {"multi_objective_aggregation": "normalize_then_sum", "reward_weights": [2.0, -0.75]}
+    stock_out, ours_out, ours = both_steps(case, adv_estimator="trl_grpo", role_column="role")
+
+    batch = ours.last_reward_batch
+    table = batch.rewards_per_func
+    np.testing.assert_allclose(trl_gdpo_by_hand(table, [2.0, -0.75], G), stock_out["advantages"].double().numpy(), rtol=0, atol=1e-6)
+    expected = np.zeros(table.shape[0])
+    for r in range(len(batch.roles)):
+        rows = np.flatnonzero(np.repeat(batch.group_roles == r, G))
+        expected[rows] = trl_gdpo_by_hand(table[rows], [2.0, -0.75], G)
+    assert batch.roles == ("solver", "judge")
+    np.testing.assert_allclose(ours_out["advantages"].double().numpy(), expected, rtol=0, atol=1e-6)
+    assert np.abs(expected - stock_out["advantages"].double().numpy()).max() > 1e-3
+
+
+def test_trl_grpo_with_batch_scaling_and_roles_divides_by_the_std_of_each_roles_rows(both_steps):
+    """scale_rewards="batch" with role_column: group mean, sample std of the role's rows + 1e-4 (TRL: of the whole batch)."""
+    stock_out, ours_out, ours = both_steps({"scale_rewards": "batch"}, adv_estimator="trl_grpo", role_column="role")
+
+    batch = ours.last_reward_batch
+    rewards = batch.rewards.tolist()
+    expected = [0.0] * len(rewards)
+    for r in range(len(batch.roles)):
+        groups = [g for g in range(batch.num_groups) if batch.group_roles[g] == r]
+        std = statistics.stdev(rewards[i] for g in groups for i in range(G * g, G * g + G))
+        for g in groups:
+            mean = statistics.fmean(rewards[G * g : G * g + G])
+            for i in range(G * g, G * g + G):
+                expected[i] = (rewards[i] - mean) / (std + 1e-4)
+    assert batch.roles == ("solver", "judge")
+    np.testing.assert_allclose(ours_out["advantages"].double().numpy(), expected, rtol=0, atol=1e-6)
+    assert np.abs(np.asarray(expected) - stock_out["advantages"].double().numpy()).max() > 1e-3
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch"])
+def test_steps_per_generation_the_statistics_cover_one_whole_generation(make_trainer, scale_rewards):
+    """steps_per_generation=2: one generation of 16 completions scored at once, as stock TRL does."""
+    fields = {"steps_per_generation": 2, "scale_rewards": scale_rewards, "max_steps": 1}
+    stock = make_trainer(stock=True, **fields)
+    stock.train()
+    ours = make_trainer(adv_estimator="trl_grpo", **fields)  # built after the stock run: the same seed, the same completions
+    ours.train()
+
+    theirs, used = stock.records[0], ours.records[0]
+    assert theirs["rewards_per_func"].shape == (16, 2) and torch.equal(theirs["rewards_per_func"], used["rewards_per_func"])
+    np.testing.assert_allclose(used["advantages"].double().numpy(), theirs["advantages"].double().numpy(), rtol=0, atol=1e-6)
+    assert ours.last_advantages.size == 16 and np.abs(ours.last_advantages).max() > 0.1

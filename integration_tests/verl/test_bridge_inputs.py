@@ -124,3 +124,14 @@ def test_an_output_outside_the_rule_names_the_estimator(algorithm_config, user_e
     name = user_estimator("h_outputs_bad", lambda rewards: [{"a": 1.0} for _ in rewards])
     with pytest.raises(ValueError, match=r"estimator 'h_outputs_bad' returned dict \{'a': 1.0\}; advantages must be a sequence, numpy array or torch tensor"):
         compute_rllm_advantage(name, torch.ones(2, 2), MASK, UIDS, algorithm_config())
+
+
+def test_an_advantage_that_overflows_16_bit_rewards_is_an_error(algorithm_config):
+    """fp16 rewards 60000 and -60000: rloo gives +-120000, past fp16's 65504 (before: inf and -inf, in silence)."""
+    rewards = torch.tensor([[60000.0, 0.0], [-60000.0, 0.0]], dtype=torch.float16)
+    with pytest.raises(
+        ValueError, match=r"^advantage estimator 'rllm_rloo': advantage 120000\.0 of row 0 \(uid 'p'\) overflows torch\.float16 \(largest 65504\)"
+    ):
+        compute_rllm_advantage("rloo", rewards, MASK, UIDS, algorithm_config(adv_estimator="rllm_rloo"))
+    out, _ = compute_rllm_advantage("rloo", rewards.to(torch.bfloat16), MASK, UIDS, algorithm_config(adv_estimator="rllm_rloo"))
+    assert out[:, 0].tolist() == [119808.0, -119808.0]  # bf16 has the range; 120000 rounds to 234 * 512

@@ -235,3 +235,87 @@ def test_the_opt_out_restores_verl_behaviour():
     assert report["extension"] is None
     rows = np.array([0.2, 0.5, 1.0, 0.0])  # verl's own behaviour: every output row is a member of p's group
     np.testing.assert_allclose(report["advantages"], [r - np.delete(rows, i).mean() for i, r in enumerate(rows)], atol=1e-6)
+
+
+def test_estimator_options_are_checked_on_the_session_path_as_on_the_row_path(ref, algorithm_config):
+    """A typo in rllm_estimator_kwargs is an error whether or not the batch has a session with several outputs."""
+    data = ref.make_batch([1.0, 0.0, 1.0, 0.5], [2, 2, 2, 2], ["a"] * 4)
+    config = algorithm_config(adv_estimator="rllm_passk_training", rllm_estimator_kwargs={"kk": 2})
+    unknown = (
+        r"algorithm\.rllm_estimator_kwargs: unknown option 'kk' for estimator 'passk_training' \(rllm-plugins \(built-in\)\), "
+        r"which accepts: epsilon, k\. Did you mean 'k'\?"
+    )
+    with pytest.raises(ValueError, match=r"^advantage estimator 'rllm_passk_training': " + unknown):
+        run(copy.deepcopy(data), ["a_0_0", "a_1_0", "a_2_0", "a_3_0"], "rllm_passk_training", config)
+    with pytest.raises(ValueError, match=r"^advantage estimator 'rllm_passk_training' \(sessions of compute_advantage_for_multi_trajectories\): " + unknown):
+        run(copy.deepcopy(data), ["a_0_0", "a_0_1", "a_1_0", "a_2_0"], "rllm_passk_training", config)
+
+
+def test_reward_keys_score_each_session_by_its_final_output(ref, algorithm_config):
+    """gdpo_reward_keys on the session path: sessions a_0 (final row 1), a_1, a_2 score acc [0, 1, 0] and fmt [1, 1, 0].
+
+    normalize_then_sum with grpo: acc -> [-1/sqrt2, sqrt2, -1/sqrt2], fmt -> [1/sqrt2, 1/sqrt2, -sqrt2] (population
+    std sqrt(2)/3, eps 1e-6), sum [0, 3/sqrt2, -3/sqrt2], whitened with the sample std 3/sqrt2: [0, 1, -1] per session.
+    """
+    data = ref.make_batch([1.0, 0.0, 1.0, 0.5], [2, 2, 2, 2], ["a"] * 4)
+    data.non_tensor_batch["acc"] = np.array([1.0, 0.0, 1.0, 0.0], dtype=object)  # row 0 is not final: its scores do not count
+    data.non_tensor_batch["fmt"] = np.array([0.0, 1.0, 1.0, 0.0], dtype=object)
+    keys = ["a_0_0", "a_0_1", "a_1_0", "a_2_0"]
+    out = run(copy.deepcopy(data), keys, "rllm_grpo", algorithm_config(gdpo_reward_keys=["acc", "fmt"]))
+    np.testing.assert_allclose(out.batch["advantages"][:, 0].numpy(), [0.0, 0.0, 1.0, -1.0], atol=1e-5)
+    summed_config = algorithm_config(adv_estimator="rllm_rloo", gdpo_reward_keys=["acc", "fmt"], rllm_multi_objective_aggregation="sum_then_normalize")
+    summed = run(copy.deepcopy(data), keys, "rllm_rloo", summed_config)
+    np.testing.assert_allclose(summed.batch["advantages"][:, 0].numpy(), [0.0, 0.0, 1.5, -1.5], atol=1e-6)  # rloo of the sums [1, 2, 0]
+    del data.non_tensor_batch["acc"], data.non_tensor_batch["fmt"]  # verl's v1 trainer: only uid reaches the advantage step
+    with pytest.raises(ValueError, match=r"reward key 'acc' of algorithm\.gdpo_reward_keys is not in the batch \(non_tensor_batch has \['uid'\]\)"):
+        run(data, keys, "rllm_grpo", algorithm_config(gdpo_reward_keys=["acc", "fmt"]))
+
+
+def test_the_session_path_applies_the_output_rule(ref, algorithm_config):
+    """What an estimator returns is read by the one output rule: text is refused, a tensor that requires grad is read."""
+    from rllm_verl.registration import register_estimators_into_verl
+
+    from rllm_plugins.registry import register_rllm_adv_estimator, unregister_rllm_adv_estimator
+
+    def text(values, offsets, **_):
+        return "0.5"
+
+    def tensor(values, offsets, **_):
+        return torch.tensor(values - values.mean(), requires_grad=True)
+
+    data = ref.make_batch([1.0, 0.0, 3.0], [2, 2, 2], ["a"] * 3)
+    keys = ["a_0_0", "a_0_1", "a_1_0"]  # sessions' rewards [0, 3]
+    try:
+        for name, fn in (("session_text", text), ("session_tensor", tensor)):
+            register_rllm_adv_estimator(name, batched=fn)(lambda rewards, **_: (rewards, rewards))
+        register_estimators_into_verl()
+        with pytest.raises(ValueError, match=r"the estimator returned str '0\.5'; advantages must be a sequence, numpy array or torch tensor"):
+            run(copy.deepcopy(data), keys, "rllm_session_text", algorithm_config(adv_estimator="rllm_session_text"))
+        out = run(copy.deepcopy(data), keys, "rllm_session_tensor", algorithm_config(adv_estimator="rllm_session_tensor"))
+        np.testing.assert_allclose(out.batch["advantages"][:, 0].numpy(), [-1.5, -1.5, 1.5])
+    finally:
+        for name in ("session_text", "session_tensor"):
+            unregister_rllm_adv_estimator(name)
+
+
+def test_an_unhashable_or_two_dimensional_uid_raises_naming_it_on_the_session_path(ref, algorithm_config):
+    """As on the row path; before, a bare TypeError (unhashable type: 'list') or numpy's ambiguous truth value."""
+    keys = ["a_0_0", "a_0_1", "a_1_0"]
+    data = ref.make_batch([1.0, 0.0, 1.0], [2, 2, 2], ["a"] * 3)
+    uids = np.empty(3, dtype=object)
+    uids[:] = [["a"], ["a"], ["a"]]
+    data.non_tensor_batch["uid"] = uids
+    with pytest.raises(ValueError, match=r"row 0 has uid \['a'\], a list; a uid must be hashable \(a str or an int\)"):
+        run(copy.deepcopy(data), keys, "rllm_rloo", algorithm_config(adv_estimator="rllm_rloo"))
+    data.non_tensor_batch["uid"] = np.array([["a", "x"], ["a", "x"], ["a", "y"]], dtype=object)
+    with pytest.raises(ValueError, match=r"uid has shape \(3, 2\); it needs one id per row \(1-D\)"):
+        run(data, keys, "rllm_rloo", algorithm_config(adv_estimator="rllm_rloo"))
+
+
+def test_a_session_advantage_that_overflows_fp16_rewards_is_an_error(ref, algorithm_config):
+    data = ref.make_batch([0.0, 60000.0, -60000.0], [2, 2, 2], ["a"] * 3)
+    data.batch["token_level_rewards"] = data.batch["token_level_rewards"].half()
+    with pytest.raises(
+        ValueError, match=r"\(sessions of compute_advantage_for_multi_trajectories\): advantage 120000\.0 of row 0 \(uid 'a'\) overflows torch\.float16"
+    ):
+        run(data, ["a_0_0", "a_0_1", "a_1_0"], "rllm_rloo", algorithm_config(adv_estimator="rllm_rloo"))
