@@ -125,9 +125,14 @@ class RLLMGRPOConfig(GRPOConfig):
     def algorithm_config(self) -> AlgorithmConfig:
         """These settings as rLLM's ``AlgorithmConfig`` (for the object path, ``compute_advantages_via_groups``).
 
-        TRL's settings not at their default join ``estimator_kwargs``, as the trainer gives them to the estimators that take them.
+        TRL's settings not at their default join ``estimator_kwargs`` when an estimator in use takes
+        them (the collector gives ``estimator_kwargs`` to every estimator; one that names the key
+        receives it), as the trainer gives them only to the estimators that take them.
         """
-        kwargs = {**self.adv_estimator_kwargs, **advantage_settings(self).trl_settings}
+        settings = advantage_settings(self)
+        in_use = {settings.estimator, *settings.estimator_map.values()}
+        followed = {key: value for key, value in settings.trl_settings.items() if any(takes_keyword(name, key) for name in in_use)}
+        kwargs = {**self.adv_estimator_kwargs, **followed}
         node = {
             "adv_estimator": self.adv_estimator,
             "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo,

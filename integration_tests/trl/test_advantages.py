@@ -182,3 +182,22 @@ def test_the_object_path_refuses_normalize_then_sum_rather_than_summing_first():
         compute_advantages_via_groups(batch, ids, ids, AlgorithmConfig(multi_objective_aggregation="normalize_then_sum"))
     gdpo = compute_advantages(batch, "grpo", aggregation="normalize_then_sum")
     assert np.abs(gdpo - compute_advantages(batch, "grpo")).max() > 0.01  # what the object path would have given instead
+
+
+def test_the_object_path_of_an_estimator_that_overrides_scale_rewards_runs_like_the_fast_path():
+    # rloo does not take scale_rewards: the fast path warns and runs rloo; the object path must too (was: unknown option 'scale_rewards')
+    import warnings
+
+    from rllm_trl import RLLMGRPOConfig
+
+    from rllm_plugins import collect_reward_and_advantage_from_trajectory_groups
+    from rllm_plugins.types import Step, Trajectory, TrajectoryGroup
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        config = RLLMGRPOConfig(output_dir="unused", use_cpu=True, bf16=False, adv_estimator="rloo", scale_rewards="batch").algorithm_config()
+    assert config.estimator_kwargs == {}
+    group = TrajectoryGroup([Trajectory(steps=[Step(response_ids=[1])], reward=r) for r in (1.0, 0.0, 0.5)], group_id="q")
+    collect_reward_and_advantage_from_trajectory_groups([group], config)
+    by_hand = [1.0 - 0.25, 0.0 - 0.75, 0.5 - 0.5]  # leave-one-out: r_i - mean of the others
+    assert [t.steps[0].advantage for t in group.trajectories] == pytest.approx(by_hand, abs=1e-12)

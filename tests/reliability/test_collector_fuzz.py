@@ -79,7 +79,7 @@ def reference_advantages(rewards: list[float], estimator: str) -> list[float]:
         return [r - math.fsum(rewards[:i] + rewards[i + 1 :]) / (n - 1) for i, r in enumerate(rewards)]
     if n == 1:
         return [rewards[0] / (1.0 + EPS)]
-    mean, std = statistics.fmean(rewards), statistics.pstdev(rewards)
+    mean, std = statistics.mean(rewards), statistics.pstdev(rewards)  # exact (Fraction) mean: equal rewards give 0, as they must
     return [(r - mean) / (std + EPS) for r in rewards]
 
 
