@@ -290,3 +290,25 @@ def test_opted_out_the_error_says_so_and_how_to_turn_it_on():
             "unset RLLM_PLUGINS_VERL_REWARD_KEYS to turn it on."
         )
     )
+
+
+@pytest.mark.parametrize(
+    ("aggregation", "documented"),
+    [("normalize_then_sum", [1.302, -0.592, 0.237, -0.947]), ("sum_then_normalize", [1.0, -1 / 3, 1 / 3, -1.0])],
+)
+def test_the_worked_example_of_the_docs(algorithm_config, aggregation, documented):
+    scores = {"accuracy": [1.0, 0.0, 1.0, 0.0], "format": [1.0, 1.0, 0.0, None]}
+    data = keyed_batch(scores, ["p"] * 4, [3, 3, 3, 3])
+    config = algorithm_config(
+        adv_estimator="rllm_rloo", gdpo_reward_keys=["accuracy", "format"], gdpo_reward_weights=[1.0, 0.5], rllm_multi_objective_aggregation=aggregation
+    )
+    advantages, _ = get_adv_estimator_fn("rllm_rloo")(
+        token_level_rewards=data.batch["token_level_rewards"],
+        response_mask=data.batch["response_mask"],
+        index=data.non_tensor_batch["uid"],
+        config=config,
+        non_tensor_batch=data.non_tensor_batch,
+    )
+    if aggregation == "normalize_then_sum":
+        np.testing.assert_allclose(advantages[:, 0].double().numpy(), gdpo_by_hand(scores, ["p"] * 4, [1.0, 0.5]), atol=1e-6)
+    np.testing.assert_allclose(advantages[:, 0].double().numpy(), documented, atol=5e-4)
