@@ -18,9 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .aggregation import aggregate_advantages
 from .config import AlgorithmConfig
-from .diagnostics import batch_diagnostics
 from .options import check_estimator_kwargs
 from .outputs import as_advantages, as_groups
 from .registry import get_estimator, prepare_adv_estimator_input
@@ -127,6 +125,8 @@ def _aggregate(role: str, batch: _RoleBatch, config: AlgorithmConfig) -> list[np
         return call_with_accepted_kwargs(estimator.batched_form, values, offsets, **options)
 
     offsets = offsets_from_sizes([len(g.trajectories) for g in batch.groups])
+    from .aggregation import aggregate_advantages  # only for several reward functions
+
     advantages = aggregate_advantages(
         table, offsets, batched, aggregation=config.multi_objective_aggregation, weights=weights, names=names, where=where, **kwargs
     )
@@ -310,5 +310,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
         metrics.update(compute_role_metrics(advantages_by_role, "advantage", with_fraction_zero=True))
         for role, count in mismatches_by_role.items():
             metrics[f"advantage/{role}/precomputed_length_mismatches"] = float(count)
+        from .diagnostics import batch_diagnostics  # not needed by `import rllm_plugins`
+
         metrics.update(batch_diagnostics({role: flatten_groups(batch.rewards) for role, batch in role_batches.items()}))
     return metrics

@@ -18,7 +18,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .aggregation import check_aggregation
 from .names import normalize_name
 
 __all__ = ["AlgorithmConfig", "RolloutCorrectionConfig", "build_algorithm_config", "rLLMAdvantageEstimator"]
@@ -171,6 +170,8 @@ class AlgorithmConfig:
             self.rollout_correction = _rollout_correction(self.rollout_correction, default_cap=5.0)
         if self.env_loss_coef is None:  # rLLM main: 0.05 for its `echo` estimator, else off
             self.env_loss_coef = 0.05 if normalize_name(self.estimator) == "echo" else 0.0
+        from .aggregation import check_aggregation  # aggregation is only needed with several rewards
+
         check_aggregation(self.multi_objective_aggregation, "AlgorithmConfig.multi_objective_aggregation")
         if not isinstance(self.reward_weights, Mapping):
             got = f"{type(self.reward_weights).__name__} {self.reward_weights!r}"

@@ -15,7 +15,6 @@ import contextlib
 import functools
 import os
 import threading
-import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -366,6 +365,8 @@ def _plugin_location(error: BaseException, ep: metadata.EntryPoint) -> str | Non
 
     if isinstance(error, SyntaxError) and error.filename and in_plugin(error.filename):
         return f"{error.filename}:{error.lineno}"
+    import traceback  # only on this error path
+
     frames = [frame for frame in traceback.extract_tb(error.__traceback__) if in_plugin(frame.filename)]
     return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
 
