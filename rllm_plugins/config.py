@@ -20,7 +20,7 @@ import numpy as np
 
 from .names import normalize_name
 
-__all__ = ["AlgorithmConfig", "RolloutCorrectionConfig", "build_algorithm_config", "rLLMAdvantageEstimator"]
+__all__ = ["AlgorithmConfig", "RolloutCorrectionConfig", "build_algorithm_config", "refuse_per_role_losses", "rLLMAdvantageEstimator"]
 
 
 class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
@@ -358,3 +358,15 @@ def _plain(node: Any) -> Any:
     if isinstance(node, tuple):
         return tuple(_plain(v) for v in node)
     return node
+
+
+def refuse_per_role_losses(config: AlgorithmConfig, framework: str, one_loss: str, fix: str = "") -> AlgorithmConfig:
+    """``config``, or ``ValueError`` if it asks for a per-role policy loss (``loss_fn_map``), which ``framework``
+    cannot apply: ``one_loss`` says which single loss it uses, ``fix`` is appended to the advice."""
+    if config.loss_fn_map:
+        pairs = ", ".join(f"{role!r}: ({config.estimator_name(role)!r}, {loss!r})" for role, loss in config.loss_fn_map.items())
+        raise ValueError(
+            f"per-role policy losses ({pairs}) are not applied with {framework}: {one_loss} "
+            f"(rLLM applies a per-role loss only in its own backends). Give the estimator name alone, e.g. {{'judge': 'rloo'}}{fix}"
+        )
+    return config

@@ -17,7 +17,7 @@ import numpy as np
 from trl import GRPOConfig
 
 from rllm_plugins.aggregation import check_aggregation
-from rllm_plugins.config import AlgorithmConfig, build_algorithm_config
+from rllm_plugins.config import AlgorithmConfig, build_algorithm_config, refuse_per_role_losses
 from rllm_plugins.estimators import check_group_size
 from rllm_plugins.estimators.trl_compat import trl_scaling
 from rllm_plugins.options import check_estimator_kwargs
@@ -34,14 +34,7 @@ TRL_SETTINGS = ("scale_rewards",)  # GRPOConfig fields given to the estimators t
 
 def check_no_per_role_loss(config: AlgorithmConfig) -> AlgorithmConfig:
     """Raise ``ValueError`` if ``config`` asks for a per-role policy loss: TRL trains every role with one loss."""
-    if config.loss_fn_map:
-        pairs = ", ".join(f"{role!r}: ({config.estimator_name(role)!r}, {loss!r})" for role, loss in config.loss_fn_map.items())
-        raise ValueError(
-            f"per-role policy losses ({pairs}) are not applied with TRL: GRPOTrainer uses GRPOConfig.loss_type for every role "
-            "(rLLM applies a per-role loss only in its own backends). Give the estimator name alone, e.g. {'judge': 'rloo'}, "
-            "and choose the loss with loss_type"
-        )
-    return config
+    return refuse_per_role_losses(config, "TRL", "GRPOTrainer uses GRPOConfig.loss_type for every role", ", and choose the loss with loss_type")
 
 
 @dataclass(frozen=True)
