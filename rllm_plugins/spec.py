@@ -15,7 +15,7 @@ import functools
 import inspect
 import math
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -216,7 +216,9 @@ class AdvEstimatorSpec:
     ``group_order_invariant`` declares that permuting whole groups permutes the output the
     same way (true for every per-group and role-level statistic). ``options`` names the keyword
     options an estimator with ``**kwargs`` reads beyond its named parameters (``()``: none); left
-    None, any key is accepted (see :mod:`.options`).
+    None, any key is accepted (see :mod:`.options`). ``check_group_size(options, group_size)``, when
+    given, raises ``ValueError`` at config time for options that cannot work with the configured
+    number of trajectories per prompt (TRL's ``num_generations``, verl's ``rollout.n``).
     """
 
     name: str
@@ -226,6 +228,7 @@ class AdvEstimatorSpec:
     aliases: tuple[str, ...] = ()
     group_order_invariant: bool = True
     options: tuple[str, ...] | None = None
+    check_group_size: Callable[[Mapping[str, Any], int], object] | None = field(default=None, compare=False)
     list_form: ListEstimator = field(init=False, repr=False, compare=False)
     batched_form: BatchedEstimator = field(init=False, repr=False, compare=False)
 
@@ -240,6 +243,8 @@ class AdvEstimatorSpec:
             raise ValueError(f"estimator {self.name!r} needs a list-form `fn`, a `batched` form, or both")
         if self.fn is not None and not callable(self.fn):
             raise TypeError(f"estimator {self.name!r}: fn must be callable, got {type(self.fn).__name__}")
+        if self.check_group_size is not None and not callable(self.check_group_size):
+            raise TypeError(f"estimator {self.name!r}: check_group_size must be callable, got {type(self.check_group_size).__name__}")
         if self.batched is not None and not callable(self.batched):
             raise TypeError(f"estimator {self.name!r}: batched must be callable, got {type(self.batched).__name__}")
         description = self.description or _first_line(self.fn or self.batched)

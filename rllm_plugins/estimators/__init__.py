@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from ..spec import AdvEstimatorSpec
@@ -12,7 +12,7 @@ from .grpo import calculate_grpo_advantages, grpo
 from .grpo_passk import calculate_grpo_passk_advantages, grpo_passk
 from .maxrl import calculate_maxrl_advantages, maxrl
 from .opo import calculate_opo_advantages, opo
-from .passk_training import calculate_passk_training_advantages, check_passk_k, passk_training
+from .passk_training import calculate_passk_training_advantages, check_passk_group_size, passk_training
 from .prpo import calculate_prpo_advantages, calculate_prpo_std_optional_advantages, prpo, prpo_std_optional
 from .reinforce import calculate_reinforce_advantages, reinforce
 from .reinforce_plus_plus_baseline import calculate_reinforce_plus_plus_baseline_advantages, reinforce_plus_plus_baseline
@@ -36,7 +36,7 @@ BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
     AdvEstimatorSpec("trl_grpo_batch", calculate_trl_grpo_batch_advantages, trl_grpo_batch, options=()),
     AdvEstimatorSpec("dr_grpo", calculate_dr_grpo_advantages, dr_grpo, options=()),
     AdvEstimatorSpec("maxrl", calculate_maxrl_advantages, maxrl, options=()),
-    AdvEstimatorSpec("passk_training", calculate_passk_training_advantages, passk_training, options=()),
+    AdvEstimatorSpec("passk_training", calculate_passk_training_advantages, passk_training, options=(), check_group_size=check_passk_group_size),
     AdvEstimatorSpec("gpg", calculate_gpg_advantages, gpg, options=()),
     AdvEstimatorSpec("verl_grpo", calculate_verl_grpo_advantages, verl_grpo, options=()),
     AdvEstimatorSpec("verl_rloo_vectorized", calculate_verl_rloo_vectorized_advantages, verl_rloo_vectorized, options=()),
@@ -45,20 +45,14 @@ BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
     ),
 )
 
-_GROUP_SIZE_CHECKS: dict[Callable[..., Any], Callable[[Mapping[str, Any], int], object]] = {
-    passk_training: lambda options, group_size: check_passk_k(options.get("k", 1), group_size),
-}
-
 
 def check_group_size(spec: AdvEstimatorSpec, options: Mapping[str, Any], group_size: int) -> None:
     """Config-time check of an estimator's ``options`` against the configured group size (trajectories per prompt).
 
-    Raises ``ValueError`` where a built-in cannot work with that size (``passk_training``'s ``k``);
-    other estimators, and names overridden in user code, pass.
+    Runs the spec's own ``check_group_size`` (``passk_training``'s ``k``; a plugin may declare one); others pass.
     """
-    check = _GROUP_SIZE_CHECKS.get(spec.batched)  # type: ignore[arg-type]
-    if check is not None:
-        check(options, group_size)
+    if spec.check_group_size is not None:
+        spec.check_group_size(options, group_size)
 
 
 __all__ = [

@@ -26,6 +26,7 @@ one, every failure the same negative one, both set by ``k``. It reads rewards as
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,11 @@ def check_passk_k(k: object, group_size: int | None = None) -> int:
             f"(a group has a single k-subset); choose k < {group_size} or sample more trajectories per prompt"
         )
     return k
+
+
+def check_passk_group_size(options: Mapping[str, Any], group_size: int) -> int:
+    """The spec's config-time check: option ``k`` (default 1) must be below the configured group size."""
+    return check_passk_k(options.get("k", 1), group_size)
 
 
 def _no_success_chance(n: np.ndarray, failures: np.ndarray, k: int) -> np.ndarray:

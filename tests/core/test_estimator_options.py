@@ -120,3 +120,20 @@ def test_a_spec_declares_the_options_its_kwargs_read():
     assert spec_options(AdvEstimatorSpec("h_undeclared", fn=fn)).open
     with pytest.raises(TypeError, match="options must be a sequence of option names"):
         AdvEstimatorSpec("h_declared", fn=fn, options="alpha")
+
+
+def test_a_spec_declares_its_own_group_size_check_and_it_runs_with_the_users_options():
+    from rllm_plugins import AdvEstimatorSpec
+    from rllm_plugins.estimators import check_group_size
+
+    def needs_four(options, group_size):
+        if group_size < options.get("m", 4):
+            raise ValueError(f"m={options.get('m', 4)} needs groups of at least that size, got {group_size}")
+
+    spec = AdvEstimatorSpec("needs_four", batched=lambda values, offsets, /, m=4, **_: values, check_group_size=needs_four)
+    check_group_size(spec, {}, 4)
+    with pytest.raises(ValueError) as error:
+        check_group_size(spec, {"m": 8}, 4)
+    assert str(error.value) == "m=8 needs groups of at least that size, got 4"
+    with pytest.raises(TypeError, match="check_group_size must be callable"):
+        AdvEstimatorSpec("bad_check", batched=lambda values, offsets, /, **_: values, check_group_size=3)
