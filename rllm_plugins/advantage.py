@@ -10,6 +10,7 @@ None); when a role's trajectories carry them, they replace ``Trajectory.reward``
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from collections.abc import Mapping, Sequence
@@ -18,12 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from .config import AlgorithmConfig
+from .config import PER_STEP_DEPRECATION, AlgorithmConfig
 from .options import check_estimator_kwargs
 from .outputs import as_advantages, as_groups
 from .registry import get_estimator, prepare_adv_estimator_input
 from .segments import GroupLayout, offsets_from_sizes
 from .spec import call_with_accepted_kwargs, flatten_groups, normalize_name
+from .step_inputs import step_batch_from_groups
 from .types import Step, TrajectoryGroup
 
 __all__ = ["REWARDS_KEY", "collect_reward_and_advantage_from_trajectory_groups", "compute_role_metrics"]
@@ -200,6 +202,43 @@ def _call_estimator(role: str, batch: _RoleBatch, config: AlgorithmConfig) -> li
     return checked
 
 
+def _call_step_estimator(role: str, batch: _RoleBatch, config: AlgorithmConfig) -> tuple[list[list[np.ndarray]], dict[str, float]]:
+    """Run the role's step-level estimator: per group, per trajectory, one advantage per step; and anchor metrics."""
+    name = config.estimator_name(role)
+    estimator = get_estimator(name)
+    who = f"step-level estimator {name!r} ({estimator.provider}) for role {role!r}"
+    if config.multi_objective_aggregation == "normalize_then_sum":
+        raise ValueError(
+            f"{who}: multi_objective_aggregation='normalize_then_sum' combines outcome advantages and has no per-step form; "
+            "use 'sum_then_normalize' (the step-level estimator then reads the weighted sum as the outcome)"
+        )
+    steps = step_batch_from_groups(
+        batch.groups,
+        batch.rewards,
+        lambda g, i: _where(role, batch.indices[g], batch.groups[g], i),
+        with_anchors=estimator.spec.needs_anchors,
+        who=who,
+    )
+    kwargs = {**config.estimator_kwargs, "algorithm_config": config, "traj_groups": batch.groups, "norm_adv_by_std_in_grpo": config.norm_adv_by_std_in_grpo}
+    advantages = as_advantages(call_with_accepted_kwargs(estimator.batched_form, steps, **kwargs), who)
+    if advantages.size != steps.num_steps:
+        raise ValueError(f"{who} returned {advantages.size} advantages for {steps.num_steps} steps")
+    if not np.isfinite(advantages).all():
+        s = int(np.flatnonzero(~np.isfinite(advantages))[0])
+        i = int(np.searchsorted(steps.step_offsets, s, side="right") - 1)
+        g = int(np.searchsorted(steps.traj_offsets, i, side="right") - 1)
+        where = _where(role, batch.indices[g], batch.groups[g], i - int(steps.traj_offsets[g]))
+        raise ValueError(f"{who}: {where}, step {s - int(steps.step_offsets[i])} got advantage {advantages[s]}; advantages must be finite")
+    per_traj = steps.steps.split(advantages)
+    bounds = steps.traj_offsets.tolist()
+    metrics: dict[str, float] = {}
+    if steps.anchors is not None and steps.num_steps:
+        sizes = np.bincount(steps.anchors)
+        metrics[f"batch/{role}/anchor_groups/mean_size"] = float(steps.num_steps / sizes.size)
+        metrics[f"batch/{role}/anchor_groups/fraction_singleton_steps"] = float(np.mean(sizes[steps.anchors] == 1))
+    return [per_traj[a:b] for a, b in itertools.pairwise(bounds)], metrics
+
+
 def compute_role_metrics(values_by_role: dict[str, Sequence[float]], prefix: str, with_fraction_zero: bool = False) -> dict[str, float]:
     """``{prefix}/{role}/{mean,std,max,min}`` (+ ``fraction_zero``) of each role's values."""
     metrics: dict[str, float] = {}
@@ -223,11 +262,13 @@ def collect_reward_and_advantage_from_trajectory_groups(
     algorithm_config: AlgorithmConfig,
     collect_advantage: bool = True,
 ) -> dict[str, float]:
-    """Compute each role's advantages, broadcast them to every step, and return metrics.
+    """Compute each role's advantages, write them to the steps, and return metrics.
 
     Groups are split by ``group_role``; each role's RL-mode groups go to one call of its
-    estimator (``estimator_map[role]``, else ``estimator``), and every step of a trajectory
-    gets the trajectory's advantage. With ``use_precomputed_advantage`` and some step of a
+    estimator (``estimator_map[role]``, else ``estimator``). With an outcome-level estimator every
+    step of a trajectory gets the trajectory's advantage (broadcast); with a step-level one
+    (:mod:`.step_forms`) every step gets its own, from ``Step.reward`` and the anchor states
+    (:mod:`.step_inputs`), and ``advantage/{role}/*`` count steps instead of trajectories. With ``use_precomputed_advantage`` and some step of a
     group carrying an advantage, that group's per-token advantages are used instead (float ->
     repeated over ``response_ids``, missing -> zeros). ``collect_advantage=False`` only
     collects rewards. Trajectories with named rewards (``metadata["rewards"]``) are combined by
@@ -236,8 +277,6 @@ def collect_reward_and_advantage_from_trajectory_groups(
     ``advantage/{role}/{mean,std,max,min,fraction_zero}`` and the ``batch/{role}/...`` group
     diagnostics of :mod:`.diagnostics`; empty groups contribute nothing.
     """
-    if algorithm_config.stepwise_advantage_mode != "broadcast":
-        raise ValueError(f"only broadcast mode is supported, got stepwise_advantage_mode={algorithm_config.stepwise_advantage_mode!r}")
     if collect_advantage and algorithm_config.estimator_kwargs:  # every estimator the config selects gets them
         selected = [normalize_name(name) for name in (algorithm_config.estimator, *algorithm_config.estimator_map.values())]
         check_estimator_kwargs(
@@ -287,7 +326,21 @@ def collect_reward_and_advantage_from_trajectory_groups(
     if unknown and (named_by_role or role_batches or rewards_by_role):
         raise ValueError(f"AlgorithmConfig.reward_weights names {unknown}, which no trajectory carries in metadata[{REWARDS_KEY!r}]; check the names")
     broadcast_writes: list[tuple[TrajectoryGroup, np.ndarray]] = []
+    step_writes: list[tuple[TrajectoryGroup, list[np.ndarray]]] = []
+    step_metrics: dict[str, float] = {}
     for role, batch in role_batches.items():
+        estimator = get_estimator(algorithm_config.estimator_name(role))
+        if estimator.spec.level == "outcome" and algorithm_config.stepwise_advantage_mode == "per_step":
+            import warnings
+
+            warnings.warn(f"role {role!r}, estimator {estimator.spec.name!r} (outcome-level): {PER_STEP_DEPRECATION}", DeprecationWarning, stacklevel=2)
+        if estimator.spec.level == "step":
+            by_group, anchor_metrics = _call_step_estimator(role, batch, algorithm_config)
+            step_metrics.update(anchor_metrics)
+            for group, per_traj in zip(batch.groups, by_group, strict=True):
+                step_writes.append((group, per_traj))
+                advantages_by_role.setdefault(role, []).extend(np.concatenate(per_traj).tolist())
+            continue
         if algorithm_config.multi_objective_aggregation == "normalize_then_sum" or any(named is not None for named in batch.named):
             advantages_by_group = _aggregate(role, batch, algorithm_config)
         else:
@@ -301,6 +354,10 @@ def collect_reward_and_advantage_from_trajectory_groups(
         for traj, advantage in zip(group.trajectories, advantages.tolist(), strict=True):
             for step in traj.steps:
                 step.advantage = advantage
+    for group, per_traj in step_writes:
+        for traj, advantages in zip(group.trajectories, per_traj, strict=True):
+            for step, advantage in zip(traj.steps, advantages.tolist(), strict=True):
+                step.advantage = advantage
     for step, tokens in token_writes:
         step.advantage = tokens
 
@@ -313,4 +370,5 @@ def collect_reward_and_advantage_from_trajectory_groups(
         from .diagnostics import batch_diagnostics  # not needed by `import rllm_plugins`
 
         metrics.update(batch_diagnostics({role: flatten_groups(batch.rewards) for role, batch in role_batches.items()}))
+        metrics.update(step_metrics)
     return metrics

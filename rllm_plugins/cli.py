@@ -1,6 +1,6 @@
 """The ``rllm-plugins`` command (also ``python -m rllm_plugins``).
 
-``estimators [--json]``  every selectable estimator name, its provider and description;
+``estimators [--json]``  every selectable estimator name, its level (outcome or step), provider and description;
 ``plugins [--json]``     every plugin (built-ins and entry points) and its status;
 ``check NAME``           the contract check of one estimator (:func:`rllm_plugins.testing.check_estimator`);
 ``COMMAND ARGS...``      a command contributed by an installed distribution through the entry-point
@@ -83,6 +83,7 @@ def estimator_rows() -> list[dict[str, Any]]:
                 "plugin": provider.plugin,
                 "distribution": provider.distribution,
                 "version": provider.version,
+                "level": estimator.spec.level,
                 "description": estimator.spec.description,
             }
         )
@@ -98,6 +99,7 @@ def estimator_rows() -> list[dict[str, Any]]:
                 "plugin": None,
                 "distribution": None,
                 "version": None,
+                "level": None,
                 "description": f"unusable: offered by {len(providers)} plugins; disable all but one with {plugins.DISABLE_ENV}",
             }
         )
@@ -127,8 +129,8 @@ def _cmd_estimators(args: argparse.Namespace) -> int:
     table = []
     for row in rows:
         name = row["name"] + (f" ({', '.join(row['aliases'])})" if row["aliases"] else "")
-        table.append([name, row["provider"], row["description"]])
-    print(_table(["NAME (ALIASES)", "PROVIDER", "DESCRIPTION"], table))
+        table.append([name, row["level"] or "-", row["provider"], row["description"]])
+    print(_table(["NAME (ALIASES)", "LEVEL", "PROVIDER", "DESCRIPTION"], table))
     return EXIT_OK
 
 

@@ -44,9 +44,10 @@ class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
 
 EstimatorName = rLLMAdvantageEstimator | str
 
-_PER_STEP_DEPRECATION = (
-    "stepwise_advantage_mode='per_step' is deprecated: rLLM-native advantages are broadcast "
-    "(every step of a trajectory gets the trajectory's advantage). Using 'broadcast'."
+PER_STEP_DEPRECATION = (
+    "stepwise_advantage_mode='per_step' is deprecated for outcome-level estimators: their advantages are broadcast "
+    "(every step of a trajectory gets the trajectory's advantage). For one advantage per step, select a step-level "
+    "estimator (e.g. 'gigpo'; `rllm-plugins estimators` shows each one's level)."
 )
 USE_RLLM_DEPRECATION = (
     "`algorithm.use_rllm` is deprecated and ignored — advantages are always computed via the rLLM-native path. Remove the field from your config."
@@ -113,6 +114,9 @@ class AlgorithmConfig:
     fields (``loss_fn``, ``loss_fn_map``, ``kl_beta``, ``eps_clip``, ...) are stored for rLLM code
     that reads them; the verl and TRL adapters train with their framework's own settings.
     ``use_rllm`` is deprecated (rLLM main): setting it warns, and it changes nothing.
+    ``stepwise_advantage_mode`` changes no number: an estimator's level decides (outcome-level:
+    broadcast; step-level: one advantage per step). ``"per_step"`` with an outcome-level estimator
+    warns (``DeprecationWarning``) when advantages are collected.
 
     Trajectories may carry several named rewards in ``Trajectory.metadata["rewards"]`` (a mapping
     name -> number or None); ``multi_objective_aggregation`` then combines them, with
@@ -150,11 +154,8 @@ class AlgorithmConfig:
     def __post_init__(self) -> None:
         if self.use_rllm is not None:
             warnings.warn(USE_RLLM_DEPRECATION, DeprecationWarning, stacklevel=3)
-        if self.stepwise_advantage_mode == "per_step":
-            warnings.warn(_PER_STEP_DEPRECATION, DeprecationWarning, stacklevel=3)
-            self.stepwise_advantage_mode = "broadcast"
-        if self.stepwise_advantage_mode != "broadcast":
-            raise ValueError(f"stepwise_advantage_mode must be 'broadcast' (or the deprecated 'per_step'), got {self.stepwise_advantage_mode!r}")
+        if self.stepwise_advantage_mode not in ("broadcast", "per_step"):
+            raise ValueError(f"stepwise_advantage_mode must be 'broadcast' or 'per_step', got {self.stepwise_advantage_mode!r}")
         for name in _FLAGS:  # a str such as "false" is truthy: it would silently mean True
             value = getattr(self, name)
             if not isinstance(value, (bool, np.bool_)):

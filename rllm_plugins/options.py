@@ -29,7 +29,9 @@ from .spec import AdvEstimatorSpec
 
 __all__ = ["CONTEXT_KEYS", "EstimatorOptions", "check_estimator_kwargs", "estimator_options_of", "spec_options"]
 
-CONTEXT_KEYS = frozenset({"rewards", "values", "offsets", "algorithm_config", "traj_groups", "lengths", "norm_adv_by_std_in_grpo"})
+CONTEXT_KEYS = frozenset(
+    {"rewards", "values", "offsets", "algorithm_config", "traj_groups", "lengths", "norm_adv_by_std_in_grpo", "step_rewards", "anchor_states"}
+)
 """Arguments the collector and the adapters pass themselves; never set through estimator kwargs."""
 
 _NO_DEFAULT = inspect.Parameter.empty
@@ -136,6 +138,12 @@ def check_estimator_kwargs(names: str | Iterable[str], kwargs: Mapping[str, Any]
             problem = _value_problem(key, value, options.defaults[key])
             if problem is not None:
                 raise ValueError(f"{where}: option {key!r} of estimator {name!r} {problem}")
+    for _, estimator, options in estimators:
+        if estimator.spec.check_options is not None:
+            try:
+                estimator.spec.check_options({k: v for k, v in kwargs.items() if k in options.defaults})
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from None
 
 
 def _unknown(where: str, key: str, who: str, accepted: list[str]) -> str:

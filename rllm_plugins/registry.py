@@ -44,17 +44,20 @@ def register_rllm_adv_estimator(
     batched: BatchedEstimator | None = None,
     description: str = "",
     aliases: tuple[str, ...] = (),
+    level: str = "outcome",
+    needs_anchors: bool = False,
 ) -> Callable[[ListEstimator], ListEstimator]:
     """Decorator: register a list-form estimator under ``name`` (a str or ``rLLMAdvantageEstimator``).
 
     ``batched`` optionally gives the fast ``(values, offsets) -> advantages`` form the adapters
-    use. In user code this may override a built-in or plugin name, with a warning naming both;
-    inside a module loaded through the ``rllm_plugins`` entry point it registers for that plugin.
+    use; ``level="step"`` registers a step-level estimator (:mod:`.step_forms`). In user code this
+    may override a built-in or plugin name, with a warning naming both; inside a module loaded
+    through the ``rllm_plugins`` entry point it registers for that plugin.
     """
     key = validate_name(name)
 
     def decorator(func: ListEstimator) -> ListEstimator:
-        spec = AdvEstimatorSpec(key, fn=func, batched=batched, description=description, aliases=aliases)
+        spec = AdvEstimatorSpec(key, fn=func, batched=batched, description=description, aliases=aliases, level=level, needs_anchors=needs_anchors)
         if plugins.loading_provider() is not None:
             plugins.capture(spec)
             return func

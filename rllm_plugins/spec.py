@@ -4,6 +4,8 @@
 both sequences aligned with ``rewards``. Functions written for either rLLM generation,
 ``(rewards, norm_adv_by_std_in_grpo, episilon, **kw)`` or ``(rewards, algorithm_config, **kw)``, fit.
 
+Step-level estimators (``level="step"``) have forms of their own: :mod:`.step_forms`.
+
 **Batched form** (used by the adapters): ``batched(values, offsets, **kwargs) -> advantages`` with
 ``values`` float64 ``(N,)``, ``offsets`` int64 ``(G + 1,)`` (see :mod:`.segments`) and
 advantages float64 ``(N,)``; returns equal advantages for every built-in.
@@ -11,81 +13,27 @@ advantages float64 ``(N,)``; returns equal advantages for every built-in.
 
 from __future__ import annotations
 
-import functools
 import inspect
-import math
-import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
+from .calling import accepted_keywords, call_with_accepted_kwargs, check_call_options, flatten_groups
 from .names import normalize_name, validate_name
-from .outputs import _is_tensor, as_advantages, as_groups
-from .segments import GroupLayout, offsets_from_sizes
+from .outputs import as_advantages, as_groups
+from .segments import GroupLayout
+from .step_forms import step_batched_form_of, step_list_form_of
 
-__all__ = ["AdvEstimatorSpec", "BatchedEstimator", "ListEstimator", "accepted_keywords", "call_with_accepted_kwargs", "normalize_name"]
+__all__ = ["AdvEstimatorSpec", "BatchedEstimator", "ListEstimator", "accepted_keywords", "call_with_accepted_kwargs", "flatten_groups", "normalize_name"]
 
 ListEstimator = Callable[..., tuple[Sequence[Any], Sequence[Any]]]
+LEVELS = ("outcome", "step")  # AdvEstimatorSpec.level: one advantage per trajectory, or one per step
 
 
 class BatchedEstimator(Protocol):
     def __call__(self, values: np.ndarray, offsets: np.ndarray, /, **kwargs: Any) -> np.ndarray: ...
-
-
-def accepted_keywords(fn: Callable[..., Any]) -> tuple[frozenset[str], bool]:
-    """Keyword names ``fn`` accepts, and whether it takes ``**kwargs`` (cached per function: estimators run every step)."""
-    try:
-        return _accepted_keywords_cached(fn)
-    except TypeError:  # an unhashable callable
-        return _accepted_keywords(fn)
-
-
-def _accepted_keywords(fn: Callable[..., Any]) -> tuple[frozenset[str], bool]:
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):  # builtins without a signature: pass everything
-        return frozenset(), True
-    names = frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-    return names, any(p.kind is p.VAR_KEYWORD for p in params)
-
-
-_accepted_keywords_cached = functools.lru_cache(maxsize=256)(_accepted_keywords)
-
-
-def call_with_accepted_kwargs(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call ``fn`` with the keyword arguments it accepts (all of them if it takes ``**kwargs``)."""
-    names, var_kw = accepted_keywords(fn)
-    if not var_kw:
-        kwargs = {k: v for k, v in kwargs.items() if k in names}
-    return fn(*args, **kwargs)
-
-
-def flatten_groups(rewards: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """List of per-group rewards -> (values float64 ``(N,)``, offsets ``(G + 1,)``).
-
-    Raises ``ValueError`` naming the group and position of a missing, non-numeric or
-    non-finite reward.
-    """
-    arrays = []
-    for g, group in enumerate(rewards):
-        try:
-            arr = np.asarray(group, dtype=np.float64)
-        except (TypeError, ValueError, RuntimeError) as e:  # a bf16, requires_grad or GPU tensor: read its values
-            if not _is_tensor(group) or group.is_complex():
-                raise ValueError(f"group {g}: rewards must be numbers, got {group!r} ({e})") from None
-            arr = group.detach().to(device="cpu").double().numpy()
-        if arr.ndim != 1:
-            raise ValueError(f"group {g}: rewards must be a 1-D sequence, got shape {arr.shape}")
-        arrays.append(arr)
-    offsets = offsets_from_sizes([a.size for a in arrays])
-    values = np.concatenate(arrays) if arrays else np.zeros(0)
-    if not np.isfinite(values).all():
-        i = int(np.flatnonzero(~np.isfinite(values))[0])
-        g = int(np.searchsorted(offsets, i, side="right") - 1)
-        raise ValueError(f"group {g}, trajectory {i - offsets[g]}: reward is {values[i]}; rewards must be finite")
-    return values, offsets
 
 
 def _lengths_from_groups(traj_groups: Sequence[Any] | None) -> np.ndarray | None:
@@ -119,17 +67,6 @@ def _bind_positional(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], s
         kwargs[key] = value
 
 
-def _check_call_options(func_name: str, kwargs: dict[str, Any]) -> None:
-    """``norm_adv_by_std_in_grpo`` must be a bool and ``epsilon`` a finite number >= 0 (a str ``"false"`` is truthy)."""
-    norm = kwargs.get("norm_adv_by_std_in_grpo")
-    if norm is not None and not isinstance(norm, (bool, np.bool_)):
-        raise ValueError(f"{func_name}(): norm_adv_by_std_in_grpo must be a bool (True or False), got {type(norm).__name__} {norm!r}")
-    if "epsilon" in kwargs:
-        epsilon = kwargs["epsilon"]
-        if isinstance(epsilon, (bool, np.bool_)) or not isinstance(epsilon, numbers.Real) or not math.isfinite(epsilon) or epsilon < 0:
-            raise ValueError(f"{func_name}(): epsilon must be a finite number >= 0, got {type(epsilon).__name__} {epsilon!r}")
-
-
 def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_args: tuple[str, ...] = (), main_args: tuple[str, ...] = ()) -> ListEstimator:
     """Wrap a batched estimator in rLLM's list-of-arrays calling convention, for both rLLM signatures.
 
@@ -148,7 +85,7 @@ def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_arg
         config = kwargs.pop("algorithm_config", None)
         if config is not None and "norm_adv_by_std_in_grpo" not in kwargs and hasattr(config, "norm_adv_by_std_in_grpo"):
             kwargs["norm_adv_by_std_in_grpo"] = config.norm_adv_by_std_in_grpo
-        _check_call_options(func_name, kwargs)
+        check_call_options(func_name, kwargs)
         if len(rewards) == 0:
             return [], []
         traj_groups = kwargs.pop("traj_groups", None)
@@ -219,6 +156,12 @@ class AdvEstimatorSpec:
     None, any key is accepted (see :mod:`.options`). ``check_group_size(options, group_size)``, when
     given, raises ``ValueError`` at config time for options that cannot work with the configured
     number of trajectories per prompt (TRL's ``num_generations``, verl's ``rollout.n``).
+
+    ``level`` is ``"outcome"`` (one advantage per trajectory, broadcast to its steps) or ``"step"``
+    (one advantage per step; the forms of :mod:`.step_forms`); ``needs_anchors`` declares that a
+    step-level estimator reads anchor states. ``check_options(options)``, when given, raises
+    ``ValueError`` for option values its types cannot express (ranges, choices), wherever options
+    are checked.
     """
 
     name: str
@@ -229,6 +172,9 @@ class AdvEstimatorSpec:
     group_order_invariant: bool = True
     options: tuple[str, ...] | None = None
     check_group_size: Callable[[Mapping[str, Any], int], object] | None = field(default=None, compare=False)
+    level: str = "outcome"
+    needs_anchors: bool = False
+    check_options: Callable[[Mapping[str, Any]], object] | None = field(default=None, compare=False)
     list_form: ListEstimator = field(init=False, repr=False, compare=False)
     batched_form: BatchedEstimator = field(init=False, repr=False, compare=False)
 
@@ -245,12 +191,19 @@ class AdvEstimatorSpec:
             raise TypeError(f"estimator {self.name!r}: fn must be callable, got {type(self.fn).__name__}")
         if self.check_group_size is not None and not callable(self.check_group_size):
             raise TypeError(f"estimator {self.name!r}: check_group_size must be callable, got {type(self.check_group_size).__name__}")
+        if self.check_options is not None and not callable(self.check_options):
+            raise TypeError(f"estimator {self.name!r}: check_options must be callable, got {type(self.check_options).__name__}")
+        if self.level not in LEVELS:
+            raise ValueError(f"estimator {self.name!r}: level must be one of {list(LEVELS)}, got {self.level!r}")
+        if self.needs_anchors and self.level != "step":
+            raise ValueError(f"estimator {self.name!r}: needs_anchors=True needs level='step'")
         if self.batched is not None and not callable(self.batched):
             raise TypeError(f"estimator {self.name!r}: batched must be callable, got {type(self.batched).__name__}")
         description = self.description or _first_line(self.fn or self.batched)
         object.__setattr__(self, "description", description)
-        object.__setattr__(self, "list_form", self.fn if self.fn is not None else list_form_of(self.batched, self.name))  # type: ignore[arg-type]
-        object.__setattr__(self, "batched_form", self.batched if self.batched is not None else batched_form_of(self.fn, self.name))  # type: ignore[arg-type]
+        to_list, to_batched = (step_list_form_of, step_batched_form_of) if self.level == "step" else (list_form_of, batched_form_of)
+        object.__setattr__(self, "list_form", self.fn if self.fn is not None else to_list(self.batched, self.name))  # type: ignore[arg-type]
+        object.__setattr__(self, "batched_form", self.batched if self.batched is not None else to_batched(self.fn, self.name))  # type: ignore[arg-type]
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -12,6 +12,9 @@ class Step:
     """One model call: its prompt and response tokens, a reward and (after collection) an advantage.
 
     ``advantage`` is a float (broadcast to every response token), a per-token list, or None.
+    ``reward`` is the step's own reward and ``observation`` what the agent saw before acting; a
+    step-level estimator reads both (the anchor state is ``metadata["anchor_state"]`` when given,
+    else ``observation``).
     """
 
     prompt_ids: list[int] = field(default_factory=list)
@@ -24,6 +27,7 @@ class Step:
     chat_completions: list[dict[str, Any]] = field(default_factory=list)
     model_response: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+    observation: Any = None
 
 
 @dataclass

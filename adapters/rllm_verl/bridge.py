@@ -30,6 +30,8 @@ from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.spec import accepted_keywords
 
 from .multi_objective import reward_key_options, reward_table
+from .reward_keys import current_tensor
+from .step_bridge import compute_rllm_step_advantage
 
 __all__ = [
     "ESTIMATOR_KWARGS_KEY",
@@ -199,8 +201,9 @@ def compute_rllm_advantage(
     index: np.ndarray | None,
     config: Any = None,
     non_tensor_batch: dict[str, Any] | None = None,
+    responses: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Advantages of the rLLM estimator ``name`` for a verl batch.
+    """Advantages of the rLLM estimator ``name`` for a verl batch (a step-level one: :mod:`.step_bridge`).
 
     Rows are grouped by ``index`` (B,); the reward of row b is ``token_level_rewards[b].sum()``, or,
     with ``algorithm.gdpo_reward_keys``, its scores under those keys of ``non_tensor_batch`` (given, or
@@ -236,6 +239,15 @@ def compute_rllm_advantage(
         except TypeError:  # an unhashable uid: name the first
             row = next(r for r, uid in enumerate(index.tolist()) if not _hashable(uid))
             raise ValueError(f"{where}: row {row} has uid {index[row]!r}, a {type(index[row]).__name__}; a uid must be hashable (a str or an int)") from None
+        if estimator.spec.level == "step":
+            if keyed is not None:
+                raise ValueError(
+                    f"{where} is step-level: it reads per-turn rewards from token_level_rewards, so algorithm.gdpo_reward_keys "
+                    "(one score per row and key) cannot apply; remove gdpo_reward_keys or choose an outcome-level rllm_* estimator"
+                )
+            responses = responses if responses is not None else current_tensor(index, "responses")
+            out = compute_rllm_step_advantage(name, where, token_level_rewards, response_mask, index, (order, offsets), options, config, dtype, responses)
+            return out, out
         if wants_lengths(name):
             lengths = _row_sums(response_mask)
             options["lengths"] = lengths if order is None else lengths[order]
@@ -268,9 +280,10 @@ def verl_estimator(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]
         index: np.ndarray | None = None,
         config: Any = None,
         non_tensor_batch: dict[str, Any] | None = None,
+        responses: torch.Tensor | None = None,
         **_: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        return compute_rllm_advantage(name, token_level_rewards, response_mask, index, config, non_tensor_batch)
+        return compute_rllm_advantage(name, token_level_rewards, response_mask, index, config, non_tensor_batch, responses)
 
     compute.__name__ = compute.__qualname__ = f"compute_rllm_{name}_advantage"
     compute.__doc__ = f"rLLM estimator {name!r} in verl's calling convention (see rllm_verl.bridge.compute_rllm_advantage)."

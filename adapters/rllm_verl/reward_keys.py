@@ -4,7 +4,8 @@ verl's ``compute_advantage`` (``verl.trainer.ppo.ray_trainer``) hands ``non_tens
 the legacy trainer keeps the extra keys a ``compute_score`` returns, only to the estimator named
 ``gdpo``. The extension :data:`REWARD_KEYS` wraps that function so that, while it runs, the
 DataProto it was given is visible to our estimators through a context variable
-(:func:`current_non_tensor_batch`). The original function is then called with the same arguments,
+(:func:`current_non_tensor_batch`; :func:`current_tensor`, through which step-level estimators read
+``responses``). The original function is then called with the same arguments,
 so every estimator, ours included, receives exactly the keyword arguments verl gives it; nothing
 else changes. It is installed like every verl extension (:mod:`rllm_verl.extension`: lazily,
 guarded by verl 0.9's signature, once, never raising); opt out with
@@ -21,7 +22,7 @@ from typing import Any
 
 from .extension import Extension
 
-__all__ = ["REWARD_KEYS", "REWARD_KEYS_ENV", "current_non_tensor_batch"]
+__all__ = ["REWARD_KEYS", "REWARD_KEYS_ENV", "current_non_tensor_batch", "current_tensor"]
 
 REWARD_KEYS_ENV = "RLLM_PLUGINS_VERL_REWARD_KEYS"
 
@@ -38,6 +39,15 @@ def current_non_tensor_batch(index: Any) -> dict[str, Any] | None:
     if not isinstance(non_tensor, dict) or non_tensor.get("uid") is not index:
         return None
     return non_tensor
+
+
+def current_tensor(index: Any, key: str) -> Any:
+    """``batch[key]`` of the DataProto that ``compute_advantage`` is processing (if ``index`` is its ``uid`` array), else None."""
+    data = _batch.get()
+    if data is None or current_non_tensor_batch(index) is None:
+        return None
+    tensors = getattr(data, "batch", None)
+    return tensors[key] if tensors is not None and key in tensors else None
 
 
 def extend(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..spec import AdvEstimatorSpec
 from .dr_grpo import calculate_dr_grpo_advantages, dr_grpo
+from .gigpo import calculate_gigpo_advantages, check_gigpo_options, gigpo
 from .gpg import calculate_gpg_advantages, gpg
 from .grpo import calculate_grpo_advantages, grpo
 from .grpo_passk import calculate_grpo_passk_advantages, grpo_passk
@@ -17,6 +18,7 @@ from .prpo import calculate_prpo_advantages, calculate_prpo_std_optional_advanta
 from .reinforce import calculate_reinforce_advantages, reinforce
 from .reinforce_plus_plus_baseline import calculate_reinforce_plus_plus_baseline_advantages, reinforce_plus_plus_baseline
 from .rloo import calculate_rloo_advantages, rloo
+from .step_reinforce import calculate_step_reinforce_advantages, check_step_reinforce_options, step_reinforce
 from .trl_compat import calculate_trl_grpo_advantages, calculate_trl_grpo_batch_advantages, trl_grpo, trl_grpo_batch
 from .verl_grpo import calculate_verl_grpo_advantages, verl_grpo
 from .verl_reinforce_plus_plus_baseline import calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline
@@ -43,6 +45,12 @@ BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
     AdvEstimatorSpec(
         "verl_reinforce_plus_plus_baseline", calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline, options=()
     ),
+    AdvEstimatorSpec(
+        "gigpo", calculate_gigpo_advantages, gigpo, options=(), level="step", needs_anchors=True, check_options=check_gigpo_options
+    ),
+    AdvEstimatorSpec(
+        "step_reinforce", calculate_step_reinforce_advantages, step_reinforce, options=(), level="step", check_options=check_step_reinforce_options
+    ),
 )
 
 
@@ -58,6 +66,7 @@ def check_group_size(spec: AdvEstimatorSpec, options: Mapping[str, Any], group_s
 __all__ = [
     "BUILTIN_SPECS",
     "calculate_dr_grpo_advantages",
+    "calculate_gigpo_advantages",
     "calculate_gpg_advantages",
     "calculate_grpo_advantages",
     "calculate_grpo_passk_advantages",
@@ -69,6 +78,7 @@ __all__ = [
     "calculate_reinforce_advantages",
     "calculate_reinforce_plus_plus_baseline_advantages",
     "calculate_rloo_advantages",
+    "calculate_step_reinforce_advantages",
     "calculate_trl_grpo_advantages",
     "calculate_trl_grpo_batch_advantages",
     "calculate_verl_grpo_advantages",

@@ -80,6 +80,7 @@ class Subject:
     list_form: Callable[..., Any]
     batched_form: Callable[..., Any]
     group_order_invariant: bool
+    level: str = "outcome"
 
 
 @dataclass(frozen=True)
@@ -94,13 +95,13 @@ def subject_of(name_or_fn: Any) -> Subject:
     """A registered name, an :class:`AdvEstimatorSpec` or a list-form function, as a :class:`Subject`."""
     if isinstance(name_or_fn, AdvEstimatorSpec):
         spec = name_or_fn
-        return Subject(repr(spec.name), spec.list_form, spec.batched_form, spec.group_order_invariant)
+        return Subject(repr(spec.name), spec.list_form, spec.batched_form, spec.group_order_invariant, spec.level)
     if callable(name_or_fn):
         label = getattr(name_or_fn, "__qualname__", repr(name_or_fn))
         return Subject(label, name_or_fn, batched_form_of(name_or_fn), True)
     estimator = get_estimator(name_or_fn)
     spec = estimator.spec
-    return Subject(f"{spec.name!r} ({estimator.provider})", estimator.list_form, estimator.batched_form, spec.group_order_invariant)
+    return Subject(f"{spec.name!r} ({estimator.provider})", estimator.list_form, estimator.batched_form, spec.group_order_invariant, spec.level)
 
 
 def _traj_groups(case: Case) -> list[TrajectoryGroup]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ class Violation:
 
     rule: str
     message: str
-    example: Case
+    example: Any  # a Case (a StepCase for step-level estimators)
 
     def __str__(self) -> str:
         return f"{self.rule}: {self.message}\n    minimal failing example: {self.example}"
@@ -34,15 +34,16 @@ class ContractReport:
     estimator: str
     verdicts: dict[str, str] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
+    rules: Mapping[str, str] = field(default_factory=lambda: dict(RULES))  # name -> what it demands, in checking order
 
     @property
     def ok(self) -> bool:
         return not self.violations
 
     def __str__(self) -> str:
-        width = max(map(len, RULES))
+        width = max(map(len, self.rules))
         lines = [f"contract of estimator {self.estimator}: {'OK' if self.ok else f'{len(self.violations)} violation(s)'}"]
-        lines += [f"  {rule:<{width}}  {self.verdicts.get(rule, 'not run'):<8}  {RULES[rule]}" for rule in RULES]
+        lines += [f"  {rule:<{width}}  {self.verdicts.get(rule, 'not run'):<8}  {text}" for rule, text in self.rules.items()]
         lines += [str(v) for v in self.violations]
         return "\n".join(lines)
 
@@ -87,6 +88,12 @@ def check_estimator(name_or_fn: Any, *, seed: int = 0) -> ContractReport:
     ``seed`` picks the synthetic inputs. Unknown names raise ``ValueError`` from the registry.
     """
     subject = subject_of(name_or_fn)
+    if subject.level == "step":
+        from .step_contract import STEP_RULES, check_step_rules  # only for step-level estimators
+
+        verdicts, found = check_step_rules(subject, seed)
+        violations = [Violation(rule, message, example) for rule, message, example in found]
+        return ContractReport(f"{subject.label} (step-level)", verdicts, violations, {name: text for name, (text, _) in STEP_RULES.items()})
     report = ContractReport(subject.label)
     cases = synthetic_cases(seed)
     for rule in ALL_RULES:

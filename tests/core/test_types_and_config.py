@@ -5,7 +5,15 @@ import warnings
 import pytest
 from omegaconf import OmegaConf
 
-from rllm_plugins import AlgorithmConfig, RolloutCorrectionConfig, Trajectory, TrajectoryGroup, rLLMAdvantageEstimator
+from rllm_plugins import (
+    AlgorithmConfig,
+    RolloutCorrectionConfig,
+    Step,
+    Trajectory,
+    TrajectoryGroup,
+    collect_reward_and_advantage_from_trajectory_groups,
+    rLLMAdvantageEstimator,
+)
 
 
 @pytest.mark.parametrize(
@@ -26,10 +34,12 @@ def test_unknown_enum_values_map_to_other():
     assert rLLMAdvantageEstimator("rloo") is rLLMAdvantageEstimator.RLOO
 
 
-def test_per_step_mode_becomes_broadcast_with_a_deprecation_warning():
-    with pytest.warns(DeprecationWarning, match="per_step"):
-        config = AlgorithmConfig(stepwise_advantage_mode="per_step")
-    assert config.stepwise_advantage_mode == "broadcast"
+def test_per_step_mode_with_an_outcome_level_estimator_broadcasts_with_a_deprecation_warning():
+    config = AlgorithmConfig(stepwise_advantage_mode="per_step")
+    groups = [TrajectoryGroup([Trajectory(steps=[Step(), Step()], reward=1.0), Trajectory(steps=[Step()], reward=0.0)], group_id="t:solver")]
+    with pytest.warns(DeprecationWarning, match="role 'solver', estimator 'grpo' \\(outcome-level\\): stepwise_advantage_mode='per_step' is deprecated"):
+        collect_reward_and_advantage_from_trajectory_groups(groups, config)
+    assert [[s.advantage for s in t.steps] for t in groups[0].trajectories] == [[0.5 / (0.5 + 1e-6)] * 2, [-0.5 / (0.5 + 1e-6)]]
 
 
 def test_other_modes_are_rejected():
@@ -92,10 +102,9 @@ def test_from_config_reads_an_omegaconf_dictconfig_in_struct_mode():
     assert type(result.estimator_map) is dict and type(result.estimator_kwargs) is dict
 
 
-def test_from_config_defaults_and_per_step_deprecation():
-    with pytest.warns(DeprecationWarning):
-        config = AlgorithmConfig.from_config({"algorithm": {"adv_estimator": "my_plugin"}, "rllm": {"stepwise_advantage": {"mode": "per_step"}}})
-    assert config == AlgorithmConfig(estimator="my_plugin", rollout_correction=RolloutCorrectionConfig(tis_cap=2.0))
+def test_from_config_defaults_and_per_step_mode():
+    config = AlgorithmConfig.from_config({"algorithm": {"adv_estimator": "my_plugin"}, "rllm": {"stepwise_advantage": {"mode": "per_step"}}})
+    assert config == AlgorithmConfig(estimator="my_plugin", rollout_correction=RolloutCorrectionConfig(tis_cap=2.0), stepwise_advantage_mode="per_step")
 
 
 def test_from_config_falls_back_to_rllm_algorithm_adv_estimator():

@@ -85,8 +85,10 @@ def test_estimators_json_lists_names_aliases_providers_and_conflicts(cli_env):
         "plugin": "fixture_good",
         "distribution": "rllm-fixture-good",
         "version": "1.2.0",
+        "level": "outcome",
         "description": "Twice the reward minus the group mean.",
     }
+    assert (rows["gigpo"]["level"], rows["step_reinforce"]["level"], rows["shared_baseline"]["level"]) == ("step", "step", None)
     assert rows["median_baseline"]["description"] == "r - group median (robust to outlier rewards)"
     assert rows["legacy_max_baseline"]["plugin"] == "fixture_legacy"
     assert (rows["grpo"]["kind"], rows["grpo"]["provider"]) == ("builtin", "rllm-plugins (built-in)")
@@ -116,9 +118,10 @@ def test_estimators_table_shows_aliases_and_providers(load_plugins, capsys):
     load_plugins()
     assert main(["estimators"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["NAME", "(ALIASES)", "PROVIDER", "DESCRIPTION"]
+    assert lines[0].split() == ["NAME", "(ALIASES)", "LEVEL", "PROVIDER", "DESCRIPTION"]
     row = next(line for line in lines if line.startswith("scaled_baseline"))
     assert row.split("  ")[0] == "scaled_baseline (scaled)"
+    assert next(line for line in lines if line.startswith("gigpo ")).split()[1] == "step"
     assert "plugin 'fixture_good' (distribution rllm-fixture-good 1.2.0)" in row
 
 

@@ -1,0 +1,87 @@
+"""Anchor groups: ids from anchor states, and values normalised within them.
+
+An anchor state is what the agent observed when it acted (GiGPO, arXiv 2505.10978, section 4.2):
+steps of one task group, of any trajectory and any turn, that saw an equal (``==``) state form one
+anchor group, whose members' returns are compared with each other. Equal states in different task
+groups never meet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+
+import numpy as np
+
+from .segments import GroupLayout
+
+__all__ = ["anchor_group_sizes", "anchor_ids", "normalize_within"]
+
+
+def anchor_ids(states: Iterable[Hashable], step_group: Iterable[int], where: Callable[[int], str]) -> np.ndarray:
+    """One anchor-group id per step ``(S,)`` int64, dense from 0: equal ``(task group, state)`` pairs share an id.
+
+    ``where(s)`` names step ``s`` in the error raised for an unhashable state (a list, a dict, an array).
+    """
+    ids: dict[tuple[int, Hashable], int] = {}
+    out = []
+    for s, (group, state) in enumerate(zip(step_group, states, strict=True)):
+        try:
+            out.append(ids.setdefault((group, state), len(ids)))
+        except TypeError:
+            raise ValueError(
+                f"{where(s)}: anchor state {type(state).__name__} {_short(state)} is unhashable; "
+                "give a hashable one (a str, a number, a tuple of token ids, bytes)"
+            ) from None
+    return np.array(out, dtype=np.int64)
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def anchor_group_sizes(ids: np.ndarray) -> np.ndarray:
+    """``(S,)`` size of each step's anchor group."""
+    counts = np.bincount(ids)
+    return counts[ids]
+
+
+def normalize_within(values: np.ndarray, ids: np.ndarray, *, norm_adv_by_std_in_grpo: bool, epsilon: float, ddof: int = 0) -> np.ndarray:
+    """``(v - mean) / (std + eps)`` within each id group (``v - mean`` without std); a group of one gets 0.
+
+    ``values`` ``(S,)`` float64, ``ids`` ``(S,)`` int64 >= 0. The std has ``ddof`` (0: population).
+    The mean takes one correction pass, so a group of equal values gets exactly 0.
+    """
+    if values.size == 0:
+        return np.zeros(0)
+    counts = np.bincount(ids)
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = np.bincount(ids, values, minlength=counts.size) / np.maximum(counts, 1)
+        mean += np.bincount(ids, values - mean[ids], minlength=counts.size) / np.maximum(counts, 1)
+        centred = values - mean[ids]
+        var = np.bincount(ids, centred * centred, minlength=counts.size) / np.maximum(counts - ddof, 1)
+    if not (np.isfinite(mean).all() and np.isfinite(var).all()):  # magnitudes near the float64 range: the overflow-safe path
+        return _normalize_sorted(values, ids, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon, ddof=ddof)
+    single = (counts <= 1)[ids]
+    centred[single] = 0.0
+    if norm_adv_by_std_in_grpo:
+        centred /= np.sqrt(var)[ids] + epsilon
+    return centred
+
+
+def _normalize_sorted(values: np.ndarray, ids: np.ndarray, *, norm_adv_by_std_in_grpo: bool, epsilon: float, ddof: int) -> np.ndarray:
+    """:func:`normalize_within` through :class:`GroupLayout`'s rescaling reductions (values sorted by id)."""
+    order = np.argsort(ids, kind="stable")
+    counts = np.bincount(ids)
+    layout = GroupLayout.from_offsets(np.concatenate(([0], np.cumsum(counts))), values.size)
+    ordered = values[order]
+    mean = layout.mean(ordered)
+    centred = ordered - layout.expand(mean)
+    single = layout.expand(layout.sizes <= 1)
+    centred[single] = 0.0
+    if norm_adv_by_std_in_grpo:
+        std = layout.std(ordered, mean, ddof=ddof)
+        centred /= layout.expand(np.where(layout.sizes <= ddof, 1.0, std)) + epsilon
+    out = np.empty_like(centred)
+    out[order] = centred
+    return out

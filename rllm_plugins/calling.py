@@ -1,0 +1,82 @@
+"""Calling estimators: the keyword arguments a function accepts, rewards flattened and checked, call options checked."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .outputs import _is_tensor
+from .segments import offsets_from_sizes
+
+__all__ = ["accepted_keywords", "call_with_accepted_kwargs", "check_call_options", "flatten_groups"]
+
+
+def accepted_keywords(fn: Callable[..., Any]) -> tuple[frozenset[str], bool]:
+    """Keyword names ``fn`` accepts, and whether it takes ``**kwargs`` (cached per function: estimators run every step)."""
+    try:
+        return _accepted_keywords_cached(fn)
+    except TypeError:  # an unhashable callable
+        return _accepted_keywords(fn)
+
+
+def _accepted_keywords(fn: Callable[..., Any]) -> tuple[frozenset[str], bool]:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature: pass everything
+        return frozenset(), True
+    names = frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return names, any(p.kind is p.VAR_KEYWORD for p in params)
+
+
+_accepted_keywords_cached = functools.lru_cache(maxsize=256)(_accepted_keywords)
+
+
+def call_with_accepted_kwargs(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call ``fn`` with the keyword arguments it accepts (all of them if it takes ``**kwargs``)."""
+    names, var_kw = accepted_keywords(fn)
+    if not var_kw:
+        kwargs = {k: v for k, v in kwargs.items() if k in names}
+    return fn(*args, **kwargs)
+
+
+def flatten_groups(rewards: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """List of per-group rewards -> (values float64 ``(N,)``, offsets ``(G + 1,)``).
+
+    Raises ``ValueError`` naming the group and position of a missing, non-numeric or
+    non-finite reward.
+    """
+    arrays = []
+    for g, group in enumerate(rewards):
+        try:
+            arr = np.asarray(group, dtype=np.float64)
+        except (TypeError, ValueError, RuntimeError) as e:  # a bf16, requires_grad or GPU tensor: read its values
+            if not _is_tensor(group) or group.is_complex():
+                raise ValueError(f"group {g}: rewards must be numbers, got {group!r} ({e})") from None
+            arr = group.detach().to(device="cpu").double().numpy()
+        if arr.ndim != 1:
+            raise ValueError(f"group {g}: rewards must be a 1-D sequence, got shape {arr.shape}")
+        arrays.append(arr)
+    offsets = offsets_from_sizes([a.size for a in arrays])
+    values = np.concatenate(arrays) if arrays else np.zeros(0)
+    if not np.isfinite(values).all():
+        i = int(np.flatnonzero(~np.isfinite(values))[0])
+        g = int(np.searchsorted(offsets, i, side="right") - 1)
+        raise ValueError(f"group {g}, trajectory {i - offsets[g]}: reward is {values[i]}; rewards must be finite")
+    return values, offsets
+
+
+def check_call_options(func_name: str, kwargs: dict[str, Any]) -> None:
+    """``norm_adv_by_std_in_grpo`` must be a bool and ``epsilon`` a finite number >= 0 (a str ``"false"`` is truthy)."""
+    norm = kwargs.get("norm_adv_by_std_in_grpo")
+    if norm is not None and not isinstance(norm, (bool, np.bool_)):
+        raise ValueError(f"{func_name}(): norm_adv_by_std_in_grpo must be a bool (True or False), got {type(norm).__name__} {norm!r}")
+    if "epsilon" in kwargs:
+        epsilon = kwargs["epsilon"]
+        if isinstance(epsilon, (bool, np.bool_)) or not isinstance(epsilon, numbers.Real) or not math.isfinite(epsilon) or epsilon < 0:
+            raise ValueError(f"{func_name}(): epsilon must be a finite number >= 0, got {type(epsilon).__name__} {epsilon!r}")

@@ -1,0 +1,88 @@
+"""GiGPO, group-in-group policy optimisation (Feng et al., 2025, https://arxiv.org/abs/2505.10978), rLLM-native.
+
+Per task group (the trajectories of one prompt), for trajectory ``i`` and its step ``t``::
+
+    A^E_i     = (R_i - mean_g R) / (std_g R + eps)          episode level: rLLM ``grpo`` of the outcomes
+    G_{i,t}   = r_{i,t} + gamma * G_{i,t+1}                 discounted step returns (G of the last step = its reward)
+    A^S_{i,t} = (G_{i,t} - mean_a G) / (std_a G + eps)      over the anchor group a: the steps of the task
+                                                            group (any trajectory, any t) with an equal anchor state
+    A_{i,t}   = A^E_i + step_advantage_w * A^S_{i,t}
+
+Population std (ddof=0), eps 1e-6; a task group of one trajectory uses mean 0 and std 1 (as ``grpo``);
+an anchor group of one step gets ``A^S = 0``. ``norm_adv_by_std_in_grpo=False`` drops both divisions.
+
+verl-agent's reference code (``gigpo/core_gigpo.py``) differs in three ways, each an option:
+``episode_stats="step"`` takes the episode mean and std over step rows (a trajectory of ``T`` steps
+counts ``T`` times; a task group with a single step row uses mean 0, std 1), ``std_ddof=1`` takes
+torch's unbiased std in both levels, and its default ``mode: mean_norm`` is
+``norm_adv_by_std_in_grpo=False``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..anchors import normalize_within
+from ..step_forms import step_list_form_of
+from ..steps import StepBatch, discounted_returns
+from .grpo import standardize_in_groups
+
+__all__ = ["calculate_gigpo_advantages", "check_discount", "check_gigpo_options", "gigpo"]
+
+EPISODE_STATS = ("trajectory", "step")
+
+
+def check_discount(name: str, gamma: object) -> float:
+    """``gamma`` must be a real number in [0, 1]."""
+    if isinstance(gamma, (bool, np.bool_)) or not isinstance(gamma, numbers.Real) or not 0.0 <= float(gamma) <= 1.0:
+        raise ValueError(f"estimator {name!r}: gamma (the discount of step returns) must be a number in [0, 1], got {type(gamma).__name__} {gamma!r}")
+    return float(gamma)
+
+
+def check_gigpo_options(options: Mapping[str, Any]) -> None:
+    """Config-time check of gigpo's options beyond their types: ranges and choices."""
+    if "gamma" in options:
+        check_discount("gigpo", options["gamma"])
+    if "episode_stats" in options and options["episode_stats"] not in EPISODE_STATS:
+        raise ValueError(f"estimator 'gigpo': episode_stats must be one of {list(EPISODE_STATS)}, got {options['episode_stats']!r}")
+    if "std_ddof" in options and (isinstance(options["std_ddof"], bool) or options["std_ddof"] not in (0, 1)):
+        raise ValueError(f"estimator 'gigpo': std_ddof must be 0 (population std) or 1 (unbiased std), got {options['std_ddof']!r}")
+    weight = options.get("step_advantage_w", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight):
+        raise ValueError(f"estimator 'gigpo': step_advantage_w must be a finite number, got {type(weight).__name__} {weight!r}")
+
+
+def gigpo(
+    batch: StepBatch,
+    /,
+    *,
+    norm_adv_by_std_in_grpo: bool = True,
+    epsilon: float = 1e-6,
+    gamma: float = 1.0,
+    step_advantage_w: float = 1.0,
+    episode_stats: str = "trajectory",
+    std_ddof: int = 0,
+    **_: Any,
+) -> np.ndarray:
+    """GiGPO: episode-level GRPO of the outcome plus step_advantage_w times the anchor-group-relative discounted return."""
+    check_gigpo_options({"gamma": gamma, "episode_stats": episode_stats, "std_ddof": std_ddof, "step_advantage_w": step_advantage_w})
+    if batch.anchors is None:
+        raise ValueError("estimator 'gigpo' needs an anchor state for every step (StepBatch.anchors)")
+    norm = dict(norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon, ddof=std_ddof)
+    if episode_stats == "trajectory":
+        episode = batch.steps.expand(standardize_in_groups(batch.outcomes, batch.traj_offsets, **norm))
+    else:  # one entry per step row (verl-agent's compute_mean_std_cross_steps)
+        episode = standardize_in_groups(batch.steps.expand(batch.outcomes), batch.group_step_offsets, **norm)
+    returns = discounted_returns(batch.step_rewards, batch.step_offsets, gamma)
+    step = normalize_within(returns, batch.anchors, **norm)
+    step *= step_advantage_w
+    step += episode
+    return step
+
+
+calculate_gigpo_advantages = step_list_form_of(gigpo, "calculate_gigpo_advantages")

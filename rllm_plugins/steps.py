@@ -1,0 +1,125 @@
+"""Steps, flat: what a step-level estimator reads (:class:`StepBatch`), and discounted returns.
+
+A role's task groups hold trajectories, which hold steps (turns). Flat, in one order:
+
+- ``outcomes`` ``(N,)`` float64: each trajectory's reward; task group ``g`` owns
+  ``outcomes[traj_offsets[g]:traj_offsets[g + 1]]`` (``traj_offsets`` ``(G + 1,)``);
+- ``step_rewards`` ``(S,)`` float64: each step's reward; trajectory ``i`` owns
+  ``step_rewards[step_offsets[i]:step_offsets[i + 1]]`` (``step_offsets`` ``(N + 1,)``), in turn order;
+- ``anchors`` ``(S,)`` int64 or None: each step's anchor group; steps with equal ids form one
+  anchor group, and an id never spans two task groups (:func:`rllm_plugins.anchors.anchor_ids`
+  builds them from any hashable states).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from .segments import GroupLayout
+
+__all__ = ["StepBatch", "discounted_returns"]
+
+
+def _offsets(value: np.ndarray, name: str, total: int) -> np.ndarray:
+    offsets = np.asarray(value)
+    if offsets.ndim != 1 or offsets.size == 0 or not np.issubdtype(offsets.dtype, np.integer):
+        raise ValueError(f"StepBatch.{name} must be a 1-D integer array of boundaries, got {offsets.dtype} shape {offsets.shape}")
+    GroupLayout.from_offsets(offsets, total)  # validates start, end and order
+    return offsets.astype(np.int64, copy=False)
+
+
+@dataclass(frozen=True, eq=False)
+class StepBatch:
+    """One role's task groups, trajectories and steps as flat arrays (see the module docstring for the layout)."""
+
+    outcomes: np.ndarray
+    traj_offsets: np.ndarray
+    step_rewards: np.ndarray
+    step_offsets: np.ndarray
+    anchors: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        outcomes = np.asarray(self.outcomes, dtype=np.float64)
+        step_rewards = np.asarray(self.step_rewards, dtype=np.float64)
+        if outcomes.ndim != 1 or step_rewards.ndim != 1:
+            raise ValueError(f"StepBatch: outcomes and step_rewards must be 1-D, got shapes {outcomes.shape} and {step_rewards.shape}")
+        object.__setattr__(self, "outcomes", outcomes)
+        object.__setattr__(self, "step_rewards", step_rewards)
+        object.__setattr__(self, "traj_offsets", _offsets(self.traj_offsets, "traj_offsets", outcomes.size))
+        object.__setattr__(self, "step_offsets", _offsets(self.step_offsets, "step_offsets", step_rewards.size))
+        if self.step_offsets.size != outcomes.size + 1:
+            raise ValueError(f"StepBatch: step_offsets has {self.step_offsets.size - 1} trajectories, outcomes {outcomes.size}")
+        if self.anchors is not None:
+            anchors = np.asarray(self.anchors)
+            if anchors.shape != step_rewards.shape or not np.issubdtype(anchors.dtype, np.integer):
+                raise ValueError(f"StepBatch.anchors must be an integer array of one id per step {step_rewards.shape}, got {anchors.dtype} {anchors.shape}")
+            if anchors.size and anchors.min() < 0:
+                raise ValueError("StepBatch.anchors must be ids >= 0")
+            anchors = anchors.astype(np.int64, copy=False)
+            object.__setattr__(self, "anchors", anchors)
+            if anchors.size:
+                owner = np.empty(int(anchors.max()) + 1, dtype=np.int64)
+                owner[anchors] = self.step_group
+                if not np.array_equal(owner[anchors], self.step_group):
+                    s = int(np.flatnonzero(owner[anchors] != self.step_group)[0])
+                    raise ValueError(
+                        f"StepBatch.anchors: anchor id {int(anchors[s])} spans several task groups (step {s}); anchor groups never mix task groups"
+                    )
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.traj_offsets.size - 1)
+
+    @property
+    def num_trajectories(self) -> int:
+        return int(self.outcomes.size)
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.step_rewards.size)
+
+    @cached_property
+    def trajectories(self) -> GroupLayout:
+        """Trajectories in task groups (reductions over ``outcomes``)."""
+        return GroupLayout.from_offsets(self.traj_offsets, self.num_trajectories)
+
+    @cached_property
+    def steps(self) -> GroupLayout:
+        """Steps in trajectories: ``steps.expand(per_trajectory)`` gives each step its trajectory's value."""
+        return GroupLayout.from_offsets(self.step_offsets, self.num_steps)
+
+    @cached_property
+    def group_step_offsets(self) -> np.ndarray:
+        """``(G + 1,)`` boundaries of each task group's steps."""
+        return self.step_offsets[self.traj_offsets]
+
+    @cached_property
+    def step_group(self) -> np.ndarray:
+        """``(S,)`` task group of each step."""
+        return GroupLayout.from_offsets(self.group_step_offsets, self.num_steps).group_index
+
+
+def discounted_returns(step_rewards: np.ndarray, step_offsets: np.ndarray, gamma: float) -> np.ndarray:
+    """``G_t = r_t + gamma * G_{t+1}`` within each trajectory (``G`` of its last step = its reward) -> ``(S,)`` float64.
+
+    Vectorised over trajectories: one pass per distance from a trajectory's end, in the order of
+    the plain backward loop (so equal to it bit for bit).
+    """
+    returns = np.array(step_rewards, dtype=np.float64)
+    layout = GroupLayout.from_offsets(step_offsets, returns.size)
+    if returns.size == 0 or gamma == 0:
+        return returns
+    ends = layout.expand(layout.offsets[1:])  # (S,) one past each step's trajectory end
+    from_end = ends - np.arange(returns.size) - 1
+    longest = int(from_end.max())
+    if longest == 0:
+        return returns
+    order = np.argsort(from_end, kind="stable")
+    bounds = np.cumsum(np.bincount(from_end, minlength=longest + 1))
+    for distance in range(1, longest + 1):
+        steps = order[bounds[distance - 1] : bounds[distance]]
+        returns[steps] += gamma * returns[steps + 1]
+    return returns
