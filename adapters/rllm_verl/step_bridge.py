@@ -108,9 +108,8 @@ def compute_rllm_step_advantage(
     if not np.isfinite(per_turn).all():
         j = int(np.flatnonzero(~np.isfinite(per_turn))[0])
         row = int(turns.row[j])
-        raise ValueError(
-            f"{where}: the estimator ({estimator.provider}) gave advantage {per_turn[j]} for row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])}"
-        )
+        turn = j - int(turns.row_offsets[row])
+        raise ValueError(f"{where}: the estimator ({estimator.provider}) gave advantage {per_turn[j]} for row {row} (uid {index[row]!r}), turn {turn}")
     limit = float(torch.finfo(dtype).max)
     if np.abs(per_turn).max(initial=0.0) > limit:
         j = int(np.flatnonzero(np.abs(per_turn) > limit)[0])
