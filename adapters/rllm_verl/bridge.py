@@ -224,6 +224,11 @@ def compute_rllm_advantage(
         )
     dtype = token_level_rewards.dtype if token_level_rewards.is_floating_point() else torch.get_default_dtype()
     keyed = reward_key_options(config, where)
+    if keyed is not None and estimator.spec.level == "step":
+        raise ValueError(
+            f"{where} is step-level: it reads per-turn rewards from token_level_rewards, so algorithm.gdpo_reward_keys "
+            "(one score per row and key) cannot apply; remove gdpo_reward_keys or choose an outcome-level rllm_* estimator"
+        )
     with torch.no_grad():
         if keyed is None:
             scores = _row_sums(token_level_rewards)
@@ -240,11 +245,6 @@ def compute_rllm_advantage(
             row = next(r for r, uid in enumerate(index.tolist()) if not _hashable(uid))
             raise ValueError(f"{where}: row {row} has uid {index[row]!r}, a {type(index[row]).__name__}; a uid must be hashable (a str or an int)") from None
         if estimator.spec.level == "step":
-            if keyed is not None:
-                raise ValueError(
-                    f"{where} is step-level: it reads per-turn rewards from token_level_rewards, so algorithm.gdpo_reward_keys "
-                    "(one score per row and key) cannot apply; remove gdpo_reward_keys or choose an outcome-level rllm_* estimator"
-                )
             responses = responses if responses is not None else current_tensor(index, "responses")
             out = compute_rllm_step_advantage(name, where, token_level_rewards, response_mask, index, (order, offsets), options, config, dtype, responses)
             return out, out

@@ -137,6 +137,11 @@ def _dry_run(name: str, algorithm: object, group_size: int) -> None:
     if keys and not isinstance(keys, str):  # per-key scores, one None, as compute_score would return them
         scores = np.array([[1.0, 0.0, 0.5, None][i % 4] for i in range(rows)], dtype=object)
         extra["non_tensor_batch"] = {"uid": index, **{str(k): scores.copy() for k in keys}}
+    if getattr(get_adv_estimator_fn(name), "rllm_estimator", None) is not None:
+        from rllm_plugins.registry import get_estimator
+
+        if get_estimator(get_adv_estimator_fn(name).rllm_estimator).spec.level == "step":  # token ids, for anchor states
+            extra["responses"] = torch.arange(rows * 3).reshape(rows, 3) % 5
     get_adv_estimator_fn(name)(token_level_rewards=rewards, response_mask=mask, index=index, config=algorithm, **extra)
 
 
@@ -153,6 +158,7 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
 
     Returns a report (never raises for a bad estimator or option; composition errors are reported too).
     """
+    from omegaconf import OmegaConf
     from verl.trainer.ppo import core_algos
 
     from rllm_plugins.estimators import check_group_size
@@ -195,6 +201,12 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
             check_group_size(get_estimator(name.removeprefix(VERL_PREFIX)).spec, options, group_size)
         except ValueError as error:
             return VerlCheckReport(False, name, config_name, rllm_names, [f"{name!r} with actor_rollout_ref.rollout.n={group_size}: {error}"])
+        spec = get_estimator(name.removeprefix(VERL_PREFIX)).spec
+        if spec.needs_anchors and bool(OmegaConf.select(config, "trainer.use_v1", default=False)):
+            from .step_bridge import V1_RESPONSES_MESSAGE
+
+            message = f"{name!r} is a step-level estimator that needs anchor states: {V1_RESPONSES_MESSAGE}"
+            return VerlCheckReport(False, name, config_name, rllm_names, [message])
         try:
             _dry_run(name, algorithm, group_size)
         except Exception as error:

@@ -53,6 +53,12 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
     check_inputs(where, rewards, mask, uids)
     options = estimator_options(config, where, name)
     estimator = get_estimator(name)
+    if estimator.spec.level == "step":
+        raise ValueError(
+            f"{where}: a step-level estimator on sessions with several outputs each is not supported; the turns of one output row are "
+            "(multi-turn rows), but the outputs of a session are not joined into one episode. Return one output per session from the "
+            "agent loop, or choose an outcome-level rllm_* estimator"
+        )
     keyed = reward_key_options(config, where)
     batched = estimator.batched_form
     with torch.no_grad():

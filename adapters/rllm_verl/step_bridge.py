@@ -37,7 +37,9 @@ V1_RESPONSES_MESSAGE = (
 
 
 def _numpy(x: torch.Tensor) -> np.ndarray:
-    return x.detach().to("cpu").numpy()
+    """On the CPU as numpy; 16-bit floats as float64 (bf16 has no numpy dtype, and turn sums need the width)."""
+    x = x.detach().to("cpu")
+    return x.double().numpy() if x.dtype in (torch.float16, torch.bfloat16) else x.numpy()
 
 
 def compute_rllm_step_advantage(
@@ -66,10 +68,7 @@ def compute_rllm_step_advantage(
             f"{where}: row {row} (uid {index[row]!r}) has no model token (response_mask all 0); a step-level estimator needs "
             "at least one turn per row: drop such rows before computing advantages"
         )
-    rewards = _numpy(token_level_rewards)
-    if rewards.dtype.kind == "f" and rewards.dtype.itemsize < 4:
-        rewards = rewards.astype(np.float64)
-    step_rewards = turn_rewards(rewards if rewards.dtype.kind in "fiub" else rewards.astype(np.float64), turns)
+    step_rewards = turn_rewards(_numpy(token_level_rewards), turns)
     if not np.isfinite(step_rewards).all():
         j = int(np.flatnonzero(~np.isfinite(step_rewards))[0])
         row = int(turns.row[j])

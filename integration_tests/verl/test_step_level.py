@@ -1,0 +1,209 @@
+"""Step-level rLLM estimators through verl's own ``compute_advantage`` on multi-turn rows (``rllm_gigpo``, ``rllm_step_reinforce``).
+
+The reference is written plainly here: turns found token by token, turn rewards summed up to the
+next turn, anchors as tuples of the environment tokens before a turn, then the GiGPO formulas
+with dicts (as verl-agent's code is organised), all independent of the adapter.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("verl")
+from omegaconf import OmegaConf
+from verl import DataProto
+from verl.trainer.ppo.ray_trainer import compute_advantage
+
+EPS = 1e-6
+
+
+def random_multi_turn_batch(rng, rows=24, length=40, uids=("p_0", "p_1", "p_2", "p_3"), vocab=3):
+    """Rows of 1-5 turns separated by environment segments drawn from a small vocabulary (so states repeat)."""
+    responses = torch.zeros(rows, length, dtype=torch.int64)
+    mask = torch.zeros(rows, length, dtype=torch.float32)
+    rewards = torch.zeros(rows, length, dtype=torch.float32)
+    for r in range(rows):
+        pos, turns = 0, int(rng.integers(1, 6))
+        for k in range(turns):
+            if k:
+                env = int(rng.integers(1, 3))
+                responses[r, pos : pos + env] = torch.from_numpy(rng.integers(0, vocab, env))
+                pos += env
+            n = int(rng.integers(1, 4))
+            if pos + n > length:
+                break
+            responses[r, pos : pos + n] = 100 + k
+            mask[r, pos : pos + n] = 1
+            rewards[r, pos + n - 1] = float(rng.choice([0.0, 0.5, 1.0]))  # per-turn reward at the turn's end
+            pos += n
+    index = np.array([uids[i % len(uids)] for i in range(rows)], dtype=object)
+    perm = rng.permutation(rows)  # shuffled rows
+    return responses[perm], mask[perm], rewards[perm], index[perm]
+
+
+def reference_turns(responses, mask, rewards):
+    """Per row: list of (token positions, reward up to the next turn, anchor)."""
+    out = []
+    for r in range(mask.shape[0]):
+        m = mask[r].tolist()
+        starts = [t for t in range(len(m)) if m[t] and (t == 0 or not m[t - 1])]
+        turns = []
+        for k, s in enumerate(starts):
+            e = s
+            while e < len(m) and m[e]:
+                e += 1
+            seg_start = 0 if k == 0 else s
+            seg_end = starts[k + 1] if k + 1 < len(starts) else len(m)
+            reward = float(sum(rewards[r, seg_start:seg_end].tolist()))
+            prev_end = 0 if k == 0 else turns[-1][0][-1] + 1
+            anchor = "prompt" if k == 0 else tuple(responses[r, prev_end:s].tolist())
+            turns.append((list(range(s, e)), reward, anchor))
+        out.append(turns)
+    return out
+
+
+def reference_gigpo(turns, index, gamma, w, norm=True, steps_only=False):
+    """(B, T) advantages from the plain formulas; ``steps_only``: step_reinforce (task group as the anchor group)."""
+    groups = {}
+    for r, uid in enumerate(index):
+        groups.setdefault(uid, []).append(r)
+    per_turn = {}
+    for rows in groups.values():
+        outcomes = [sum(t[1] for t in turns[r]) for r in rows]
+        if len(rows) == 1:
+            mean, sd = 0.0, 1.0
+        else:
+            mean, sd = statistics.fmean(outcomes), statistics.pstdev(outcomes)
+        episode = {r: ((o - mean) / (sd + EPS) if norm else o - mean) for r, o in zip(rows, outcomes, strict=True)}
+        returns = {}
+        for r in rows:
+            running = 0.0
+            for k in reversed(range(len(turns[r]))):
+                running = turns[r][k][1] + gamma * running
+                returns[(r, k)] = running
+        anchor_groups = {}
+        for r in rows:
+            for k, (_, _, anchor) in enumerate(turns[r]):
+                anchor_groups.setdefault("all" if steps_only else anchor, []).append(returns[(r, k)])
+        for r in rows:
+            for k, (_, _, anchor) in enumerate(turns[r]):
+                members = anchor_groups["all" if steps_only else anchor]
+                if len(members) == 1:
+                    step = 0.0
+                else:
+                    m = statistics.fmean(members)
+                    step = (returns[(r, k)] - m) / (statistics.pstdev(members) + EPS) if norm else returns[(r, k)] - m
+                per_turn[(r, k)] = step if steps_only else episode[r] + w * step
+    out = np.zeros((len(turns), max((p for t in turns for tok in t for p in tok[0]), default=0) + 1))
+    for (r, k), value in per_turn.items():
+        for p in turns[r][k][0]:
+            out[r, p] = value
+    return out
+
+
+def run(name, responses, mask, rewards, index, **algorithm):
+    data = DataProto.from_dict(tensors={"responses": responses, "response_mask": mask, "token_level_rewards": rewards}, non_tensors={"uid": index})
+    gamma, norm = algorithm.pop("gamma", 1.0), algorithm.pop("norm", True)
+    config = OmegaConf.create({"adv_estimator": name, "gamma": gamma, "norm_adv_by_std_in_grpo": norm, **algorithm})
+    out = compute_advantage(data, adv_estimator=name, gamma=config.gamma, config=config)
+    return out.batch["advantages"], out.batch["returns"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(("gamma", "w", "norm"), [(1.0, 1.0, True), (0.9, 0.5, True), (0.8, 1.0, False)])
+def test_rllm_gigpo_equals_the_plain_formulas_on_random_shuffled_multi_turn_rows(seed, gamma, w, norm):
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(seed))
+    kwargs = {"rllm_estimator_kwargs": {"step_advantage_w": w}}
+    advantages, returns = run("rllm_gigpo", responses, mask, rewards, index, gamma=gamma, norm=norm, **kwargs)
+    want = reference_gigpo(reference_turns(responses, mask, rewards), index, gamma, w, norm)
+    got = advantages.numpy()
+    assert got[:, : want.shape[1]] == pytest.approx(want, rel=1e-5, abs=1e-5)
+    assert (got[:, want.shape[1] :] == 0).all()
+    assert advantages.dtype == torch.float32 and torch.equal(advantages, returns)
+    assert (advantages[mask == 0] == 0).all()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rllm_step_reinforce_equals_the_plain_formulas(seed):
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(50 + seed))
+    advantages, _ = run("rllm_step_reinforce", responses, mask, rewards, index, gamma=0.9)
+    want = reference_gigpo(reference_turns(responses, mask, rewards), index, 0.9, 1.0, steps_only=True)
+    assert advantages.numpy()[:, : want.shape[1]] == pytest.approx(want, rel=1e-5, abs=1e-5)
+
+
+def test_the_kwargs_gamma_wins_over_algorithm_gamma():
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(7))
+    a, _ = run("rllm_gigpo", responses, mask, rewards, index, gamma=1.0, rllm_estimator_kwargs={"gamma": 0.5})
+    b, _ = run("rllm_gigpo", responses, mask, rewards, index, gamma=0.5)
+    assert torch.equal(a, b)
+
+
+def test_rows_of_one_turn_give_grpo_plus_w_times_grpo_of_the_same_outcomes():
+    rng = np.random.default_rng(3)
+    rewards = torch.zeros(8, 5)
+    rewards[:, 2] = torch.from_numpy(rng.integers(0, 2, 8).astype(np.float32))
+    mask = torch.zeros(8, 5)
+    mask[:, :3] = 1
+    index = np.array(["a"] * 4 + ["b"] * 4, dtype=object)
+    gigpo, _ = run("rllm_gigpo", torch.zeros(8, 5, dtype=torch.int64), mask, rewards, index, rllm_estimator_kwargs={"step_advantage_w": 1.0})
+    grpo, _ = run("rllm_grpo", torch.zeros(8, 5, dtype=torch.int64), mask, rewards, index)
+    assert gigpo.numpy() == pytest.approx(2 * grpo.numpy(), rel=1e-6, abs=1e-6)  # one anchor ('prompt') per group: both parts are GRPO
+
+
+def test_bf16_and_integer_rewards():
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(11))
+    want, _ = run("rllm_gigpo", responses, mask, rewards, index)
+    half, _ = run("rllm_gigpo", responses, mask, rewards.to(torch.bfloat16), index)
+    assert half.dtype == torch.bfloat16
+    assert half.float().numpy() == pytest.approx(want.numpy(), rel=1e-2, abs=1e-2)
+    ints, _ = run("rllm_gigpo", responses, mask, (rewards * 2).to(torch.int64), index)
+    assert ints.dtype == torch.get_default_dtype()
+    want2, _ = run("rllm_gigpo", responses, mask, rewards * 2, index)
+    assert ints.numpy() == pytest.approx(want2.numpy(), rel=1e-6, abs=1e-6)
+
+
+def test_a_row_without_model_tokens_is_refused_naming_it():
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(1))
+    mask[5] = 0
+    with pytest.raises(ValueError, match=rf"advantage estimator 'rllm_gigpo': row 5 \(uid '{index[5]}'\) has no model token \(response_mask all 0\)"):
+        run("rllm_gigpo", responses, mask, rewards, index)
+
+
+def test_without_responses_gigpo_names_the_v1_trainer_and_what_to_set():
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    _, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(1))
+    with pytest.raises(ValueError, match=r"needs `responses` to form anchor states.*set trainer.use_v1=false, or use a step-level estimator without"):
+        get_adv_estimator_fn("rllm_gigpo")(token_level_rewards=rewards, response_mask=mask, index=index, config=OmegaConf.create({"gamma": 1.0}))
+    advantages, _ = get_adv_estimator_fn("rllm_step_reinforce")(token_level_rewards=rewards, response_mask=mask, index=index, config=None)
+    assert advantages.shape == rewards.shape
+
+
+def test_gdpo_reward_keys_with_a_step_level_estimator_are_refused():
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(2))
+    with pytest.raises(ValueError, match=r"'rllm_gigpo' is step-level: .* algorithm.gdpo_reward_keys .* cannot apply"):
+        run("rllm_gigpo", responses, mask, rewards, index, gdpo_reward_keys=["acc"])
+
+
+def test_verl_check_fails_for_gigpo_on_the_v1_trainer_and_passes_on_the_legacy_one():
+    from rllm_verl.check import verl_check
+
+    v1 = verl_check(["algorithm.adv_estimator=rllm_gigpo"])
+    assert not v1.ok and "set trainer.use_v1=false" in str(v1)
+    assert verl_check(["algorithm.adv_estimator=rllm_gigpo", "trainer.use_v1=false"]).ok
+    assert verl_check(["algorithm.adv_estimator=rllm_step_reinforce"]).ok
+    bad = verl_check(["algorithm.adv_estimator=rllm_gigpo", "trainer.use_v1=false", "+algorithm.rllm_estimator_kwargs.gamma=1.5"])
+    assert not bad.ok and "gamma (the discount of step returns) must be a number in [0, 1]" in str(bad)
+
+
+def test_outcome_level_names_are_unchanged_by_responses_in_the_batch():
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(4))
+    with_responses, _ = run("rllm_grpo", responses, mask, rewards, index)
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    without, _ = get_adv_estimator_fn("rllm_grpo")(token_level_rewards=rewards, response_mask=mask, index=index, config=None)
+    assert torch.equal(with_responses, without)
