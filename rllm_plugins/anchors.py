@@ -8,7 +8,7 @@ groups never meet.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -17,22 +17,42 @@ from .segments import GroupLayout
 __all__ = ["anchor_group_sizes", "anchor_ids", "normalize_within"]
 
 
-def anchor_ids(states: Iterable[Hashable], step_group: Iterable[int], where: Callable[[int], str]) -> np.ndarray:
+def anchor_ids(states: Sequence[Hashable], step_group: Sequence[int] | np.ndarray, where: Callable[[int], str]) -> np.ndarray:
     """One anchor-group id per step ``(S,)`` int64, dense from 0: equal ``(task group, state)`` pairs share an id.
 
     ``where(s)`` names step ``s`` in the error raised for an unhashable state (a list, a dict, an array).
+    States are coded once (one dict lookup per step), then combined with their group in numpy.
     """
-    ids: dict[tuple[int, Hashable], int] = {}
-    out = []
-    for s, (group, state) in enumerate(zip(step_group, states, strict=True)):
-        try:
-            out.append(ids.setdefault((group, state), len(ids)))
-        except TypeError:
-            raise ValueError(
-                f"{where(s)}: anchor state {type(state).__name__} {_short(state)} is unhashable; "
-                "give a hashable one (a str, a number, a tuple of token ids, bytes)"
-            ) from None
-    return np.array(out, dtype=np.int64)
+    codes: dict[Hashable, int] = {}
+    try:
+        state_codes = np.fromiter((codes.setdefault(state, len(codes)) for state in states), dtype=np.int64)
+    except TypeError:
+        s, state = next((s, state) for s, state in enumerate(states) if not _hashable(state))
+        raise ValueError(
+            f"{where(s)}: anchor state {type(state).__name__} {_short(state)} is unhashable; give a hashable one (a str, a number, a tuple of token ids, bytes)"
+        ) from None
+    groups = np.asarray(step_group if isinstance(step_group, np.ndarray) else list(step_group), dtype=np.int64)
+    if groups.shape != state_codes.shape:
+        raise ValueError(f"anchor_ids: {state_codes.size} states for {groups.size} step groups")
+    if state_codes.size == 0:
+        return state_codes
+    keys = groups * len(codes) + state_codes
+    span = int(keys.max()) + 1
+    if span <= 4 * keys.size:  # dense keys (few states per task): renumber through a table, no sort
+        present = np.zeros(span, dtype=bool)
+        present[keys] = True
+        renumber = np.cumsum(present, dtype=np.int64) - 1
+        return renumber[keys]
+    _, ids = np.unique(keys, return_inverse=True)
+    return ids.astype(np.int64, copy=False).reshape(-1)
+
+
+def _hashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _short(value: object) -> str:

@@ -102,6 +102,9 @@ class StepBatch:
         return GroupLayout.from_offsets(self.group_step_offsets, self.num_steps).group_index
 
 
+_SHORT = 32  # trajectories up to this many steps: discounted_returns passes over the steps once per distance
+
+
 def discounted_returns(step_rewards: np.ndarray, step_offsets: np.ndarray, gamma: float) -> np.ndarray:
     """``G_t = r_t + gamma * G_{t+1}`` within each trajectory (``G`` of its last step = its reward) -> ``(S,)`` float64.
 
@@ -117,7 +120,12 @@ def discounted_returns(step_rewards: np.ndarray, step_offsets: np.ndarray, gamma
     longest = int(from_end.max())
     if longest == 0:
         return returns
-    order = np.argsort(from_end, kind="stable")
+    if longest <= _SHORT:  # typical agent episodes: one masked pass per distance beats a sort
+        for distance in range(1, longest + 1):
+            steps = np.flatnonzero(from_end == distance)
+            returns[steps] += gamma * returns[steps + 1]
+        return returns
+    order = np.argsort(from_end.astype(np.int32), kind="stable")  # a radix sort for small integer keys
     bounds = np.cumsum(np.bincount(from_end, minlength=longest + 1))
     for distance in range(1, longest + 1):
         steps = order[bounds[distance - 1] : bounds[distance]]

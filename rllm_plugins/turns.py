@@ -20,6 +20,7 @@ row ``b`` owns turns ``row_offsets[b]:row_offsets[b + 1]``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Hashable
 from dataclasses import dataclass
 
@@ -51,19 +52,23 @@ class Turns:
 
 
 def find_turns(mask: np.ndarray) -> Turns:
-    """The maximal runs of non-zero entries of each row of ``mask`` ``(B, T)``."""
-    mask = np.asarray(mask) != 0
+    """The maximal runs of non-zero entries of each row of ``mask`` ``(B, T)``.
+
+    One pass: the row-wise difference of the 0/1 mask padded with a 0 on each side is +1 where a
+    run starts and -1 one past where it ends, alternately, so a single ``nonzero`` finds both.
+    """
+    mask = np.asarray(mask)
     if mask.ndim != 2:
         raise ValueError(f"the mask of model tokens must be 2-D (batch, response_length), got shape {mask.shape}")
-    starts = mask.copy()
-    starts[:, 1:] &= ~mask[:, :-1]
-    ends = mask.copy()
-    ends[:, :-1] &= ~mask[:, 1:]
-    row, start = np.nonzero(starts)
-    _, last = np.nonzero(ends)
-    row_offsets = np.zeros(mask.shape[0] + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row, minlength=mask.shape[0]), out=row_offsets[1:])
-    return Turns(row.astype(np.int64), start.astype(np.int64), last.astype(np.int64) + 1, row_offsets, mask.shape[1])
+    rows, length = mask.shape
+    padded = np.zeros((rows, length + 2), dtype=np.int8)
+    np.not_equal(mask, 0, out=padded[:, 1:-1].view(bool))
+    edges = np.diff(padded, axis=1)
+    del padded
+    row, col = np.nonzero(edges)
+    row_offsets = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row[0::2], minlength=rows), out=row_offsets[1:])
+    return Turns(row[0::2].astype(np.int64), col[0::2].astype(np.int64), col[1::2].astype(np.int64), row_offsets, length)
 
 
 def _segment_starts(turns: Turns) -> np.ndarray:
@@ -99,24 +104,26 @@ def turn_rewards(token_rewards: np.ndarray, turns: Turns) -> np.ndarray:
 
 def turn_anchor_states(tokens: np.ndarray, turns: Turns) -> list[Hashable]:
     """``(K,)`` anchor state of each turn: :data:`PROMPT_ANCHOR` for a row's first turn, else the bytes of the tokens ``(B, T)`` right before it."""
-    tokens = np.ascontiguousarray(tokens)
+    tokens = np.asarray(tokens)
+    width = tokens.dtype.itemsize
     states: list[Hashable] = []
-    previous_end = 0
-    first_turns = set(turns.row_offsets[:-1].tolist())
-    for j, (row, start) in enumerate(zip(turns.row.tolist(), turns.start.tolist(), strict=True)):
-        states.append(PROMPT_ANCHOR if j in first_turns else tokens[row, previous_end:start].tobytes())
-        previous_end = int(turns.end[j])
+    starts, ends = turns.start.tolist(), turns.end.tolist()
+    bounds = turns.row_offsets.tolist()
+    for row, (first, last) in enumerate(itertools.pairwise(bounds)):
+        if first == last:
+            continue
+        line = tokens[row].tobytes()  # one copy per row; turns slice it
+        states.append(PROMPT_ANCHOR)
+        states.extend(line[ends[j - 1] * width : starts[j] * width] for j in range(first + 1, last))
     return states
 
 
-def spread_to_tokens(per_turn: np.ndarray, turns: Turns, mask: np.ndarray, dtype: np.dtype | type = np.float32) -> np.ndarray:
-    """``(B, T)`` array where every model token of turn ``j`` holds ``per_turn[j]`` ``(K,)`` and every other token 0."""
-    mask = np.asarray(mask) != 0
-    starts = mask.copy()
-    starts[:, 1:] &= ~mask[:, :-1]
-    index = np.cumsum(starts, axis=1, dtype=np.int32)  # int32: half the memory of int64 at (B, T)
-    index += (turns.row_offsets[:-1] - 1).astype(np.int32)[:, None]
-    np.clip(index, 0, max(turns.num_turns - 1, 0), out=index)
-    out = np.asarray(per_turn, dtype=dtype)[index] if turns.num_turns else np.zeros(mask.shape, dtype=dtype)
-    out[~mask] = 0
+def spread_to_tokens(per_turn: np.ndarray, turns: Turns, dtype: np.dtype | type = np.float32) -> np.ndarray:
+    """``(B, T)`` array where every model token of turn ``j`` holds ``per_turn[j]`` ``(K,)`` and every other token 0.
+
+    One slice assignment per turn: the output is the only ``(B, T)`` allocation.
+    """
+    out = np.zeros((turns.row_offsets.size - 1, turns.length), dtype=dtype)
+    for row, start, end, value in zip(turns.row.tolist(), turns.start.tolist(), turns.end.tolist(), np.asarray(per_turn).tolist(), strict=True):
+        out[row, start:end] = value
     return out

@@ -117,5 +117,5 @@ def compute_rllm_step_advantage(
             f"{where}: advantage {per_turn[j]} of row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])} overflows {dtype} "
             f"(largest {limit:g}), the dtype of token_level_rewards; compute rewards in a wider dtype, or scale them down"
         )
-    spread = spread_to_tokens(per_turn, turns, mask, dtype=np.float64 if dtype == torch.float64 else np.float32)
+    spread = spread_to_tokens(per_turn, turns, dtype=np.float64 if dtype == torch.float64 else np.float32)
     return torch.from_numpy(spread).to(device=token_level_rewards.device, dtype=dtype)

@@ -166,9 +166,10 @@ def test_equal_anchors_in_different_groups_never_meet():
 
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("gamma", [0.0, 0.3, 0.99, 1.0])
-def test_discounted_returns_equal_the_backward_loop_bit_for_bit(seed, gamma):
+@pytest.mark.parametrize("longest", [12, 100])
+def test_discounted_returns_equal_the_backward_loop_bit_for_bit(seed, gamma, longest):
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(0, 12, 50)
+    lengths = rng.integers(0, longest, 50)
     rewards = rng.normal(size=int(lengths.sum()))
     offsets = np.concatenate(([0], np.cumsum(lengths)))
     want = [x for a, b in itertools.pairwise(offsets) for x in plain_returns(rewards[a:b].tolist(), gamma)]

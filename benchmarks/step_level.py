@@ -1,0 +1,245 @@
+"""Step level: batched ``gigpo`` vs a per-step Python loop, the collector's cost per step, and ``rllm_gigpo`` in verl.
+
+- **core**: ``gigpo``'s batched form on a :class:`~rllm_plugins.steps.StepBatch` against the same
+  numbers computed the way verl-agent's ``gigpo/core_gigpo.py`` organises them: a backward loop of
+  discounted returns per trajectory, then dicts from anchor state to the returns of its steps, mean
+  and std per anchor group, one step at a time (its per-step work written in Python, as there).
+  Both include building anchor ids from hashable states (the loop: its dicts; ours: ``anchor_ids``).
+- **collector**: ``collect_reward_and_advantage_from_trajectory_groups`` with ``gigpo`` on
+  ``Trajectory``/``Step`` objects, per step.
+- **verl**: ``compute_advantage`` with ``rllm_gigpo`` vs ``rllm_grpo`` on one multi-turn CPU
+  DataProto (2-10 turns per row, environment segments drawn from a small vocabulary so states repeat).
+
+Peak memory: ``tracemalloc`` (numpy and Python objects) plus the torch profiler for verl.
+Run: ``python -m benchmarks.step_level [--quick]``.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import statistics
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .report import Report, Target, script_main
+from .timing import Table, format_bytes, format_ratio, format_time, measure_interleaved
+
+__all__ = ["loop_gigpo", "make_steps", "run"]
+
+TARGET_VS_LOOP = 20.0
+TARGET_VERL_VS_GRPO = 3.0
+TARGET_VERL_MEMORY = 2.0
+EPS = 1e-6
+
+
+def make_steps(groups: int, per_group: int, max_steps: int, seed: int = 0) -> tuple[np.ndarray, list[list[float]], list[list[str]]]:
+    """Outcomes ``(G * n,)``, per-trajectory step rewards and anchor states (1..max_steps steps, states from 6 per task)."""
+    rng = np.random.default_rng(seed)
+    n = groups * per_group
+    lengths = rng.integers(1, max_steps + 1, n)
+    outcomes = rng.integers(0, 2, n).astype(np.float64)
+    rewards = [rng.choice([0.0, 0.1], int(k)).tolist() for k in lengths]
+    states = [[f"s{int(x)}" for x in rng.integers(0, 6, int(k))] for k in lengths]
+    return outcomes, rewards, states
+
+
+def loop_gigpo(outcomes: np.ndarray, rewards: list[list[float]], states: list[list[str]], per_group: int, gamma: float = 0.95) -> list[float]:
+    """GiGPO one step at a time with dicts, verl-agent's way (rLLM-native statistics: population std)."""
+    out: list[float] = []
+    for g in range(len(outcomes) // per_group):
+        members = range(g * per_group, (g + 1) * per_group)
+        scores = [float(outcomes[i]) for i in members]
+        mean, std = statistics.fmean(scores), statistics.pstdev(scores)
+        returns: dict[int, list[float]] = {}
+        by_anchor: dict[str, list[float]] = {}
+        for i in members:
+            running, traj = 0.0, [0.0] * len(rewards[i])
+            for t in reversed(range(len(rewards[i]))):
+                running = rewards[i][t] + gamma * running
+                traj[t] = running
+            returns[i] = traj
+            for t, state in enumerate(states[i]):
+                by_anchor.setdefault(state, []).append(traj[t])
+        stats = {a: (statistics.fmean(v), statistics.pstdev(v), len(v)) for a, v in by_anchor.items()}
+        for i in members:
+            episode = (outcomes[i] - mean) / (std + EPS)
+            for t, state in enumerate(states[i]):
+                m, s, size = stats[state]
+                step = 0.0 if size == 1 else (returns[i][t] - m) / (s + EPS)
+                out.append(episode + step)
+    return out
+
+
+def batched_gigpo(outcomes: np.ndarray, rewards: list[list[float]], states: list[list[str]], per_group: int, gamma: float = 0.95) -> np.ndarray:
+    """The library: anchor ids from the states, then the batched estimator."""
+    from rllm_plugins.anchors import anchor_ids
+    from rllm_plugins.estimators import gigpo
+    from rllm_plugins.steps import StepBatch
+
+    lengths = np.fromiter(map(len, rewards), dtype=np.int64, count=len(rewards))
+    step_offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=step_offsets[1:])
+    step_group = np.repeat(np.arange(lengths.size) // per_group, lengths)
+    anchors = anchor_ids(list(itertools.chain.from_iterable(states)), step_group, str)
+    traj_offsets = np.arange(0, outcomes.size + 1, per_group, dtype=np.int64)
+    step_rewards = np.fromiter(itertools.chain.from_iterable(rewards), dtype=np.float64, count=int(step_offsets[-1]))
+    batch = StepBatch(outcomes, traj_offsets, step_rewards, step_offsets, anchors)
+    return gigpo(batch, gamma=gamma)
+
+
+def peak_bytes(fn: Callable[[], object]) -> int:
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _core(report: Report, quick: bool) -> None:
+    groups, per_group, max_steps = (200, 8, 10) if quick else (10_000, 8, 10)
+    outcomes, rewards, states = make_steps(groups, per_group, max_steps)
+    steps = sum(len(r) for r in rewards)
+    got = batched_gigpo(outcomes, rewards, states, per_group)
+    want = loop_gigpo(outcomes, rewards, states, per_group)
+    assert np.allclose(got, want, rtol=1e-9, atol=1e-9), "batched gigpo and the loop disagree"
+    impls = {
+        "per-step Python loop (verl-agent's way)": lambda: loop_gigpo(outcomes, rewards, states, per_group),
+        "batched gigpo (anchor ids + estimator)": lambda: batched_gigpo(outcomes, rewards, states, per_group),
+    }
+    times = measure_interleaved(impls, 1 if quick else 3, 0.0 if quick else 2.0, 1 if quick else 3)
+    table = Table(
+        f"core: gigpo on {groups:,} task groups x {per_group} trajectories x 1-{max_steps} steps ({steps:,} steps)",
+        ["implementation", "time", "per step", "peak memory"],
+    )
+    for name, fn in impls.items():
+        table.add(name, format_time(times[name]), format_time(times[name] / steps), format_bytes(peak_bytes(fn)))
+    report.tables.append(table)
+    speedup = times["per-step Python loop (verl-agent's way)"] / times["batched gigpo (anchor ids + estimator)"]
+    report.targets.append(
+        Target(f"batched gigpo vs per-step loop at {groups:,} groups", f"{format_ratio(speedup)} faster", f"≥ {TARGET_VS_LOOP:g}x", speedup >= TARGET_VS_LOOP)
+    )
+    _collector(report, outcomes, rewards, states, per_group, quick)
+
+
+def _collector(report: Report, outcomes: np.ndarray, rewards: list[list[float]], states: list[list[str]], per_group: int, quick: bool) -> None:
+    from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups
+
+    groups = min(len(outcomes) // per_group, 200 if quick else 2_000)
+    built = [
+        TrajectoryGroup(
+            [
+                Trajectory(steps=[Step(reward=r, observation=s) for r, s in zip(rewards[i], states[i], strict=True)], reward=float(outcomes[i]))
+                for i in range(g * per_group, (g + 1) * per_group)
+            ],
+            group_id=f"task{g}:agent",
+        )
+        for g in range(groups)
+    ]
+    steps = sum(len(t.steps) for grp in built for t in grp.trajectories)
+    config = AlgorithmConfig(estimator="gigpo", estimator_kwargs={"gamma": 0.95})
+    outcome_config = AlgorithmConfig(estimator="grpo")
+    built_twice = copy.deepcopy(built)  # each configuration on its own objects: no advantages left by the other
+    impls: dict[str, Callable[[], object]] = {
+        "collector, gigpo (one advantage per step)": lambda: collect_reward_and_advantage_from_trajectory_groups(built, config),
+        "collector, grpo (broadcast)": lambda: collect_reward_and_advantage_from_trajectory_groups(built_twice, outcome_config),
+    }
+    times = measure_interleaved(impls, 1 if quick else 3, 0.0 if quick else 1.0, 1 if quick else 3)
+    table = Table(f"core: the collector on {groups:,} task groups ({steps:,} steps)", ["collection", "time", "per step", "peak memory"])
+    for name, fn in impls.items():
+        table.add(name, format_time(times[name]), format_time(times[name] / steps), format_bytes(peak_bytes(fn)))
+    report.tables.append(table)
+
+
+def make_multi_turn_dataproto(rows: int, length: int, n: int, seed: int = 0) -> Any:
+    """A verl DataProto of multi-turn rows: 2-10 turns, each 8-40 model tokens then 4-16 environment tokens from 4 segments."""
+    import torch
+    from verl import DataProto
+
+    rng = np.random.default_rng(seed)
+    segments = [rng.integers(0, 1000, int(k)) for k in rng.integers(4, 17, 4)]
+    responses = np.zeros((rows, length), dtype=np.int64)
+    mask = np.zeros((rows, length), dtype=np.int64)
+    rewards = np.zeros((rows, length), dtype=np.float32)
+    for r in range(rows):
+        pos = 0
+        for _ in range(int(rng.integers(2, 11))):
+            k = int(rng.integers(8, 41))
+            if pos + k > length:
+                break
+            mask[r, pos : pos + k] = 1
+            responses[r, pos : pos + k] = rng.integers(1000, 2000, k)
+            rewards[r, pos + k - 1] = float(rng.integers(0, 2))
+            pos += k
+            env = segments[int(rng.integers(0, 4))]
+            end = min(pos + env.size, length)
+            responses[r, pos:end] = env[: end - pos]
+            pos = end
+    uid = np.repeat(np.array([f"prompt-{i}" for i in range(rows // n)], dtype=object), n)
+    return DataProto.from_dict(
+        tensors={"responses": torch.from_numpy(responses), "response_mask": torch.from_numpy(mask), "token_level_rewards": torch.from_numpy(rewards)},
+        non_tensors={"uid": uid},
+    )
+
+
+def _verl(report: Report, quick: bool) -> None:
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    from .verl_advantage import _rllm_available, peak_extra_memory
+
+    if not _rllm_available():
+        report.targets.append(Target("rllm_gigpo in verl", "rllm_verl not available", "registered", None))
+        return
+    rows, length, n = (256, 256, 8) if quick else (4096, 2048, 8)
+    data = make_multi_turn_dataproto(rows, length, n)
+    config = OmegaConf.create({"adv_estimator": "rllm_gigpo", "norm_adv_by_std_in_grpo": True, "gamma": 0.95, "lam": 1.0})
+    impls = {
+        name: (lambda name=name: compute_advantage(data, adv_estimator=name, config=config)) for name in ("rllm_grpo", "rllm_gigpo", "rllm_step_reinforce")
+    }
+    times = measure_interleaved(impls, 1 if quick else 3, 0.0 if quick else 3.0, 1 if quick else 5)
+    output = rows * length * 4
+    table = Table(
+        f"verl: compute_advantage on {rows:,} multi-turn rows x {length:,} tokens (n={n}, 2-10 turns)",
+        ["estimator", "time", "vs rllm_grpo", "peak extra memory", "vs (B,T) output"],
+    )
+    peaks = {}
+    for name, fn in impls.items():
+        for key in ("advantages", "returns"):
+            data.batch.pop(key, None)
+        peaks[name] = peak_extra_memory(fn)[0]
+        table.add(name, format_time(times[name]), format_ratio(times[name] / times["rllm_grpo"]), format_bytes(peaks[name]), format_ratio(peaks[name] / output))
+    table.notes.append(
+        f"(B,T) float32 output: {format_bytes(output)}; turns, turn rewards and anchor states (environment token bytes) are found on every call."
+    )
+    report.tables.append(table)
+    ratio = times["rllm_gigpo"] / times["rllm_grpo"]
+    memory = peaks["rllm_gigpo"] / output
+    report.targets.append(
+        Target(f"rllm_gigpo vs rllm_grpo at {rows:,} x {length:,}", format_ratio(ratio), f"≤ {TARGET_VERL_VS_GRPO:g}x", ratio <= TARGET_VERL_VS_GRPO)
+    )
+    report.targets.append(
+        Target("rllm_gigpo peak memory vs the (B,T) output", format_ratio(memory), f"≤ {TARGET_VERL_MEMORY:g}x", memory <= TARGET_VERL_MEMORY)
+    )
+
+
+def run(quick: bool = False) -> Report:
+    report = Report("step_level")
+    _core(report, quick)
+    try:
+        _verl(report, quick)
+    except ImportError as error:
+        report.targets.append(Target("rllm_gigpo in verl", f"not available ({error})", "runs", None))
+    return report
+
+
+def main() -> None:
+    script_main(__doc__, run, "small sizes, one run each (smoke test)")
+
+
+if __name__ == "__main__":
+    main()
