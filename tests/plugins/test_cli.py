@@ -33,6 +33,7 @@ def test_plugins_json_reports_every_status(cli_env, plugin_site):
         "fixture_dup_a": "conflict",
         "fixture_dup_b": "conflict",
         "fixture_good": "active",
+        "fixture_step": "active",
         "fixture_grpo_taker": "conflict",
         "fixture_legacy": "active",
         "fixture_raises": "active",
@@ -97,7 +98,7 @@ def test_estimators_json_lists_names_aliases_providers_and_conflicts(cli_env):
         "plugin 'fixture_dup_a' (distribution rllm-fixture-dup-a 1.0.0); plugin 'fixture_dup_b' (distribution rllm-fixture-dup-b 2.0.0)"
     )
     assert "scaled" not in rows  # aliases are folded into their estimator's row
-    plugin_names = ["always_fails", "legacy_max_baseline", "median_baseline", "scaled_baseline", "shared_baseline"]
+    plugin_names = ["always_fails", "last_turn_baseline", "legacy_max_baseline", "median_baseline", "scaled_baseline", "shared_baseline"]
     assert list(rows) == sorted([spec.name for spec in BUILTIN_SPECS] + plugin_names)
 
 
