@@ -119,15 +119,25 @@ def _bind_positional(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], s
         kwargs[key] = value
 
 
-def _check_call_options(func_name: str, kwargs: dict[str, Any]) -> None:
-    """``norm_adv_by_std_in_grpo`` must be a bool and ``epsilon`` a finite number >= 0 (a str ``"false"`` is truthy)."""
-    norm = kwargs.get("norm_adv_by_std_in_grpo")
-    if norm is not None and not isinstance(norm, (bool, np.bool_)):
-        raise ValueError(f"{func_name}(): norm_adv_by_std_in_grpo must be a bool (True or False), got {type(norm).__name__} {norm!r}")
+def _check_call_options(func_name: str, kwargs: dict[str, Any], norm_source: str = "") -> None:
+    """``norm_adv_by_std_in_grpo`` (when given, None included) must be a bool and ``epsilon`` a finite int or float >= 0.
+
+    A str ``"false"`` is truthy and None falsy: either would silently pick a mode. ``norm_source`` says where
+    the flag came from (``" (from algorithm_config)"``).
+    """
+    if "norm_adv_by_std_in_grpo" in kwargs:
+        norm = kwargs["norm_adv_by_std_in_grpo"]
+        if not isinstance(norm, (bool, np.bool_)):
+            raise ValueError(f"{func_name}(): norm_adv_by_std_in_grpo{norm_source} must be a bool (True or False), got {type(norm).__name__} {norm!r}")
     if "epsilon" in kwargs:
         epsilon = kwargs["epsilon"]
-        if isinstance(epsilon, (bool, np.bool_)) or not isinstance(epsilon, numbers.Real) or not math.isfinite(epsilon) or epsilon < 0:
+        if not is_plain_real(epsilon) or not math.isfinite(epsilon) or epsilon < 0:
             raise ValueError(f"{func_name}(): epsilon must be a finite number >= 0, got {type(epsilon).__name__} {epsilon!r}")
+
+
+def is_plain_real(value: Any) -> bool:
+    """Whether ``value`` is an int or float numpy computes with (Python or numpy; not a bool, a ``Fraction`` or a ``Decimal``)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
 def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_args: tuple[str, ...] = (), main_args: tuple[str, ...] = ()) -> ListEstimator:
@@ -146,9 +156,10 @@ def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_arg
         if "episilon" in kwargs:  # the spec's spelling
             kwargs.setdefault("epsilon", kwargs.pop("episilon"))
         config = kwargs.pop("algorithm_config", None)
+        source = ""
         if config is not None and "norm_adv_by_std_in_grpo" not in kwargs and hasattr(config, "norm_adv_by_std_in_grpo"):
-            kwargs["norm_adv_by_std_in_grpo"] = config.norm_adv_by_std_in_grpo
-        _check_call_options(func_name, kwargs)
+            kwargs["norm_adv_by_std_in_grpo"], source = config.norm_adv_by_std_in_grpo, " (from algorithm_config)"
+        _check_call_options(func_name, kwargs, source)
         if len(rewards) == 0:
             return [], []
         traj_groups = kwargs.pop("traj_groups", None)

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..segments import GroupLayout
 from ..spec import list_form_of
+from .grpo import spread_divisor
 
 __all__ = ["calculate_passk_training_advantages", "check_passk_k", "passk_training"]
 
@@ -90,7 +91,7 @@ def passk_training(
     chance = _no_success_chance(n, failures, k)
     negative = -chance * np.divide(successes, failures, out=np.zeros_like(n), where=failures > 0)
     if norm_adv_by_std_in_grpo:
-        scale = np.sqrt(chance * (1.0 - chance)) + epsilon
+        scale = spread_divisor(np.sqrt(chance * (1.0 - chance)), epsilon)
         chance = chance / scale
         negative = negative / scale
     if layout.uniform_size is not None:  # equal groups: pick per row without expanding both values to (N,)
