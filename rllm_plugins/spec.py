@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
