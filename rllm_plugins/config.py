@@ -31,6 +31,7 @@ class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
     REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
     PRPO = "prpo"
     RLOO = "rloo"
+    ECHO = "echo"
     OTHER = "other"
 
     @classmethod
