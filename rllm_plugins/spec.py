@@ -245,6 +245,9 @@ class AdvEstimatorSpec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", validate_name(self.name))
         object.__setattr__(self, "aliases", tuple(validate_name(a, f"aliases of {self.name!r}") for a in self.aliases))
+        repeated = [n for i, n in enumerate(self.names) if n in self.names[:i]]
+        if repeated:
+            raise ValueError(f"estimator {self.name!r}: name and aliases must all differ, but {repeated[0]!r} is given twice (aliases {self.aliases!r})")
         if self.options is not None:
             if isinstance(self.options, str) or not all(isinstance(o, str) for o in self.options):
                 raise TypeError(f"estimator {self.name!r}: options must be a sequence of option names (str), got {self.options!r}")
