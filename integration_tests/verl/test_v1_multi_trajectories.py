@@ -369,3 +369,13 @@ def test_a_session_advantage_that_overflows_fp16_rewards_is_an_error(ref, algori
         ValueError, match=r"\(sessions of compute_advantage_for_multi_trajectories\): advantage 120000\.0 of row 0 \(uid 'a'\) overflows torch\.float16"
     ):
         run(data, ["a_0_0", "a_0_1", "a_1_0"], "rllm_rloo", algorithm_config(adv_estimator="rllm_rloo"))
+
+
+def test_a_session_advantage_past_float32s_range_is_an_error(ref, algorithm_config):
+    data = ref.make_batch([0.0, 3e38, -3e38], [2, 2, 2], ["a"] * 3)
+    with pytest.raises(
+        ValueError,
+        match=r"\(sessions of compute_advantage_for_multi_trajectories\): advantage 6\.0\d*e\+38 of row 0 \(uid 'a'\) overflows torch\.float32 "
+        r"\(largest 3\.40282e\+38\), the dtype of token_level_rewards; compute rewards in float64",
+    ):
+        run(data, ["a_0_0", "a_0_1", "a_1_0"], "rllm_rloo", algorithm_config(adv_estimator="rllm_rloo"))

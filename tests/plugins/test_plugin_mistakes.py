@@ -179,7 +179,10 @@ def test_a_plugin_offering_one_name_twice_is_a_load_error_not_a_silent_first_win
     """Before: the first spec won in silence."""
     install(site, "twice", OFFERS_A_NAME_TWICE)
     caught = load()
-    why = "ValueError: 'rllm_mistake_twice' offers the estimator name 'twice' twice (estimators 'twice' and 'twice_too'); give each estimator its own name and aliases"
+    why = (
+        "ValueError: 'rllm_mistake_twice' offers the estimator name 'twice' twice (estimators 'twice' and 'twice_too'); "
+        "give each estimator its own name and aliases"
+    )
     assert (record("twice").status, record("twice").error) == ("error", why)
     assert any(why in w for w in caught)
     with pytest.raises(UnknownEstimatorError, match="failed to load"):
