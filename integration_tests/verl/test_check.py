@@ -90,8 +90,8 @@ def test_the_report_names_an_opted_out_extension():
 
 
 def test_reward_key_options_are_tried_on_a_toy_batch_with_those_keys():
-    legacy = "trainer.use_v1=false"
-    good = verl_check(["algorithm.adv_estimator=rllm_rloo", "+algorithm.gdpo_reward_keys=[accuracy,format]", "+algorithm.gdpo_reward_weights=[1.0,0.5]", legacy])
+    keys, legacy = "+algorithm.gdpo_reward_keys=[accuracy,format]", "trainer.use_v1=false"
+    good = verl_check(["algorithm.adv_estimator=rllm_rloo", keys, "+algorithm.gdpo_reward_weights=[1.0,0.5]", legacy])
     assert good.ok, good
     bad = verl_check(["algorithm.adv_estimator=rllm_rloo", "+algorithm.gdpo_reward_keys=[accuracy,format]", "+algorithm.gdpo_reward_weights=[1.0]"])
     assert not bad.ok and "gdpo_reward_weights has 1 weights for the 2 keys" in bad.errors[0]
