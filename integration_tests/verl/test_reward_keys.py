@@ -157,11 +157,12 @@ def test_on_the_v1_path_no_estimator_gets_the_keys_not_even_verls_gdpo(algorithm
     """v1's _compute_advantage builds its DataProto from uid and a few tensors only: the shape used here."""
     v1_utils = pytest.importorskip("verl.trainer.ppo.v1.utils")
     uids = ["a", "a", "b", "b"]
+    keys = [f"{u}_{s}_0" for s, u in enumerate(uids)]  # one output per session, every session its own key
     config = algorithm_config(gdpo_reward_keys=["format"])
     with pytest.raises(ValueError, match=r"non_tensor_batch has \['uid'\].*v1 trainer.*reach no estimator there.*trainer.use_v1=False"):
-        v1_utils.compute_advantage_for_multi_trajectories(ref.make_batch([1, 0, 1, 0], [2] * 4, uids), [f"{u}_0_0" for u in uids], "rllm_grpo", config=config)
+        v1_utils.compute_advantage_for_multi_trajectories(ref.make_batch([1, 0, 1, 0], [2] * 4, uids), keys, "rllm_grpo", config=config)
     with pytest.raises(KeyError, match="prompts"):  # verl's own gdpo fails on the same batch
-        v1_utils.compute_advantage_for_multi_trajectories(ref.make_batch([1, 0, 1, 0], [2] * 4, uids), [f"{u}_0_0" for u in uids], "gdpo", config=config)
+        v1_utils.compute_advantage_for_multi_trajectories(ref.make_batch([1, 0, 1, 0], [2] * 4, uids), keys, "gdpo", config=config)
 
 
 @pytest.mark.parametrize(
