@@ -136,7 +136,10 @@ def _aggregate(role: str, batch: _RoleBatch, config: AlgorithmConfig) -> list[np
 
 
 def _precomputed(group: TrajectoryGroup, index: int, role: str) -> tuple[list[tuple[Step, list[float]]], list[float], int]:
-    """Per-token advantages of a precomputed group: (step, tokens) to write, flat values, mismatches."""
+    """Per-token advantages of a precomputed group: (step, tokens) to write, flat values, mismatches.
+
+    A per-token list whose length is not the step's ``response_ids`` becomes zeros, as in rLLM (counted in ``mismatches``).
+    """
     writes: list[tuple[Step, list[float]]] = []
     flat: list[float] = []
     mismatches = 0
@@ -160,17 +163,16 @@ def _precomputed(group: TrajectoryGroup, index: int, role: str) -> tuple[list[tu
                     ) from None
                 if not all(math.isfinite(a) for a in tokens):
                     raise ValueError(f"{_where(role, index, group, t)}, step {s}: precomputed advantage is not finite")
-                if len(tokens) != n:
+                if len(tokens) != n:  # as both rLLM generations: zeros, a warning (and a count in the metrics)
                     mismatches += 1
                     _warn(
-                        "%s, step %d: precomputed advantage has %d values for %d response tokens; kept as is",
+                        "%s, step %d: precomputed advantage has %d values for %d response tokens; defaulting to zeros",
                         _where(role, index, group, t),
                         s,
                         len(tokens),
                         n,
                     )
-                    flat.extend(tokens)
-                    continue
+                    tokens = [0.0] * n
             if not all(math.isfinite(a) for a in tokens):
                 raise ValueError(f"{_where(role, index, group, t)}, step {s}: precomputed advantage is not finite")
             writes.append((step, tokens))
@@ -270,7 +272,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
     (:mod:`.step_forms`) every step gets its own, from ``Step.reward`` and the anchor states
     (:mod:`.step_inputs`), and ``advantage/{role}/*`` count steps instead of trajectories. With ``use_precomputed_advantage`` and some step of a
     group carrying an advantage, that group's per-token advantages are used instead (float ->
-    repeated over ``response_ids``, missing -> zeros). ``collect_advantage=False`` only
+    repeated over ``response_ids``, missing or a list of the wrong length -> zeros). ``collect_advantage=False`` only
     collects rewards. Trajectories with named rewards (``metadata["rewards"]``) are combined by
     ``multi_objective_aggregation``. Metrics: ``reward/{role}/{mean,std,max,min}`` (of the weighted
     sum for named rewards), ``reward/{role}/{name}/{mean,std,max,min}`` per named reward,

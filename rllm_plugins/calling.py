@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,7 +13,7 @@ import numpy as np
 from .outputs import _is_tensor
 from .segments import offsets_from_sizes
 
-__all__ = ["accepted_keywords", "call_with_accepted_kwargs", "check_call_options", "flatten_groups"]
+__all__ = ["accepted_keywords", "call_with_accepted_kwargs", "check_call_options", "flatten_groups", "is_plain_real"]
 
 
 def accepted_keywords(fn: Callable[..., Any]) -> tuple[frozenset[str], bool]:
@@ -71,12 +70,22 @@ def flatten_groups(rewards: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     return values, offsets
 
 
-def check_call_options(func_name: str, kwargs: dict[str, Any]) -> None:
-    """``norm_adv_by_std_in_grpo`` must be a bool and ``epsilon`` a finite number >= 0 (a str ``"false"`` is truthy)."""
-    norm = kwargs.get("norm_adv_by_std_in_grpo")
-    if norm is not None and not isinstance(norm, (bool, np.bool_)):
-        raise ValueError(f"{func_name}(): norm_adv_by_std_in_grpo must be a bool (True or False), got {type(norm).__name__} {norm!r}")
+def check_call_options(func_name: str, kwargs: dict[str, Any], norm_source: str = "") -> None:
+    """``norm_adv_by_std_in_grpo`` (when given, None included) must be a bool and ``epsilon`` a finite int or float >= 0.
+
+    A str ``"false"`` is truthy and None falsy: either would silently pick a mode. ``norm_source`` says where
+    the flag came from (``" (from algorithm_config)"``).
+    """
+    if "norm_adv_by_std_in_grpo" in kwargs:
+        norm = kwargs["norm_adv_by_std_in_grpo"]
+        if not isinstance(norm, (bool, np.bool_)):
+            raise ValueError(f"{func_name}(): norm_adv_by_std_in_grpo{norm_source} must be a bool (True or False), got {type(norm).__name__} {norm!r}")
     if "epsilon" in kwargs:
         epsilon = kwargs["epsilon"]
-        if isinstance(epsilon, (bool, np.bool_)) or not isinstance(epsilon, numbers.Real) or not math.isfinite(epsilon) or epsilon < 0:
+        if not is_plain_real(epsilon) or not math.isfinite(epsilon) or epsilon < 0:
             raise ValueError(f"{func_name}(): epsilon must be a finite number >= 0, got {type(epsilon).__name__} {epsilon!r}")
+
+
+def is_plain_real(value: Any) -> bool:
+    """Whether ``value`` is an int or float numpy computes with (Python or numpy; not a bool, a ``Fraction`` or a ``Decimal``)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))

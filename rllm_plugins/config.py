@@ -31,6 +31,7 @@ class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
     REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
     PRPO = "prpo"
     RLOO = "rloo"
+    ECHO = "echo"
     OTHER = "other"
 
     @classmethod
@@ -103,6 +104,22 @@ def _split_estimator_map(estimator_map: Mapping[Any, Any], loss_fn_map: Mapping[
     return names, losses
 
 
+_MAPPINGS = {
+    "estimator_map": "role -> estimator name or (estimator, loss_fn), e.g. {'judge': 'rloo'}",
+    "loss_fn_map": "role -> policy loss name",
+    "estimator_kwargs": "option name -> value, e.g. {'epsilon': 1e-4}",
+}
+
+
+def _check_mappings(config: Any) -> None:
+    """``estimator_map``, ``loss_fn_map`` and ``estimator_kwargs`` must be mappings (None or a str is no empty one)."""
+    for name, form in _MAPPINGS.items():
+        value = getattr(config, name)
+        if not isinstance(value, Mapping):
+            fix = "; leave it out (or give {}) for none" if value is None else ""
+            raise ValueError(f"AlgorithmConfig.{name} must be a mapping of {form}, got {type(value).__name__} {value!r}{fix}")
+
+
 @dataclass
 class AlgorithmConfig:
     """Configuration of rLLM-native advantage computation (rLLM main's fields, plus ``estimator_kwargs``).
@@ -162,6 +179,7 @@ class AlgorithmConfig:
                 raise ValueError(f"AlgorithmConfig.{name} must be a bool (True or False), got {type(value).__name__} {value!r}")
             setattr(self, name, bool(value))
         self.estimator = _as_estimator(self.estimator, "AlgorithmConfig.estimator")
+        _check_mappings(self)
         self.estimator_map, self.loss_fn_map = _split_estimator_map(self.estimator_map, self.loss_fn_map)
         self.estimator_kwargs = dict(self.estimator_kwargs)
         for name, choices in _CHOICES.items():

@@ -6,7 +6,8 @@ the names its spec declares in ``AdvEstimatorSpec.options``. An estimator that t
 ``**kwargs`` and declares no ``options`` is *open*: any key may be meant for it, so unknown keys
 cannot be flagged. A value is checked against the type of the parameter's default (a bool
 default takes a bool, a float default a finite real number, an int default an int, a str
-default a str); ``epsilon`` (and the spec's spelling ``episilon``) must be a finite number >= 0.
+default a str); ``epsilon`` (and the spec's spelling ``episilon``) must be a finite number >= 0. A
+number is an int or a float (Python or numpy): a ``Fraction``, which numpy cannot compute with, is refused.
 
 ``norm_adv_by_std_in_grpo`` is never an option: it has its own configuration field, which the
 error names.
@@ -25,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .registry import get_estimator
-from .spec import AdvEstimatorSpec
+from .spec import AdvEstimatorSpec, is_plain_real
 
 __all__ = ["CONTEXT_KEYS", "EstimatorOptions", "check_estimator_kwargs", "estimator_options_of", "spec_options"]
 
@@ -89,8 +90,8 @@ def _value_problem(key: str, value: Any, default: Any) -> str | None:
     """Why ``value`` does not fit option ``key`` whose default is ``default`` (None when it fits)."""
     shown = f"{type(value).__name__} {value!r}"
     if key in _NON_NEGATIVE:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            return f"must be a number >= 0, got {shown}"
+        if not is_plain_real(value):
+            return f"must be a number >= 0, got {shown}{_as_float_hint(value)}"
         if not math.isfinite(value) or value < 0:
             return f"must be a finite number >= 0, got {value!r}"
         return None
@@ -101,12 +102,17 @@ def _value_problem(key: str, value: Any, default: Any) -> str | None:
     if isinstance(default, numbers.Integral):
         return None if isinstance(value, numbers.Integral) and not isinstance(value, bool) else f"must be an int, got {shown}"
     if isinstance(default, numbers.Real):
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            return f"must be a number, got {shown}"
+        if not is_plain_real(value):
+            return f"must be a number, got {shown}{_as_float_hint(value)}"
         return None if math.isfinite(value) else f"must be finite, got {value!r}"
     if isinstance(default, str):
         return None if isinstance(value, str) else f"must be a str, got {shown}"
     return None
+
+
+def _as_float_hint(value: Any) -> str:
+    """Advice for a real number numpy cannot compute with (a ``Fraction``): convert it."""
+    return "; numpy cannot compute with it: pass float(value)" if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) else ""
 
 
 def check_estimator_kwargs(names: str | Iterable[str], kwargs: Mapping[str, Any], *, where: str, norm_field: str) -> None:

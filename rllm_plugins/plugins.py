@@ -338,6 +338,19 @@ def _check_implements_the_hook(manager: pluggy.PluginManager, plugin: object, mo
     raise TypeError(f"{module!r} offers no estimators: it has no @hookimpl rllm_adv_estimators() and registers none with @register_rllm_adv_estimator{hint}")
 
 
+def _check_distinct_names(specs: list[AdvEstimatorSpec], module: str) -> None:
+    """One plugin must not offer a name twice (two specs, or a spec's alias that is another's name): which one wins would be a guess."""
+    owner: dict[str, str] = {}
+    for spec in specs:
+        for name in spec.names:
+            if name in owner:
+                raise ValueError(
+                    f"{module!r} offers the estimator name {name!r} twice (estimators {owner[name]!r} and {spec.name!r}); "
+                    "give each estimator its own name and aliases"
+                )
+            owner[name] = spec.name
+
+
 def _load_entry_point(manager: pluggy.PluginManager, ep: metadata.EntryPoint, provider: Provider) -> list[AdvEstimatorSpec]:
     with _importing(provider) as captured:
         plugin = ep.load()
@@ -348,7 +361,9 @@ def _load_entry_point(manager: pluggy.PluginManager, ep: metadata.EntryPoint, pr
     try:
         if not captured:
             _check_implements_the_hook(manager, plugin, ep.value)
-        return captured + _specs_of(manager, registered)
+        specs = captured + _specs_of(manager, registered)
+        _check_distinct_names(specs, ep.value)
+        return specs
     except Exception:
         manager.unregister(name=registered)
         raise

@@ -11,6 +11,7 @@ size, the common case in verl and TRL, take a reshape fast path.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -130,10 +131,28 @@ class GroupLayout:
         return out
 
     def mean(self, values: np.ndarray) -> np.ndarray:
-        """Per-group mean ``(G,)`` with one correction pass (exact for constant groups); 0 for empty groups."""
+        """Per-group mean ``(G,)`` with one correction pass (exact for constant groups); 0 for empty groups.
+
+        A group whose sum overflows (``[1e308, 1e308, 0]``) is averaged on values scaled by its largest magnitude.
+        """
         sizes = np.maximum(self.sizes, 1)
-        mean = self.sum(values) / sizes
+        with np.errstate(over="ignore"):  # an overflowed sum is handled below
+            mean = self.sum(values) / sizes
+        if not (math.isfinite(float(mean.sum())) or np.isfinite(mean).all()):  # one sum in the common case
+            return self._rescaled_mean(values, mean, sizes)
         return mean + self.sum(values - self.expand(mean)) / sizes
+
+    def _rescaled_mean(self, values: np.ndarray, mean: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """:meth:`mean` when some group's sum overflowed (finite ``values``): those groups are averaged after scaling."""
+        overflowed = ~np.isfinite(mean)
+        safe = np.where(overflowed, 0.0, mean)
+        with np.errstate(over="ignore", invalid="ignore"):
+            corrected = safe + self.sum(values - self.expand(safe)) / sizes
+        scale = np.where(overflowed, self.max(np.abs(values)), 1.0)  # > 0 where the sum overflowed
+        scaled = values / self.expand(scale)
+        scaled_mean = self.sum(scaled) / sizes
+        scaled_mean += self.sum(scaled - self.expand(scaled_mean)) / sizes
+        return np.where(overflowed, scale * scaled_mean, corrected)
 
     def std(self, values: np.ndarray, mean: np.ndarray | None = None, ddof: int = 0) -> np.ndarray:
         """Per-group standard deviation ``(G,)`` (two-pass; ``ddof=0`` population, 1 sample).

@@ -20,13 +20,22 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .calling import accepted_keywords, call_with_accepted_kwargs, check_call_options, flatten_groups
+from .calling import accepted_keywords, call_with_accepted_kwargs, check_call_options, flatten_groups, is_plain_real
 from .names import normalize_name, validate_name
 from .outputs import as_advantages, as_groups
 from .segments import GroupLayout
 from .step_forms import step_batched_form_of, step_list_form_of
 
-__all__ = ["AdvEstimatorSpec", "BatchedEstimator", "ListEstimator", "accepted_keywords", "call_with_accepted_kwargs", "flatten_groups", "normalize_name"]
+__all__ = [
+    "AdvEstimatorSpec",
+    "BatchedEstimator",
+    "ListEstimator",
+    "accepted_keywords",
+    "call_with_accepted_kwargs",
+    "flatten_groups",
+    "is_plain_real",
+    "normalize_name",
+]
 
 ListEstimator = Callable[..., tuple[Sequence[Any], Sequence[Any]]]
 LEVELS = ("outcome", "step")  # AdvEstimatorSpec.level: one advantage per trajectory, or one per step
@@ -83,9 +92,10 @@ def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_arg
         if "episilon" in kwargs:  # the spec's spelling
             kwargs.setdefault("epsilon", kwargs.pop("episilon"))
         config = kwargs.pop("algorithm_config", None)
+        source = ""
         if config is not None and "norm_adv_by_std_in_grpo" not in kwargs and hasattr(config, "norm_adv_by_std_in_grpo"):
-            kwargs["norm_adv_by_std_in_grpo"] = config.norm_adv_by_std_in_grpo
-        check_call_options(func_name, kwargs)
+            kwargs["norm_adv_by_std_in_grpo"], source = config.norm_adv_by_std_in_grpo, " (from algorithm_config)"
+        check_call_options(func_name, kwargs, source)
         if len(rewards) == 0:
             return [], []
         traj_groups = kwargs.pop("traj_groups", None)
@@ -181,6 +191,9 @@ class AdvEstimatorSpec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", validate_name(self.name))
         object.__setattr__(self, "aliases", tuple(validate_name(a, f"aliases of {self.name!r}") for a in self.aliases))
+        repeated = [n for i, n in enumerate(self.names) if n in self.names[:i]]
+        if repeated:
+            raise ValueError(f"estimator {self.name!r}: name and aliases must all differ, but {repeated[0]!r} is given twice (aliases {self.aliases!r})")
         if self.options is not None:
             if isinstance(self.options, str) or not all(isinstance(o, str) for o in self.options):
                 raise TypeError(f"estimator {self.name!r}: options must be a sequence of option names (str), got {self.options!r}")

@@ -83,9 +83,10 @@ def step_list_form_of(batched: StepBatchedEstimator, name: str | None = None) ->
     ) -> tuple[list[Any], list[Any]]:
         config = kwargs.pop("algorithm_config", None)
         kwargs.pop("traj_groups", None)
+        source = ""
         if config is not None and "norm_adv_by_std_in_grpo" not in kwargs and hasattr(config, "norm_adv_by_std_in_grpo"):
-            kwargs["norm_adv_by_std_in_grpo"] = config.norm_adv_by_std_in_grpo
-        check_call_options(func_name, kwargs)
+            kwargs["norm_adv_by_std_in_grpo"], source = config.norm_adv_by_std_in_grpo, " (from algorithm_config)"
+        check_call_options(func_name, kwargs, source)
         batch = batch_from_lists(rewards, step_rewards, anchor_states)
         advantages = as_advantages(batched(batch, **kwargs), who)
         if advantages.size != batch.num_steps:

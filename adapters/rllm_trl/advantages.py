@@ -209,11 +209,11 @@ def _estimate_role(
         in_group = batch.group_roles == role
         rows = np.flatnonzero(batch.scorable & np.repeat(in_group, G))
         offsets = offsets_from_sizes(np.count_nonzero(batch.scorable.reshape(-1, G), axis=1)[in_group])
-    values = batch.rewards[rows]
+    values = batch.rewards.copy() if isinstance(rows, slice) else batch.rewards[rows]  # the estimator's own: logged rewards stay as they are
     kwargs = dict(options)
     kwargs.update((key, value) for key, value in trl_settings.items() if takes_keyword(name, key))
     if batch.lengths is not None:
-        kwargs.setdefault("lengths", batch.lengths[rows])
+        kwargs.setdefault("lengths", batch.lengths.copy() if isinstance(rows, slice) else batch.lengths[rows])
     who = f"estimator {name!r} ({estimator.provider}) for role {batch.roles[role]!r}"
     advantages = as_advantages(estimator.batched_form(values, offsets, **kwargs), who)
     if advantages.size != values.size:
@@ -231,7 +231,7 @@ def _normalize_then_sum_role(batch: RewardBatch, role: int, name: str, options: 
     estimator = get_estimator(name)
     G = batch.num_generations  # noqa: N806 - the paper's name
     rows: np.ndarray | slice = slice(None) if len(batch.roles) == 1 else np.flatnonzero(np.repeat(batch.group_roles == role, G))
-    per_func = batch.rewards_per_func[rows]
+    per_func = np.array(batch.rewards_per_func[rows], order="F")  # a copy: an estimator editing its input leaves the logged rewards alone
     kwargs = dict(options)
     lengths = batch.lengths[rows] if batch.lengths is not None else None
     advantages = normalize_then_sum(

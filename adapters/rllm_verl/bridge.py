@@ -41,6 +41,7 @@ __all__ = [
     "estimator_options",
     "group_rows",
     "in_row_order",
+    "output_dtype",
     "verl_estimator",
     "wants_lengths",
 ]
@@ -145,18 +146,28 @@ def _row_sums(x: torch.Tensor) -> np.ndarray:
     return summed.to(device="cpu", dtype=torch.float64).numpy()
 
 
-def check_representable(advantages: np.ndarray, dtype: torch.dtype, where: str, index: Any) -> None:
-    """Refuse advantages (B,) float64 that overflow a 16-bit ``dtype`` (they would become inf); ``index`` names the row's uid."""
-    if dtype not in _HALF:
+def output_dtype(token_level_rewards: torch.Tensor) -> torch.dtype:
+    """The dtype advantages are written in: the rewards' float dtype, the default float dtype for integer (or bool) rewards."""
+    return token_level_rewards.dtype if token_level_rewards.is_floating_point() else torch.get_default_dtype()
+
+
+def check_representable(advantages: np.ndarray, dtype: torch.dtype, where: str, index: Any, id_name: str = "uid") -> None:
+    """Refuse finite advantages (B,) float64 past the range of the float ``dtype`` they are written in (they would become inf).
+
+    One rule for every float dtype (fp16, bf16, float32); ``index[row]`` names the row (its ``id_name``). Costs one
+    max and one min over B in the common case.
+    """
+    if dtype == torch.float64 or advantages.size == 0:
         return
     limit = float(torch.finfo(dtype).max)
-    over = np.flatnonzero(np.abs(advantages) > limit)
-    if over.size:
-        row = int(over[0])
-        raise ValueError(
-            f"{where}: advantage {advantages[row]} of row {row} (uid {index[row]!r}) overflows {dtype} (largest {limit:g}), the dtype of "
-            "token_level_rewards; compute rewards in float32, or scale them down"
-        )
+    if -limit <= float(advantages.min()) and float(advantages.max()) <= limit:
+        return
+    row = int(np.flatnonzero(np.abs(advantages) > limit)[0])
+    wider = "float32" if dtype in _HALF else "float64"
+    raise ValueError(
+        f"{where}: advantage {advantages[row]} of row {row} ({id_name} {index[row]!r}) overflows {dtype} (largest {limit:g}), the dtype of "
+        f"token_level_rewards; compute rewards in {wider}, or scale them down"
+    )
 
 
 def _hashable(value: object) -> bool:
@@ -222,7 +233,7 @@ def compute_rllm_advantage(
             f"{where}: index (uid) has shape {index.shape}; it needs one id per row (1-D). Tuples stored in a numpy array "
             "become rows of a 2-D array: join multi-part ids into one string, e.g. f'{task}|{sample}'"
         )
-    dtype = token_level_rewards.dtype if token_level_rewards.is_floating_point() else torch.get_default_dtype()
+    dtype = output_dtype(token_level_rewards)
     keyed = reward_key_options(config, where)
     if keyed is not None and estimator.spec.level == "step":
         raise ValueError(

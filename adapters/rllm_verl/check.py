@@ -5,8 +5,9 @@ started and the first rollout ran. :func:`verl_check` composes the same config v
 ``main_ppo`` would (same overrides), looks the estimator up in verl's registry (where the
 ``rllm_*`` names are), and for an ``rllm_*`` name checks that verl will load our ``verl.plugins`` entry point (named
 ``rllm_plugins``; ``VERL_USE_EXTERNAL_PLUGINS`` may exclude it), checks the estimator options (also
-against the group size ``actor_rollout_ref.rollout.n``) and runs it once on a toy batch of two such
-groups. The report also says whether the two verl extensions (sessions, reward keys; see
+against the group size ``actor_rollout_ref.rollout.n``), runs it once on a toy batch of two such
+groups, and refuses ``algorithm.gdpo_reward_keys`` on verl's v1 trainer (``trainer.use_v1``), where
+no estimator receives the per-key scores. The report also says whether the two verl extensions (sessions, reward keys; see
 :mod:`rllm_verl.extension`) are active. ``rllm-plugins verl-check OVERRIDES...`` calls :func:`main`.
 """
 
@@ -19,7 +20,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["ENTRY_POINT_NAME", "VerlCheckReport", "entry_point_policy_error", "main", "verl_check"]
+__all__ = ["ENTRY_POINT_NAME", "VerlCheckReport", "entry_point_policy_error", "main", "reward_keys_on_v1_error", "verl_check"]
 
 ENTRY_POINT_NAME = "rllm_plugins"  # our entry point in verl's ``verl.plugins`` group (not the distribution name)
 PLUGIN_MODULE = "rllm_verl.verl_plugin"
@@ -211,7 +212,29 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
             _dry_run(name, algorithm, group_size)
         except Exception as error:
             return VerlCheckReport(False, name, config_name, rllm_names, [f"{name!r} fails on a toy batch with this config: {type(error).__name__}: {error}"])
+        v1_error = reward_keys_on_v1_error(config, name)
+        if v1_error is not None:
+            return VerlCheckReport(False, name, config_name, rllm_names, [v1_error])
     return VerlCheckReport(True, name, config_name, rllm_names)
+
+
+def reward_keys_on_v1_error(config: object, name: str) -> str | None:
+    """Why ``algorithm.gdpo_reward_keys`` cannot work with the trainer the config selects (None when it can, or is unset).
+
+    verl's v1 trainer (``trainer.use_v1``, true by default) computes advantages on a DataProto holding only
+    ``uid`` and a few tensors, so no estimator receives the per-key scores.
+    """
+    from omegaconf import OmegaConf
+
+    from .multi_objective import KEYS_KEY
+
+    if not OmegaConf.select(config, f"algorithm.{KEYS_KEY}", default=None) or not OmegaConf.select(config, "trainer.use_v1", default=False):
+        return None
+    return (
+        f"{name!r} with algorithm.{KEYS_KEY} on verl's v1 trainer (trainer.use_v1=true, the default): it computes advantages from uid "
+        "and a few tensors only, so the per-key scores reach no estimator (verl's own gdpo included) and the first advantage "
+        "computation fails. Set trainer.use_v1=false (the legacy trainer keeps the reward keys in non_tensor_batch)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,6 +24,8 @@ import torch
 
 from rllm_plugins.types import Step, Trajectory, TrajectoryGroup
 
+from .bridge import check_representable, output_dtype
+
 __all__ = ["ROW_ID_KEY", "apply_advantages", "dataproto_to_groups", "group_id_of"]
 
 ROW_ID_KEY = "rllm_row_ids"
@@ -260,6 +262,8 @@ def apply_advantages(data: Any, groups: Sequence[TrajectoryGroup]) -> None:
 
     A float advantage is broadcast over the row's ``response_mask``; a per-token list fills the
     masked positions in order. Every row must find its step (rows may be reordered or padded copies).
+    Advantages are written in the dtype of ``token_level_rewards`` (the default float dtype for integer
+    rewards; float32 without them); one past that dtype's range is a ``ValueError`` naming the row.
     Everything is checked before anything is written.
     """
     mask = _tensor(data, "response_mask")
@@ -294,17 +298,22 @@ def apply_advantages(data: Any, groups: Sequence[TrajectoryGroup]) -> None:
             count = int(valid[row].sum())
             if len(advantage) != count:
                 raise ValueError(f"row {row} (row id {row_id!r}): {len(advantage)} per-token advantages for {count} response tokens")
-            per_token.append((row, list(advantage)))
+            per_token.append((row, np.asarray(advantage, dtype=np.float64)))
         else:
             scalars[row] = float(advantage)
     if not np.isfinite(scalars).all():
         row = int(np.flatnonzero(~np.isfinite(scalars))[0])
         raise ValueError(f"row {row}: advantage {scalars[row]} is not finite")
-    dtype = data.batch["token_level_rewards"].dtype if _has_tensor(data, "token_level_rewards") else torch.float32
+    dtype = output_dtype(data.batch["token_level_rewards"]) if _has_tensor(data, "token_level_rewards") else torch.float32
+    check_representable(scalars, dtype, "apply_advantages", row_ids, "row id")
+    for row, values in per_token:
+        if not np.isfinite(values).all():
+            raise ValueError(f"row {row} (row id {row_ids[row]!r}): a per-token advantage is {values[~np.isfinite(values)][0]}; advantages must be finite")
+        check_representable(values, dtype, f"apply_advantages: row {row}, per-token", np.full(values.size, row_ids[row], dtype=object), "row id")
     out = torch.from_numpy(scalars).to(dtype=dtype).unsqueeze(-1) * mask.to("cpu")
     out = out.to(dtype=dtype)
     for row, values in per_token:
-        out[row, torch.from_numpy(valid[row])] = torch.tensor(values, dtype=dtype)
+        out[row, torch.from_numpy(valid[row])] = torch.from_numpy(values).to(dtype=dtype)
     out = out.to(mask.device)
     data.batch["advantages"] = out
     data.batch["returns"] = out

@@ -11,7 +11,8 @@ Options, from verl's ``algorithm`` section:
   weighted sum), see :mod:`rllm_plugins.aggregation`.
 
 A None score is missing for that key only (TRL's rule): the key leaves that row out of its group;
-a row whose every key is None gets advantage 0.
+a row whose every key is None gets advantage 0. A NaN or inf score is refused, naming the row, its uid
+and the key (a NaN is no missing score: write None).
 """
 
 from __future__ import annotations
@@ -105,10 +106,12 @@ def reward_table(non_tensor_batch: dict[str, Any] | None, keys: Sequence[str], i
         )
     rows = len(index)
     table = np.empty((rows, len(keys)), dtype=np.float64, order="F")  # each key's column contiguous, as the aggregation reads them
+    columns = []
     for f, key in enumerate(keys):
         if key not in non_tensor_batch:
             raise ValueError(_missing_message(where, key, sorted(non_tensor_batch)))
         column = np.asarray(non_tensor_batch[key])
+        columns.append(column)
         if column.shape != (rows,):
             raise ValueError(f"{where}: reward key {key!r} has shape {column.shape} for {rows} rows; it needs one score per row")
         if column.dtype.kind in "USO" and any(isinstance(v, (str, bytes)) for v in column.tolist()):
@@ -117,8 +120,12 @@ def reward_table(non_tensor_batch: dict[str, Any] | None, keys: Sequence[str], i
             table[:, f] = column.astype(np.float64)  # None -> NaN
         except (TypeError, ValueError):
             raise ValueError(f"{where}: reward key {key!r} must hold numbers or None, got values such as {column[:3].tolist()!r}") from None
-    infinite = np.isinf(table)
-    if infinite.any():
-        row, f = (int(i[0]) for i in np.nonzero(infinite))
-        raise ValueError(f"{where}: row {row} (uid {index[row]!r}): reward key {keys[f]!r} is {table[row, f]}; scores must be finite or None")
+    if not np.isfinite(table).all():  # None (missing) became NaN; a NaN or inf score of its own is refused
+        for f, key in enumerate(keys):
+            for row in np.flatnonzero(~np.isfinite(table[:, f])).tolist():
+                if columns[f][row] is not None:
+                    raise ValueError(
+                        f"{where}: row {row} (uid {index[row]!r}): reward key {key!r} is {table[row, f]}; scores must be finite, "
+                        "or None for a missing one"
+                    )
     return table

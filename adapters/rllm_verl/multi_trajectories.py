@@ -45,7 +45,7 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
     from rllm_plugins.aggregation import aggregate_advantages
     from rllm_plugins.registry import get_estimator
 
-    from .bridge import check_inputs, check_representable, estimator_options, wants_lengths
+    from .bridge import check_inputs, check_representable, estimator_options, output_dtype, wants_lengths
     from .multi_objective import reward_key_options, reward_table
 
     where = f"advantage estimator 'rllm_{name}' (sessions of compute_advantage_for_multi_trajectories)"
@@ -81,7 +81,7 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
             per_row = session_advantages(batched, sessions, session_rewards, session_lengths=lengths, **options)
         except ValueError as error:
             raise ValueError(f"{where}: {error} ({estimator.provider})") from error
-        dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
+        dtype = output_dtype(rewards)
         check_representable(per_row, dtype, where, uids)
         scores = torch.from_numpy(per_row).to(device=rewards.device, dtype=dtype).unsqueeze(-1) * mask
     data.batch["advantages"] = scores

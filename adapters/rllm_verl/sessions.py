@@ -42,8 +42,12 @@ class Sessions:
 
 
 def first_outputs_only(keys: Sequence[Any]) -> bool:
-    """Whether every key ends in ``_0``: each session has only its first output (the usual case, checked cheaply)."""
-    return all(str(key).endswith("_0") for key in keys)
+    """Whether every key is a distinct ``{uid}_{session_id}_0``: each session has only its first output (the usual case, checked cheaply).
+
+    A repeated or malformed key (``p_0_0`` twice, ``garbage_0``) gives False, so :func:`parse_sessions` names its row.
+    """
+    texts = [str(key) for key in keys]
+    return all(text.endswith("_0") and "_" in text[:-2] for text in texts) and len(set(texts)) == len(texts)
 
 
 def parse_sessions(keys: Sequence[Any], uids: Sequence[Any]) -> Sessions:

@@ -113,3 +113,31 @@ def test_an_rllm_main_style_estimator_runs_in_trl(norm):
         unregister_rllm_adv_estimator("h_trl_main_style")
     expected = [0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6), 0.125 / (0.125 + 1e-6), -0.125 / (0.125 + 1e-6)] if norm else [0.5, -0.5, 0.125, -0.125]
     np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("aggregation", ["sum_then_normalize", "normalize_then_sum"])
+def test_an_estimator_editing_its_input_in_place_leaves_the_logged_rewards_alone(make_trainer, aggregation):
+    """Before: the estimator got a view of the rewards the metrics are computed from (reward/* logged as 0 here)."""
+    name = "h_trl_edits_its_input"
+
+    def edits_in_place(values, offsets, /, **_):
+        centred = values - values.mean()
+        values[:] = 0.0
+        return centred
+
+    @register_rllm_adv_estimator(name, batched=edits_in_place)
+    def fn(rewards, **_):
+        return rewards, rewards
+
+    try:
+        trainer = make_trainer(adv_estimator=name, multi_objective_aggregation=aggregation, max_steps=1)
+        trainer.train()
+    finally:
+        unregister_rllm_adv_estimator(name)
+    logged = trainer.state.log_history[0]
+    table = trainer.records[0]["rewards_per_func"].double().numpy()
+    combined = (table[:, 0] + 0.5 * table[:, 1]).astype(np.float32).astype(np.float64)  # TRL's float32 sum, weights 1 and 0.5
+    assert logged["reward/all_groups/mean"] == pytest.approx(combined.mean(), abs=1e-5)
+    assert logged["reward/all_groups/reward_length/max"] == pytest.approx(table[:, 0].max(), abs=1e-5)
+    assert logged["reward/all_groups/reward_letter_a/mean"] == pytest.approx(table[:, 1].mean(), abs=1e-5)
+    assert combined.std() > 0

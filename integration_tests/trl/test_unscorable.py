@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -30,3 +31,26 @@ def test_unscorable_rows_get_zero_and_leave_the_group_baseline(make_trainer):
     expected = (r - r.mean()) / (r.std() + 1e-6)
     np.testing.assert_allclose(used[scored], expected, rtol=0, atol=1e-6)
     assert abs(trainer.state.log_history[0]["reward/all_groups/mean"] - r.mean()) < 1e-5  # metrics over scorable rows only
+
+
+def first_of_group_two_passes_others_of_group_one_none(completions: list[str], **_: Any) -> list[float | None]:
+    """Rows 1-3 unscorable (group 0 keeps one row); group 1: row 4 passes, rows 5-7 fail."""
+    return [None if i in (1, 2, 3) else (1.0 if i in (0, 4) else 0.0) for i in range(len(completions))]
+
+
+def test_passk_training_gives_a_group_left_smaller_than_k_zero_and_trains_on(make_trainer):
+    """k=2, num_generations=4, three of a group's four rewards None (before: training stopped, blaming the group size)."""
+    trainer = make_trainer(
+        reward_funcs=[first_of_group_two_passes_others_of_group_one_none],
+        reward_weights=[1.0],
+        adv_estimator="passk_training",
+        adv_estimator_kwargs={"k": 2},
+        max_steps=1,
+    )
+    trainer.train()
+
+    used = trainer.records[0]["advantages"].double().numpy()
+    p = math.comb(3, 2) / math.comb(4, 2)  # group 1: one success in 4, a 2-subset fails with chance C(3, 2) / C(4, 2)
+    std = math.sqrt(p * (1 - p))
+    expected = [0.0] * 4 + [p / (std + 1e-6)] + [-p * (1 / 3) / (std + 1e-6)] * 3
+    np.testing.assert_allclose(used, expected, rtol=0, atol=1e-6)

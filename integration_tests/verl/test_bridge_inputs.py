@@ -135,3 +135,17 @@ def test_an_advantage_that_overflows_16_bit_rewards_is_an_error(algorithm_config
         compute_rllm_advantage("rloo", rewards, MASK, UIDS, algorithm_config(adv_estimator="rllm_rloo"))
     out, _ = compute_rllm_advantage("rloo", rewards.to(torch.bfloat16), MASK, UIDS, algorithm_config(adv_estimator="rllm_rloo"))
     assert out[:, 0].tolist() == [119808.0, -119808.0]  # bf16 has the range; 120000 rounds to 234 * 512
+
+
+def test_a_float32_advantage_past_float32s_range_is_an_error_naming_the_row(algorithm_config):
+    """rloo on [3e38, -3e38]: +-6e38, past float32's 3.4e38 (before: written as inf and -inf)."""
+    rewards = torch.tensor([[3e38, 0.0], [-3e38, 0.0]], dtype=torch.float32)
+    advantage = 2 * float(rewards[0, 0])
+    with pytest.raises(ValueError) as error:
+        compute_rllm_advantage("rloo", rewards, MASK, UIDS, algorithm_config(adv_estimator="rllm_rloo"))
+    assert str(error.value) == (
+        f"advantage estimator 'rllm_rloo': advantage {advantage} of row 0 (uid 'p') overflows torch.float32 (largest 3.40282e+38), "
+        "the dtype of token_level_rewards; compute rewards in float64, or scale them down"
+    )
+    out, _ = compute_rllm_advantage("rloo", rewards.double(), MASK, UIDS, algorithm_config(adv_estimator="rllm_rloo"))
+    assert out[:, 0].tolist() == [advantage, -advantage]  # float64 has the range

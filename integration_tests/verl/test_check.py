@@ -90,7 +90,8 @@ def test_the_report_names_an_opted_out_extension():
 
 
 def test_reward_key_options_are_tried_on_a_toy_batch_with_those_keys():
-    good = verl_check(["algorithm.adv_estimator=rllm_rloo", "+algorithm.gdpo_reward_keys=[accuracy,format]", "+algorithm.gdpo_reward_weights=[1.0,0.5]"])
+    keys, legacy = "+algorithm.gdpo_reward_keys=[accuracy,format]", "trainer.use_v1=false"
+    good = verl_check(["algorithm.adv_estimator=rllm_rloo", keys, "+algorithm.gdpo_reward_weights=[1.0,0.5]", legacy])
     assert good.ok, good
     bad = verl_check(["algorithm.adv_estimator=rllm_rloo", "+algorithm.gdpo_reward_keys=[accuracy,format]", "+algorithm.gdpo_reward_weights=[1.0]"])
     assert not bad.ok and "gdpo_reward_weights has 1 weights for the 2 keys" in bad.errors[0]
@@ -103,3 +104,16 @@ def test_passk_training_k_is_checked_against_the_rollout_group_size():
     assert not same.ok and "'rllm_passk_training' with actor_rollout_ref.rollout.n=8: estimator 'passk_training': k=8 equals the group size" in same.errors[0]
     larger = verl_check(["algorithm.adv_estimator=rllm_passk_training", "+algorithm.rllm_estimator_kwargs.k=9", "actor_rollout_ref.rollout.n=8"])
     assert not larger.ok and "k=9 is larger than the group size 8" in larger.errors[0]
+
+
+def test_reward_keys_on_verls_default_v1_trainer_fail_the_check_saying_where_they_work():
+    """Before: OK, and the run then failed at its first advantage computation ("reward key 'acc' ... not in the batch")."""
+    report = verl_check(["algorithm.adv_estimator=rllm_grpo", "+algorithm.gdpo_reward_keys=[acc,fmt]"])
+    assert not report.ok
+    assert report.errors == [
+        "'rllm_grpo' with algorithm.gdpo_reward_keys on verl's v1 trainer (trainer.use_v1=true, the default): it computes advantages "
+        "from uid and a few tensors only, so the per-key scores reach no estimator (verl's own gdpo included) and the first advantage "
+        "computation fails. Set trainer.use_v1=false (the legacy trainer keeps the reward keys in non_tensor_batch)"
+    ]
+    assert verl_check(["algorithm.adv_estimator=rllm_grpo", "+algorithm.gdpo_reward_keys=[acc,fmt]", "trainer.use_v1=false"]).ok
+    assert verl_check(["algorithm.adv_estimator=rllm_grpo"]).ok  # no reward keys: v1 is fine

@@ -119,3 +119,45 @@ def test_verl_algorithm_config_is_the_trainer_wiring_and_refuses_a_per_role_loss
     assert config.estimator_name("judge") == "grpo" and config.estimator_name("solver") == "rloo"
     with pytest.raises(ValueError, match=r"per-role policy losses \('judge': \('grpo', 'ppo'\)\) are not applied with verl"):
         verl_algorithm_config({"rllm": {"algorithm": {"adv_estimator": "rloo"}}}, {"judge": ("grpo", "ppo")})
+
+
+def _one_group_batch(rewards: torch.Tensor) -> DataProto:
+    """Rows of one uid, each reward on the first of 2 tokens (both masked)."""
+    n = rewards.shape[0]
+    token_level_rewards = torch.zeros(n, 2, dtype=rewards.dtype)
+    token_level_rewards[:, 0] = rewards
+    return DataProto.from_dict(
+        tensors={"token_level_rewards": token_level_rewards, "response_mask": torch.ones(n, 2, dtype=torch.int64)},
+        non_tensors={"uid": np.array(["p"] * n, dtype=object)},
+    )
+
+
+def test_integer_rewards_get_their_advantages_in_the_default_float_dtype():
+    """Before: RLOO's [1/3, -1, 5/3, -1] written into int64, truncated to [0, -1, 1, -1]."""
+    data = _one_group_batch(torch.tensor([1, 0, 2, 0], dtype=torch.int64))
+    groups = dataproto_to_groups(data)
+    collect_reward_and_advantage_from_trajectory_groups(groups, AlgorithmConfig(estimator="rloo"))
+    apply_advantages(data, groups)
+    rewards = [1, 0, 2, 0]
+    expected = [r - sum(x for j, x in enumerate(rewards) if j != i) / 3 for i, r in enumerate(rewards)]  # leave-one-out baseline
+    assert data.batch["advantages"].dtype == torch.get_default_dtype()
+    np.testing.assert_allclose(data.batch["advantages"][:, 0].numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(data.batch["advantages"][:, 1].numpy(), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize(("dtype", "value", "limit"), [(torch.float16, 60000.0, "65504"), (torch.float32, 3e38, "3.40282e+38")])
+def test_an_advantage_past_the_rewards_float_range_is_an_error_naming_the_row(dtype, value, limit):
+    """Before: fp16 and float32 advantages past their range were written as inf."""
+    data = _one_group_batch(torch.tensor([value, -value], dtype=dtype))
+    groups = dataproto_to_groups(data)
+    collect_reward_and_advantage_from_trajectory_groups(groups, AlgorithmConfig(estimator="rloo"))
+    row_id = data.non_tensor_batch[ROW_ID_KEY].tolist()[0]
+    advantage = 2 * float(torch.tensor(value, dtype=dtype))
+    with pytest.raises(ValueError) as error:
+        apply_advantages(data, groups)
+    wider = "float32" if dtype == torch.float16 else "float64"
+    assert str(error.value) == (
+        f"apply_advantages: advantage {advantage} of row 0 (row id {row_id!r}) overflows {dtype} (largest {limit}), the dtype of "
+        f"token_level_rewards; compute rewards in {wider}, or scale them down"
+    )
+    assert "advantages" not in data.batch.keys()  # noqa: SIM118 - a TensorDict

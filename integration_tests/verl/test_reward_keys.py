@@ -157,11 +157,12 @@ def test_on_the_v1_path_no_estimator_gets_the_keys_not_even_verls_gdpo(algorithm
     """v1's _compute_advantage builds its DataProto from uid and a few tensors only: the shape used here."""
     v1_utils = pytest.importorskip("verl.trainer.ppo.v1.utils")
     uids = ["a", "a", "b", "b"]
+    keys = [f"{u}_{s}_0" for s, u in enumerate(uids)]  # one output per session, every session its own key
     config = algorithm_config(gdpo_reward_keys=["format"])
     with pytest.raises(ValueError, match=r"non_tensor_batch has \['uid'\].*v1 trainer.*reach no estimator there.*trainer.use_v1=False"):
-        v1_utils.compute_advantage_for_multi_trajectories(ref.make_batch([1, 0, 1, 0], [2] * 4, uids), [f"{u}_0_0" for u in uids], "rllm_grpo", config=config)
+        v1_utils.compute_advantage_for_multi_trajectories(ref.make_batch([1, 0, 1, 0], [2] * 4, uids), keys, "rllm_grpo", config=config)
     with pytest.raises(KeyError, match="prompts"):  # verl's own gdpo fails on the same batch
-        v1_utils.compute_advantage_for_multi_trajectories(ref.make_batch([1, 0, 1, 0], [2] * 4, uids), [f"{u}_0_0" for u in uids], "gdpo", config=config)
+        v1_utils.compute_advantage_for_multi_trajectories(ref.make_batch([1, 0, 1, 0], [2] * 4, uids), keys, "gdpo", config=config)
 
 
 @pytest.mark.parametrize(
@@ -312,3 +313,22 @@ def test_the_worked_example_of_the_docs(algorithm_config, aggregation, documente
     if aggregation == "normalize_then_sum":
         np.testing.assert_allclose(advantages[:, 0].double().numpy(), gdpo_by_hand(scores, ["p"] * 4, [1.0, 0.5]), atol=1e-6)
     np.testing.assert_allclose(advantages[:, 0].double().numpy(), documented, atol=5e-4)
+
+
+@pytest.mark.parametrize("column", [[1.0, NAN, 1.0, 0.0], np.array([1.0, NAN, 1.0, 0.0]), [1.0, np.float32("nan"), 1.0, None]])
+def test_a_nan_score_is_refused_naming_row_uid_and_key_not_read_as_a_missing_one(algorithm_config, column):
+    """Before: acc=[1, NaN, 1, 0] with rllm_grpo gave [0.577, 0, 0.577, -1.155], the NaN read as None."""
+    data = keyed_batch({"acc": [1.0, 1.0, 1.0, 1.0], "fmt": [1.0, 0.0, 1.0, 0.0]}, ["a"] * 4, [2] * 4)
+    data.non_tensor_batch["acc"] = np.asarray(column, dtype=np.float64 if isinstance(column, np.ndarray) else object)
+    with pytest.raises(ValueError) as error:
+        ray_trainer.compute_advantage(data, adv_estimator="rllm_grpo", config=algorithm_config(gdpo_reward_keys=["acc", "fmt"]))
+    assert str(error.value) == (
+        "advantage estimator 'rllm_grpo': row 1 (uid 'a'): reward key 'acc' is nan; scores must be finite, or None for a missing one"
+    )
+
+
+def test_a_none_score_is_still_a_missing_one(algorithm_config):
+    scores = {"acc": [1.0, None, 1.0, 0.0]}
+    data = keyed_batch(scores, ["a"] * 4, [2] * 4)
+    out = ray_trainer.compute_advantage(data, adv_estimator="rllm_rloo", config=algorithm_config(gdpo_reward_keys=["acc"]))
+    np.testing.assert_allclose(out.batch["advantages"][:, 0].numpy(), gdpo_by_hand(scores, ["a"] * 4, [1.0]), rtol=1e-6, atol=1e-7)

@@ -23,6 +23,7 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
 EPS = 1e-6
+SESSIONS_WHERE = "advantage estimator 'rllm_rloo' in compute_advantage_for_multi_trajectories"
 
 
 def run(data, keys, name, config):
@@ -182,6 +183,9 @@ def test_legacy_compute_advantage_stays_one_row_one_trajectory(ref, algorithm_co
         (["a_0_0", "a_0_x", "a_1_0"], r"row 1: batch key 'a_0_x' ends in 'x', not an integer output index"),
         (["a_0_1", "a_0_1", "a_1_0"], r"row 1: batch key 'a_0_1' appears twice \(also row 0\)"),
         (["a_0_0", "a_0_1"], r"2 batch keys for 3 rows"),
+        # every key ends in _0 (the fast path; before: not parsed, the rows counted as extra group members)
+        (["a_0_0", "a_1_0", "a_0_0"], rf"^{SESSIONS_WHERE}: row 2: batch key 'a_0_0' appears twice \(also row 0\)"),
+        (["a_0_0", "garbage_0", "a_1_0"], rf"^{SESSIONS_WHERE}: row 1: batch key 'garbage_0' is not of the form"),
     ],
 )
 def test_bad_keys_raise_naming_the_row(ref, algorithm_config, keys, message):
@@ -369,3 +373,25 @@ def test_a_session_advantage_that_overflows_fp16_rewards_is_an_error(ref, algori
         ValueError, match=r"\(sessions of compute_advantage_for_multi_trajectories\): advantage 120000\.0 of row 0 \(uid 'a'\) overflows torch\.float16"
     ):
         run(data, ["a_0_0", "a_0_1", "a_1_0"], "rllm_rloo", algorithm_config(adv_estimator="rllm_rloo"))
+
+
+def test_a_session_advantage_past_float32s_range_is_an_error(ref, algorithm_config):
+    data = ref.make_batch([0.0, 3e38, -3e38], [2, 2, 2], ["a"] * 3)
+    with pytest.raises(
+        ValueError,
+        match=r"\(sessions of compute_advantage_for_multi_trajectories\): advantage 6\.0\d*e\+38 of row 0 \(uid 'a'\) overflows torch\.float32 "
+        r"\(largest 3\.40282e\+38\), the dtype of token_level_rewards; compute rewards in float64",
+    ):
+        run(data, ["a_0_0", "a_0_1", "a_1_0"], "rllm_rloo", algorithm_config(adv_estimator="rllm_rloo"))
+
+
+def test_a_final_output_with_an_all_zero_mask_gives_verls_grpo_zeros_and_ours_the_session_advantage(ref, algorithm_config):
+    """Session 0: outputs 0 (score 0.2) and 1 (final, score 1.0, no response token); session 1: one output (0.0)."""
+    keys = ["p_0_0", "p_0_1", "p_1_0"]
+    data = ref.make_batch([0.2, 1.0, 0.0], [2, 0, 2], ["p"] * 3)
+    theirs = verl_without_us(copy.deepcopy(data), keys, "grpo", algorithm_config(adv_estimator="grpo"))
+    ours = run(copy.deepcopy(data), keys, "rllm_grpo", algorithm_config(adv_estimator="rllm_grpo"))
+    sessions = np.array([1.0, 0.0])
+    grpo = (sessions - sessions.mean()) / (sessions.std() + EPS)  # rLLM's GRPO over the two sessions' final rewards
+    assert theirs.batch["advantages"][0].abs().sum() == 0  # verl read session 0's advantage at a masked position
+    np.testing.assert_allclose(ours.batch["advantages"][:, 0].numpy(), [grpo[0], 0.0, grpo[1]], rtol=1e-6)

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..spec import AdvEstimatorSpec
 from .dr_grpo import calculate_dr_grpo_advantages, dr_grpo
+from .echo import calculate_echo_advantages, echo
 from .gigpo import calculate_gigpo_advantages, check_gigpo_options, gigpo
 from .gpg import calculate_gpg_advantages, gpg
 from .grpo import calculate_grpo_advantages, grpo
@@ -30,6 +31,7 @@ BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
     AdvEstimatorSpec("reinforce", calculate_reinforce_advantages, reinforce, options=()),
     AdvEstimatorSpec("reinforce_plus_plus_baseline", calculate_reinforce_plus_plus_baseline_advantages, reinforce_plus_plus_baseline, options=()),
     AdvEstimatorSpec("rloo", calculate_rloo_advantages, rloo, options=()),
+    AdvEstimatorSpec("echo", calculate_echo_advantages, echo, options=()),
     AdvEstimatorSpec("prpo", calculate_prpo_advantages, prpo, options=()),
     AdvEstimatorSpec("prpo_std_optional", calculate_prpo_std_optional_advantages, prpo_std_optional, options=()),
     AdvEstimatorSpec("opo", calculate_opo_advantages, opo, options=()),
@@ -66,6 +68,7 @@ def check_group_size(spec: AdvEstimatorSpec, options: Mapping[str, Any], group_s
 __all__ = [
     "BUILTIN_SPECS",
     "calculate_dr_grpo_advantages",
+    "calculate_echo_advantages",
     "calculate_gigpo_advantages",
     "calculate_gpg_advantages",
     "calculate_grpo_advantages",

@@ -21,13 +21,13 @@ torch's unbiased std in both levels, and its default ``mode: mean_norm`` is
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from ..anchors import normalize_within
+from ..calling import is_plain_real
 from ..step_forms import step_list_form_of
 from ..steps import StepBatch, discounted_returns
 from .grpo import standardize_in_groups
@@ -39,7 +39,7 @@ EPISODE_STATS = ("trajectory", "step")
 
 def check_discount(name: str, gamma: object) -> float:
     """``gamma`` must be a real number in [0, 1]."""
-    if isinstance(gamma, (bool, np.bool_)) or not isinstance(gamma, numbers.Real) or not 0.0 <= float(gamma) <= 1.0:
+    if not is_plain_real(gamma) or not 0.0 <= float(gamma) <= 1.0:  # type: ignore[arg-type]
         raise ValueError(f"estimator {name!r}: gamma (the discount of step returns) must be a number in [0, 1], got {type(gamma).__name__} {gamma!r}")
     return float(gamma)
 
@@ -53,7 +53,7 @@ def check_gigpo_options(options: Mapping[str, Any]) -> None:
     if "std_ddof" in options and (isinstance(options["std_ddof"], bool) or options["std_ddof"] not in (0, 1)):
         raise ValueError(f"estimator 'gigpo': std_ddof must be 0 (population std) or 1 (unbiased std), got {options['std_ddof']!r}")
     weight = options.get("step_advantage_w", 1.0)
-    if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight):
+    if not is_plain_real(weight) or not math.isfinite(weight):
         raise ValueError(f"estimator 'gigpo': step_advantage_w must be a finite number, got {type(weight).__name__} {weight!r}")
 
 

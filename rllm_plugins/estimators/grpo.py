@@ -2,7 +2,8 @@
 
 ``A_i = (r_i - mean_g) / (std_g + eps)``; ``std_g`` is the population std (ddof=0), eps 1e-6.
 ``norm_adv_by_std_in_grpo=False`` gives ``r_i - mean_g`` (Dr. GRPO). A group of one trajectory
-uses mean 0 and std 1, so its advantage is ``r / (1 + eps)`` (or ``r``).
+uses mean 0 and std 1, so its advantage is ``r / (1 + eps)`` (or ``r``). With ``epsilon=0`` a group
+without spread (equal rewards) gets 0, not 0 / 0.
 """
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ from ..segments import GroupLayout
 from ..spec import list_form_of
 
 
+def spread_divisor(std: np.ndarray | float, epsilon: float) -> np.ndarray:
+    """``std + epsilon`` as a divisor: 0 (a group without spread, epsilon 0) becomes inf, so that 0 / 0 gives advantage 0."""
+    divisor = np.asarray(std, dtype=np.float64) + epsilon
+    return divisor if epsilon > 0 else np.where(divisor > 0, divisor, np.inf)
+
+
 def standardize_in_groups(values: np.ndarray, offsets: np.ndarray, *, norm_adv_by_std_in_grpo: bool, epsilon: float, ddof: int) -> np.ndarray:
     """(r - group mean) / (group std + eps), the std with ``ddof``; a group of 1 uses mean 0, std 1. ``values`` (N,) float64."""
     layout = GroupLayout.from_offsets(offsets, len(values))
@@ -24,7 +31,7 @@ def standardize_in_groups(values: np.ndarray, offsets: np.ndarray, *, norm_adv_b
     if not norm_adv_by_std_in_grpo:
         return centred
     std = np.where(singles, 1.0, layout.std(values, mean, ddof=ddof))
-    centred /= layout.expand(std + epsilon)  # in place: one (N,) temporary less
+    centred /= layout.expand(spread_divisor(std, epsilon))  # in place: one (N,) temporary less
     return centred
 
 

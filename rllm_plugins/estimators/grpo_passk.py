@@ -13,6 +13,7 @@ import numpy as np
 
 from ..segments import GroupLayout
 from ..spec import list_form_of
+from .grpo import spread_divisor
 
 
 def grpo_passk(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6, **_: Any) -> np.ndarray:
@@ -29,12 +30,11 @@ def grpo_passk(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in
     rest = values.copy()
     rest[winner] = -np.inf
     second = layout.max(rest)
-    gap = np.where(layout.sizes > 1, best - second, 0.0)
+    gap = np.subtract(best, second, out=np.zeros(best.size), where=layout.sizes > 1)  # empty groups: no -inf - -inf
     if norm_adv_by_std_in_grpo:
-        gap = gap / (np.nan_to_num(layout.std(values), nan=1.0) + epsilon)
+        gap /= spread_divisor(np.nan_to_num(layout.std(values), nan=1.0), epsilon)
     out[winner] = gap[nonempty]
     return out
 
 
-calculate_grpo_passk_advantages = list_form_of(grpo_passk)
-calculate_grpo_passk_advantages.__name__ = "calculate_grpo_passk_advantages"
+calculate_grpo_passk_advantages = list_form_of(grpo_passk, "calculate_grpo_passk_advantages")

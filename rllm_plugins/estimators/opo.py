@@ -30,5 +30,4 @@ def opo(values: np.ndarray, offsets: np.ndarray, /, *, lengths: np.ndarray | Non
     return values - layout.expand(baseline)
 
 
-calculate_opo_advantages = list_form_of(opo)
-calculate_opo_advantages.__name__ = "calculate_opo_advantages"
+calculate_opo_advantages = list_form_of(opo, "calculate_opo_advantages")

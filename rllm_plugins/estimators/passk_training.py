@@ -10,8 +10,9 @@ succeeds if any member does. With ``n_neg`` failures among ``n`` (a success is a
           = -P * (n_pos / n_neg) / (std_g + eps)
 
 eps = 1e-6 as in the authors' code; ``norm_adv_by_std_in_grpo=False`` drops the division. The
-option ``k`` (an int, ``1 <= k <= n`` for every group; default 1) is checked at each call and,
-with :func:`check_passk_k`, against the configured group size at config time. ``k = 1`` is GRPO
+option ``k`` (an int >= 1, default 1) is checked at each call and, with :func:`check_passk_k`,
+against the configured group size at config time. A group with fewer than ``k`` trajectories (say
+TRL's group after unscorable completions are left out) has no ``k``-subset and gets 0, as ``k = n`` does. ``k = 1`` is GRPO
 on 0/1 rewards (population std, eps 1e-6); ``k = n`` gives 0 everywhere (a single ``k``-subset,
 no spread), so useful values are ``1 < k < n``. A group of one (``k = 1``) gets 0, as does every
 group whose trajectories all succeed or all fail, or with fewer than ``k`` failures.
@@ -33,6 +34,7 @@ import numpy as np
 
 from ..segments import GroupLayout
 from ..spec import list_form_of
+from .grpo import spread_divisor
 
 __all__ = ["calculate_passk_training_advantages", "check_passk_k", "passk_training"]
 
@@ -76,13 +78,6 @@ def passk_training(
     """Pass@k Training (option k): analytical pass@k advantage, one value for every success, one for every failure."""
     layout = GroupLayout.from_offsets(offsets, len(values))
     k = check_passk_k(k)
-    small = np.flatnonzero((layout.sizes < k) & (layout.sizes > 0))
-    if small.size:
-        g = int(small[0])
-        raise ValueError(
-            f"estimator 'passk_training': group {g} has {int(layout.sizes[g])} trajectories, fewer than k={k} "
-            f"({small.size} such group(s)); pass@k needs at least k trajectories per group: lower k or sample more"
-        )
     success = values > 0
     n = layout.sizes.astype(np.float64)
     successes = layout.sum(success.astype(np.float64))
@@ -90,9 +85,12 @@ def passk_training(
     chance = _no_success_chance(n, failures, k)
     negative = -chance * np.divide(successes, failures, out=np.zeros_like(n), where=failures > 0)
     if norm_adv_by_std_in_grpo:
-        scale = np.sqrt(chance * (1.0 - chance)) + epsilon
+        scale = spread_divisor(np.sqrt(chance * (1.0 - chance)), epsilon)
         chance = chance / scale
         negative = negative / scale
+    if k > 1 and (layout.sizes < k).any():  # fewer than k trajectories (unscorable ones left out): no k-subset, 0
+        small = layout.sizes < k
+        chance[small], negative[small] = 0.0, 0.0
     if layout.uniform_size is not None:  # equal groups: pick per row without expanding both values to (N,)
         rows = success.reshape(-1, layout.uniform_size)
         return np.where(rows, chance[:, None], negative[:, None]).reshape(-1)

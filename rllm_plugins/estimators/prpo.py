@@ -14,6 +14,7 @@ import numpy as np
 
 from ..segments import GroupLayout
 from ..spec import list_form_of
+from .grpo import spread_divisor
 
 
 def _role_z(values: np.ndarray, offsets: np.ndarray, epsilon: float, divide: bool) -> np.ndarray:
@@ -24,7 +25,7 @@ def _role_z(values: np.ndarray, offsets: np.ndarray, epsilon: float, divide: boo
     mean = role.mean(values)
     centred = values - mean[0]
     if divide:
-        centred /= float(role.std(values, mean)[0]) + epsilon  # the role std, reusing the mean
+        centred /= spread_divisor(float(role.std(values, mean)[0]), epsilon)  # the role std, reusing the mean
     return centred
 
 

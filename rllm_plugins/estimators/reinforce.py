@@ -16,5 +16,4 @@ def reinforce(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -> np.ndarra
     return np.array(values, dtype=np.float64)
 
 
-calculate_reinforce_advantages = list_form_of(reinforce)
-calculate_reinforce_advantages.__name__ = "calculate_reinforce_advantages"
+calculate_reinforce_advantages = list_form_of(reinforce, "calculate_reinforce_advantages")

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..segments import GroupLayout
 from ..spec import list_form_of
+from .grpo import spread_divisor
 
 
 def whiten(values: np.ndarray, epsilon: float) -> np.ndarray:
@@ -25,7 +26,7 @@ def whiten(values: np.ndarray, epsilon: float) -> np.ndarray:
     mean = whole.mean(values)
     std = float(whole.std(values, mean)[0])
     values -= mean[0]
-    values /= std + epsilon
+    values /= spread_divisor(std, epsilon)
     return values
 
 

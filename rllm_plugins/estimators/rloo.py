@@ -25,5 +25,4 @@ def rloo(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -> np.ndarray:
     return advantages
 
 
-calculate_rloo_advantages = list_form_of(rloo)
-calculate_rloo_advantages.__name__ = "calculate_rloo_advantages"
+calculate_rloo_advantages = list_form_of(rloo, "calculate_rloo_advantages")

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..segments import GroupLayout
 from ..spec import list_form_of
+from .grpo import spread_divisor
 
 SCALE_REWARDS = ("group", "batch", "none")
 
@@ -58,7 +59,7 @@ def trl_grpo(
     if mode == "none":
         return centred
     std = layout.std(values, mean, ddof=1)
-    centred /= layout.expand(std + epsilon)
+    centred /= layout.expand(spread_divisor(std, epsilon))
     return np.nan_to_num(centred, nan=0.0, copy=False)
 
 
@@ -73,11 +74,9 @@ def trl_grpo_batch(
     if not norm_adv_by_std_in_grpo or values.size <= 1:
         return centred
     std = GroupLayout.from_offsets([0, values.size], values.size).std(values, ddof=1)[0]
-    centred /= std + epsilon
+    centred /= spread_divisor(std, epsilon)
     return centred
 
 
-calculate_trl_grpo_advantages = list_form_of(trl_grpo)
-calculate_trl_grpo_advantages.__name__ = "calculate_trl_grpo_advantages"
-calculate_trl_grpo_batch_advantages = list_form_of(trl_grpo_batch)
-calculate_trl_grpo_batch_advantages.__name__ = "calculate_trl_grpo_batch_advantages"
+calculate_trl_grpo_advantages = list_form_of(trl_grpo, "calculate_trl_grpo_advantages")
+calculate_trl_grpo_batch_advantages = list_form_of(trl_grpo_batch, "calculate_trl_grpo_batch_advantages")

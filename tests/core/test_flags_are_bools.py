@@ -6,10 +6,12 @@ positional ``norm_adv_by_std_in_grpo`` slot) divided by the std as if it were Tr
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
-from rllm_plugins import AlgorithmConfig, collect_reward_and_advantage_from_trajectory_groups
+from rllm_plugins import AlgorithmConfig, collect_reward_and_advantage_from_trajectory_groups, get_rllm_adv_estimator
 from rllm_plugins.estimators import calculate_grpo_advantages, calculate_reinforce_plus_plus_baseline_advantages
 from rllm_plugins.types import Step, Trajectory, TrajectoryGroup
 
@@ -85,3 +87,71 @@ def test_an_estimator_that_is_no_name_is_a_value_error_naming_the_role(kwargs, m
     with pytest.raises(ValueError) as error:
         AlgorithmConfig(**kwargs)
     assert str(error.value) == message
+
+
+LIST_FORMS_WITH_THE_FLAG = [
+    "grpo",
+    "prpo_std_optional",
+    "passk_training",
+    "trl_grpo",
+    "verl_grpo",
+    "grpo_passk",
+]
+
+
+@pytest.mark.parametrize("name", LIST_FORMS_WITH_THE_FLAG)
+def test_a_none_norm_flag_given_by_keyword_is_refused_not_read_as_false(name):
+    estimator = get_rllm_adv_estimator(name)
+    with pytest.raises(ValueError) as error:
+        estimator(PAIR, norm_adv_by_std_in_grpo=None)
+    assert str(error.value) == f"{estimator.__name__}(): norm_adv_by_std_in_grpo must be a bool (True or False), got NoneType None"
+
+
+@pytest.mark.parametrize("name", LIST_FORMS_WITH_THE_FLAG)
+def test_a_none_norm_flag_of_an_algorithm_config_is_refused_and_named_as_coming_from_it(name):
+    class RllmConfig:  # any object with rLLM's attributes, as rLLM reads it
+        estimator = name
+        norm_adv_by_std_in_grpo = None
+
+    estimator = get_rllm_adv_estimator(name)
+    with pytest.raises(ValueError) as error:
+        estimator(PAIR, RllmConfig())
+    assert str(error.value) == (
+        f"{estimator.__name__}(): norm_adv_by_std_in_grpo (from algorithm_config) must be a bool (True or False), got NoneType None"
+    )
+
+
+def test_a_none_norm_flag_given_positionally_is_refused():
+    with pytest.raises(ValueError, match=r"^calculate_grpo_advantages\(\): norm_adv_by_std_in_grpo must be a bool \(True or False\), got NoneType None$"):
+        calculate_grpo_advantages(PAIR, None)
+
+
+def test_a_fraction_epsilon_is_refused_by_the_list_form():
+    with pytest.raises(ValueError) as error:
+        calculate_reinforce_plus_plus_baseline_advantages(PAIR, Fraction(1, 10))
+    assert str(error.value) == "calculate_reinforce_plus_plus_baseline_advantages(): epsilon must be a finite number >= 0, got Fraction Fraction(1, 10)"
+
+
+@pytest.mark.parametrize(
+    ("estimator", "kwargs", "message"),
+    [
+        (
+            "grpo",
+            {"epsilon": Fraction(1, 10000)},
+            "AlgorithmConfig.estimator_kwargs: option 'epsilon' of estimator 'grpo' must be a number >= 0, got Fraction Fraction(1, 10000); "
+            "numpy cannot compute with it: pass float(value)",
+        ),
+        (
+            "gpg",
+            {"f_norm": Fraction(1, 2)},
+            "AlgorithmConfig.estimator_kwargs: option 'f_norm' of estimator 'gpg' must be a number, got Fraction Fraction(1, 2); "
+            "numpy cannot compute with it: pass float(value)",
+        ),
+    ],
+)
+def test_a_fraction_option_is_refused_before_any_estimator_runs(estimator, kwargs, message):
+    group = TrajectoryGroup([Trajectory(steps=[Step(response_ids=[1])], reward=r) for r in (1.0, 0.0)], group_id="g")
+    with pytest.raises(ValueError) as error:
+        collect_reward_and_advantage_from_trajectory_groups([group], AlgorithmConfig(estimator=estimator, estimator_kwargs=kwargs))
+    assert str(error.value) == message
+    assert all(t.steps[0].advantage is None for t in group.trajectories)

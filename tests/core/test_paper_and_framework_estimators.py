@@ -131,14 +131,20 @@ def test_passk_training_reads_a_reward_above_zero_as_a_success():
     assert_groups(run("passk_training", [[0.7, -0.2, 0.0, 3.0, 0.0]], k=2), run("passk_training", [[1, 0, 0, 1, 0]], k=2))
 
 
-def test_passk_training_rejects_a_bad_k_and_a_group_smaller_than_k():
+def test_passk_training_rejects_a_bad_k():
     bad_ks = [(0, "at least 1, got 0"), (-2, "at least 1, got -2"), (2.0, "an int .*got float 2.0"), ("2", "an int .*got str '2'"), (True, "an int")]
     for bad, message in bad_ks:
         with pytest.raises(ValueError, match=f"estimator 'passk_training': k must be {message}"):
             run("passk_training", [[1, 0, 0]], k=bad)
-    with pytest.raises(ValueError, match=r"group 1 has 2 trajectories, fewer than k=3 \(1 such group\(s\)\)"):
-        run("passk_training", [[1, 0, 0], [1, 0], [0, 0, 1, 1]], k=3)
     assert run("passk_training", [[1, 0, 0, 0]], k=np.int64(2))[0][0] > 0  # numpy ints are ints
+
+
+def test_passk_training_gives_a_group_smaller_than_k_zero_and_the_others_their_value():
+    """A group left with fewer than k trajectories (unscorable ones removed) has no k-subset (before: a ValueError)."""
+    advantages = run("passk_training", [[1, 0, 0, 0], [1, 0], [1]], k=3)
+    p = math.comb(3, 3) / math.comb(4, 3)  # 1 success in 4: a 3-subset fails with chance C(3, 3) / C(4, 3)
+    std = math.sqrt(p * (1 - p))
+    assert_groups(advantages, [[p / (std + 1e-6), *[-p * 1 / 3 / (std + 1e-6)] * 3], [0, 0], [0]])
 
 
 def test_passk_training_k_against_the_configured_group_size():

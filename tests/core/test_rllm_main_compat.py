@@ -392,3 +392,27 @@ def test_positional_misuse_is_a_type_error_naming_the_forms():
         calculate_grpo_advantages(rewards, True, norm_adv_by_std_in_grpo=False)
     with pytest.raises(TypeError, match=r"got multiple values for argument 'algorithm_config'"):
         calculate_grpo_advantages(rewards, AlgorithmConfig(), algorithm_config=AlgorithmConfig())
+
+
+def test_echo_is_rllm_mains_enum_member_and_resolves_its_env_loss_coef():
+    """rLLM main's config with ``adv_estimator: echo`` (before: no ECHO member, the name was OTHER)."""
+    assert rLLMAdvantageEstimator("echo") is rLLMAdvantageEstimator.ECHO and rLLMAdvantageEstimator.ECHO.value == "echo"
+    config = AlgorithmConfig.from_config(OmegaConf.create({"adv_estimator": "echo", "env_loss_coef": None}))
+    assert config.estimator is rLLMAdvantageEstimator.ECHO and config.env_loss_coef == 0.05
+    assert AlgorithmConfig.from_config({"adv_estimator": "echo", "env_loss_coef": 0.2}).env_loss_coef == 0.2
+
+
+def test_echo_gives_grpos_advantages():
+    rewards = [np.array([1.0, 0.0, 0.0]), np.array([0.5, 0.5]), np.array([2.0])]
+    expected = []
+    for r in rewards:  # rLLM's GRPO: population std, eps 1e-6; a group of one: mean 0, std 1
+        mean, std = (0.0, 1.0) if r.size == 1 else (sum(r) / r.size, math.sqrt(sum((x - sum(r) / r.size) ** 2 for x in r) / r.size))
+        expected.append([(x - mean) / (std + 1e-6) for x in r])
+    config = AlgorithmConfig(estimator="echo")
+    advantages, _ = get_adv_estimator(rLLMAdvantageEstimator.ECHO)(rewards, config)
+    for got, want in zip(advantages, expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    groups = [TrajectoryGroup([Trajectory(steps=[Step(response_ids=[1])], reward=x) for x in r], group_id=f"t{g}:solver") for g, r in enumerate(rewards)]
+    collect_reward_and_advantage_from_trajectory_groups(groups, config)
+    for group, want in zip(groups, expected, strict=True):
+        np.testing.assert_allclose([t.steps[0].advantage for t in group.trajectories], want, rtol=1e-12)

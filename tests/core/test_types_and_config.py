@@ -112,3 +112,23 @@ def test_from_config_falls_back_to_rllm_algorithm_adv_estimator():
         warnings.simplefilter("error")
         config = AlgorithmConfig.from_config({"rllm": {"algorithm": {"adv_estimator": "reinforce"}}})
     assert config.estimator is rLLMAdvantageEstimator.REINFORCE
+
+
+@pytest.mark.parametrize(
+    ("field", "form"),
+    [
+        ("estimator_kwargs", "option name -> value, e.g. {'epsilon': 1e-4}"),
+        ("estimator_map", "role -> estimator name or (estimator, loss_fn), e.g. {'judge': 'rloo'}"),
+        ("loss_fn_map", "role -> policy loss name"),
+    ],
+)
+def test_a_none_mapping_field_is_a_value_error_naming_the_field(field, form):
+    with pytest.raises(ValueError) as error:
+        AlgorithmConfig(**{field: None})
+    assert str(error.value) == f"AlgorithmConfig.{field} must be a mapping of {form}, got NoneType None; leave it out (or give {{}}) for none"
+
+
+def test_estimator_kwargs_written_as_text_in_a_config_is_a_value_error_naming_the_field():
+    with pytest.raises(ValueError) as error:
+        AlgorithmConfig.from_config({"adv_estimator": "grpo", "estimator_kwargs": "epsilon=1e-4"})
+    assert str(error.value) == "AlgorithmConfig.estimator_kwargs must be a mapping of option name -> value, e.g. {'epsilon': 1e-4}, got str 'epsilon=1e-4'"

@@ -156,3 +156,42 @@ def test_the_name_of_a_plugin_that_loaded_says_what_it_offers_not_that_it_failed
         f"rllm-mistake-broken 0.1) failed to load: ModuleNotFoundError: No module named 'rllm_mistake_not_installed' (at {broken}:1). "
         "plugin 'named' (distribution rllm-mistake-named 0.1) is installed and offers: other_name. Available: "
     )
+
+
+OFFERS_A_NAME_TWICE = """from rllm_plugins import AdvEstimatorSpec, hookimpl
+
+
+def centred(rewards, **kwargs):
+    return rewards, rewards
+
+
+def doubled(rewards, **kwargs):
+    return [2 * r for r in rewards], rewards
+
+
+@hookimpl
+def rllm_adv_estimators():
+    return [AdvEstimatorSpec("twice", fn=centred), AdvEstimatorSpec("twice_too", fn=doubled, aliases=("twice",))]
+"""
+
+
+def test_a_plugin_offering_one_name_twice_is_a_load_error_not_a_silent_first_wins(site, load):
+    """Before: the first spec won in silence."""
+    install(site, "twice", OFFERS_A_NAME_TWICE)
+    caught = load()
+    why = (
+        "ValueError: 'rllm_mistake_twice' offers the estimator name 'twice' twice (estimators 'twice' and 'twice_too'); "
+        "give each estimator its own name and aliases"
+    )
+    assert (record("twice").status, record("twice").error) == ("error", why)
+    assert any(why in w for w in caught)
+    with pytest.raises(UnknownEstimatorError, match="failed to load"):
+        get_estimator("twice")
+
+
+def test_a_spec_whose_alias_is_its_own_name_is_a_value_error():
+    from rllm_plugins import AdvEstimatorSpec
+
+    with pytest.raises(ValueError) as caught:
+        AdvEstimatorSpec("selfish", fn=lambda rewards, **kwargs: (rewards, rewards), aliases=("other", "SELFISH"))
+    assert str(caught.value) == "estimator 'selfish': name and aliases must all differ, but 'selfish' is given twice (aliases ('other', 'selfish'))"
