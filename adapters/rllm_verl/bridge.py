@@ -30,8 +30,8 @@ from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.spec import accepted_keywords
 
 from .multi_objective import reward_key_options, reward_table
-from .reward_keys import current_tensor
-from .step_bridge import compute_rllm_step_advantage
+from .reward_keys import current_non_tensor_batch, current_tensor
+from .step_bridge import ANCHOR_STATES_KEY, Episodes, compute_rllm_step_advantage
 
 __all__ = [
     "ESTIMATOR_KWARGS_KEY",
@@ -257,7 +257,10 @@ def compute_rllm_advantage(
             raise ValueError(f"{where}: row {row} has uid {index[row]!r}, a {type(index[row]).__name__}; a uid must be hashable (a str or an int)") from None
         if estimator.spec.level == "step":
             responses = responses if responses is not None else current_tensor(index, "responses")
-            out = compute_rllm_step_advantage(name, where, token_level_rewards, response_mask, index, (order, offsets), options, config, dtype, responses)
+            batch = non_tensor_batch if non_tensor_batch is not None else current_non_tensor_batch(index)
+            override = None if batch is None else batch.get(ANCHOR_STATES_KEY)
+            episodes = Episodes.one_row_each(order, offsets, index.size)
+            out = compute_rllm_step_advantage(name, where, token_level_rewards, response_mask, index, episodes, options, config, dtype, responses, override)
             return out, out
         if wants_lengths(name):
             lengths = _row_sums(response_mask)

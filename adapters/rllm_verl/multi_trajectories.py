@@ -53,13 +53,9 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
     check_inputs(where, rewards, mask, uids)
     options = estimator_options(config, where, name)
     estimator = get_estimator(name)
-    if estimator.spec.level == "step":
-        raise ValueError(
-            f"{where}: a step-level estimator on sessions with several outputs each is not supported; the turns of one output row are "
-            "(multi-turn rows), but the outputs of a session are not joined into one episode. Return one output per session from the "
-            "agent loop, or choose an outcome-level rllm_* estimator"
-        )
     keyed = reward_key_options(config, where)
+    if estimator.spec.level == "step":
+        return _session_steps(name, where, data, sessions, options, config, keyed is not None)
     batched = estimator.batched_form
     with torch.no_grad():
         if keyed is None:
@@ -86,6 +82,40 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
         scores = torch.from_numpy(per_row).to(device=rewards.device, dtype=dtype).unsqueeze(-1) * mask
     data.batch["advantages"] = scores
     data.batch["returns"] = scores
+    return data
+
+
+def _session_steps(name: str, where: str, data: Any, sessions: Sessions, options: dict[str, Any], config: Any, keyed: bool) -> Any:
+    """A step-level estimator over sessions: a session is one episode whose steps are the turns of its outputs, in index order.
+
+    Its outcome is its final output's total reward (as for outcome-level names); each turn's reward
+    and anchor follow the row rule (:mod:`rllm_plugins.turns`).
+    """
+    import numpy as np
+    import torch
+
+    from .bridge import group_rows
+    from .step_bridge import ANCHOR_STATES_KEY, Episodes, compute_rllm_step_advantage
+
+    if keyed:
+        raise ValueError(f"{where} is step-level: algorithm.gdpo_reward_keys (one score per row and key) cannot apply; remove it")
+    order, offsets = group_rows(sessions.uids)
+    session_order = np.arange(sessions.uids.size) if order is None else order
+    rank = np.empty(session_order.size, dtype=np.int64)
+    rank[session_order] = np.arange(session_order.size)
+    rows = np.lexsort((sessions.output_index, rank[sessions.session_of_row]))
+    row_offsets = np.zeros(session_order.size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(sessions.session_of_row, minlength=session_order.size)[session_order], out=row_offsets[1:])
+    episodes = Episodes(rows, row_offsets, offsets, sessions.final_rows[session_order])
+    rewards, mask, uids = data.batch["token_level_rewards"], data.batch["response_mask"], data.non_tensor_batch["uid"]
+    dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
+    responses = data.batch["responses"] if "responses" in data.batch.keys() else None  # noqa: SIM118 - a TensorDict
+    with torch.no_grad():
+        out = compute_rllm_step_advantage(
+            name, where, rewards, mask, uids, episodes, options, config, dtype, responses, data.non_tensor_batch.get(ANCHOR_STATES_KEY)
+        )
+    data.batch["advantages"] = out
+    data.batch["returns"] = out
     return data
 
 

@@ -28,12 +28,14 @@ class Sessions:
 
     ``session_of_row`` (B,) int64: the session of each row, sessions numbered in order of first
     appearance; ``final_rows`` (S,) int64: the row of each session's final (highest-index) output;
-    ``uids`` (S,) object: the prompt (group) of each session.
+    ``uids`` (S,) object: the prompt (group) of each session; ``output_index`` (B,) int64: each row's
+    output index within its session (the key's last part).
     """
 
     session_of_row: np.ndarray
     final_rows: np.ndarray
     uids: np.ndarray
+    output_index: np.ndarray | None = None
 
     @property
     def one_output_each(self) -> bool:
@@ -63,6 +65,7 @@ def parse_sessions(keys: Sequence[Any], uids: Sequence[Any]) -> Sessions:
         raise ValueError(f"{len(keys)} batch keys for {len(uids)} rows; every row needs its key {{uid}}_{{session_id}}_{{index}}")
     code_of: dict[str, int] = {}
     session_of_row = np.empty(len(keys), dtype=np.int64)
+    output_index = np.empty(len(keys), dtype=np.int64)
     final_rows: list[int] = []
     final_index: list[int] = []
     for row, key in enumerate(keys):
@@ -75,6 +78,7 @@ def parse_sessions(keys: Sequence[Any], uids: Sequence[Any]) -> Sessions:
             raise ValueError(f"row {row}: batch key {key!r} ends in {index_text!r}, not an integer output index") from None
         code = code_of.setdefault(head, len(code_of))
         session_of_row[row] = code
+        output_index[row] = index
         if code == len(final_rows):
             try:
                 hash(uids[row])
@@ -93,7 +97,7 @@ def parse_sessions(keys: Sequence[Any], uids: Sequence[Any]) -> Sessions:
     finals = np.asarray(final_rows, dtype=np.int64)
     session_uids = np.empty(len(finals), dtype=object)
     session_uids[:] = [uids[row] for row in final_rows]
-    return Sessions(session_of_row, finals, session_uids)
+    return Sessions(session_of_row, finals, session_uids, output_index)
 
 
 def session_advantages(

@@ -14,6 +14,8 @@ is processing (the ``reward_keys`` extension makes it visible). verl's v1 traine
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,11 +25,13 @@ from rllm_plugins.anchors import anchor_ids
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.steps import StepBatch
-from rllm_plugins.turns import find_turns, spread_to_tokens, turn_anchor_states, turn_rewards
+from rllm_plugins.turns import Turns, find_turns, spread_to_tokens, turn_anchor_states, turn_rewards
 
 from .reward_keys import REWARD_KEYS_ENV
 
-__all__ = ["V1_RESPONSES_MESSAGE", "compute_rllm_step_advantage"]
+__all__ = ["ANCHOR_STATES_KEY", "V1_RESPONSES_MESSAGE", "Episodes", "compute_rllm_step_advantage"]
+
+ANCHOR_STATES_KEY = "anchor_states"  # non_tensor_batch[ANCHOR_STATES_KEY]: per row, one anchor state per turn (overrides responses)
 
 V1_RESPONSES_MESSAGE = (
     "verl's v1 trainer (trainer.use_v1=true, the default) fetches no `responses` for its advantage step, so anchor states "
@@ -36,10 +40,54 @@ V1_RESPONSES_MESSAGE = (
 )
 
 
+def _anchor_states(where: str, index: np.ndarray, turns: Turns, responses: torch.Tensor | None, override: Any) -> list[Hashable]:
+    """Each turn's anchor state: from ``override`` (one sequence of hashables per row, one per turn), else from ``responses``."""
+    if override is not None:
+        states: list[Hashable] = []
+        per_row = turns.per_row.tolist()
+        for row, row_states in enumerate(override):
+            given = len(row_states) if isinstance(row_states, (list, tuple, np.ndarray)) else None
+            if given != per_row[row]:
+                raise ValueError(
+                    f"{where}: row {row} (uid {index[row]!r}) has {per_row[row]} turns (runs of response_mask == 1) but "
+                    f"non_tensor_batch[{ANCHOR_STATES_KEY!r}] gives {given if given is not None else type(row_states).__name__}; "
+                    "give one anchor state per turn"
+                )
+            states.extend(row_states)
+        return states
+    if responses is None:
+        raise ValueError(
+            f"{where} needs `responses` to form anchor states, and the batch has none. {V1_RESPONSES_MESSAGE}. "
+            f"(On the legacy trainer, check that {REWARD_KEYS_ENV} is not 0.)"
+        )
+    return turn_anchor_states(_numpy(responses), turns)
+
+
 def _numpy(x: torch.Tensor) -> np.ndarray:
     """On the CPU as numpy; 16-bit floats as float64 (bf16 has no numpy dtype, and turn sums need the width)."""
     x = x.detach().to("cpu")
     return x.double().numpy() if x.dtype in (torch.float16, torch.bfloat16) else x.numpy()
+
+
+@dataclass(frozen=True)
+class Episodes:
+    """How a batch's rows form episodes (trajectories) in groups.
+
+    ``rows`` (B,): every row once, in group, episode and output order; ``row_offsets`` (N + 1,): the
+    rows of each episode within ``rows``; ``traj_offsets`` (G + 1,): the episodes of each group;
+    ``final_rows`` (N,): the row whose total reward is each episode's outcome.
+    """
+
+    rows: np.ndarray
+    row_offsets: np.ndarray
+    traj_offsets: np.ndarray
+    final_rows: np.ndarray
+
+    @classmethod
+    def one_row_each(cls, order: np.ndarray | None, offsets: np.ndarray, num_rows: int) -> Episodes:
+        """Every row its own episode, grouped by uid (``order, offsets`` of :func:`rllm_verl.bridge.group_rows`)."""
+        rows = np.arange(num_rows) if order is None else order
+        return cls(rows, np.arange(num_rows + 1, dtype=np.int64), offsets, rows)
 
 
 def compute_rllm_step_advantage(
@@ -48,15 +96,17 @@ def compute_rllm_step_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: np.ndarray,
-    grouping: tuple[np.ndarray | None, np.ndarray],
+    episodes: Episodes,
     options: dict[str, Any],
     config: Any,
     dtype: torch.dtype,
     responses: torch.Tensor | None = None,
+    anchor_states: Any = None,
 ) -> torch.Tensor:
-    """``(B, T)`` advantages in ``dtype`` of the step-level estimator ``name``.
+    """``(B, T)`` advantages in ``dtype`` of the step-level estimator ``name``; ``options`` are checked by the caller.
 
-    ``grouping`` is the rows' ``(order, offsets)`` by uid (:func:`rllm_verl.bridge.group_rows`); ``options`` are checked by the caller.
+    The steps of an episode are the turns of its rows, in ``episodes.rows`` order. ``anchor_states``
+    (B,), when given, overrides the anchors: row b's entry holds one hashable per turn of row b.
     """
     estimator = get_estimator(name)
     mask = _numpy(response_mask)
@@ -75,30 +125,24 @@ def compute_rllm_step_advantage(
         raise ValueError(
             f"{where}: row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])} has reward {step_rewards[j]}; rewards must be finite"
         )
-    outcomes = np.add.reduceat(step_rewards, turns.row_offsets[:-1])
+    row_totals = np.add.reduceat(step_rewards, turns.row_offsets[:-1])
 
-    order, offsets = grouping
-    rows = np.arange(index.size) if order is None else order
+    rows = episodes.rows
     counts = turns.per_row[rows]
-    step_offsets = np.zeros(rows.size + 1, dtype=np.int64)
-    np.cumsum(counts, out=step_offsets[1:])
-    turn_order = np.repeat(turns.row_offsets[:-1][rows] - step_offsets[:-1], counts) + np.arange(turns.num_turns)  # turns in group order
+    row_steps = np.zeros(rows.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=row_steps[1:])
+    turn_order = np.repeat(turns.row_offsets[:-1][rows] - row_steps[:-1], counts) + np.arange(turns.num_turns)  # turns in episode order
     anchors = None
     if estimator.spec.needs_anchors:
-        if responses is None:
-            raise ValueError(
-                f"{where} needs `responses` to form anchor states, and the batch has none. {V1_RESPONSES_MESSAGE}. "
-                f"(On the legacy trainer, check that {REWARD_KEYS_ENV} is not 0.)"
-            )
-        states = turn_anchor_states(_numpy(responses), turns)
+        states = _anchor_states(where, index, turns, responses, anchor_states)
         group_of_row = np.empty(index.size, dtype=np.int64)
-        group_of_row[rows] = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+        episode_sizes = np.diff(episodes.row_offsets)
+        group_of_row[rows] = np.repeat(np.repeat(np.arange(episodes.traj_offsets.size - 1), np.diff(episodes.traj_offsets)), episode_sizes)
         ordered_states = [states[j] for j in turn_order.tolist()]
-        ordered_groups = group_of_row[turns.row[turn_order]].tolist()
-        anchors = anchor_ids(ordered_states, ordered_groups, lambda s: f"{where}: turn {s}")
+        anchors = anchor_ids(ordered_states, group_of_row[turns.row[turn_order]], lambda s: f"{where}: turn {s} in group order")
     if "gamma" not in options and config is not None and config.get("gamma", None) is not None:
         options = {**options, "gamma": config.get("gamma")}
-    batch = StepBatch(outcomes[rows], offsets, step_rewards[turn_order], step_offsets, anchors)
+    batch = StepBatch(row_totals[episodes.final_rows], episodes.traj_offsets, step_rewards[turn_order], row_steps[episodes.row_offsets], anchors)
     grouped = as_advantages(estimator.batched_form(batch, **options), f"{where}: the estimator ({estimator.provider})")
     if grouped.size != turns.num_turns:
         raise ValueError(f"{where}: the estimator ({estimator.provider}) returned {grouped.size} advantages for {turns.num_turns} turns")

@@ -207,3 +207,74 @@ def test_outcome_level_names_are_unchanged_by_responses_in_the_batch():
 
     without, _ = get_adv_estimator_fn("rllm_grpo")(token_level_rewards=rewards, response_mask=mask, index=index, config=None)
     assert torch.equal(with_responses, without)
+
+
+def test_v1_sessions_join_their_outputs_into_one_episode_of_their_turns():
+    """Keys {uid}_{session}_{index}: a session's steps are the turns of its outputs in index order; its outcome the final output's reward."""
+    pytest.importorskip("transfer_queue", reason="verl's v1 trainer needs TransferQueue")
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    rng = np.random.default_rng(5)
+    responses, mask, rewards, index = random_multi_turn_batch(rng, rows=12, uids=("u_a", "u_b"))
+    index = np.array(["u_a"] * 6 + ["u_b"] * 6, dtype=object)
+    keys = ["u_a_s0_0", "u_a_s0_1", "u_a_s1_0", "u_a_s2_0", "u_a_s2_3", "u_a_s2_1", "u_b_s0_0", "u_b_s1_0", "u_b_s1_1", "u_b_s2_0", "u_b_s3_0", "u_b_s3_1"]
+    perm = rng.permutation(12)
+    data = DataProto.from_dict(
+        tensors={"responses": responses[perm], "response_mask": mask[perm], "token_level_rewards": rewards[perm]},
+        non_tensors={"uid": index[perm]},
+    )
+    config = OmegaConf.create({"adv_estimator": "rllm_gigpo", "gamma": 0.9, "norm_adv_by_std_in_grpo": True})
+    got = compute_advantage_for_multi_trajectories(data, [keys[p] for p in perm], adv_estimator="rllm_gigpo", config=config).batch["advantages"].numpy()
+
+    # reference: episodes = sessions, their turns concatenated in output order
+    turns = reference_turns(responses[perm], mask[perm], rewards[perm])
+    sessions = {}
+    for row, p in enumerate(perm):
+        uid, session, out = keys[p].rsplit("_", 2)
+        sessions.setdefault((uid, session), []).append((int(out), row))
+    per_turn, by_group = {}, {}
+    for (uid, session), outs in sessions.items():
+        outs.sort()
+        steps = [(row, k) for _, row in outs for k in range(len(turns[row]))]
+        outcome = sum(t[1] for t in turns[outs[-1][1]])
+        by_group.setdefault(uid, []).append((steps, outcome))
+    for episodes in by_group.values():
+        outcomes = [o for _, o in episodes]
+        mean, sd = (0.0, 1.0) if len(outcomes) == 1 else (statistics.fmean(outcomes), statistics.pstdev(outcomes))
+        returns, anchor_groups = {}, {}
+        for steps, _ in episodes:
+            running = 0.0
+            for row, k in reversed(steps):
+                running = turns[row][k][1] + 0.9 * running
+                returns[(row, k)] = running
+            for row, k in steps:
+                anchor_groups.setdefault(turns[row][k][2], []).append(returns[(row, k)])
+        for steps, outcome in episodes:
+            for row, k in steps:
+                members = anchor_groups[turns[row][k][2]]
+                step = 0.0 if len(members) == 1 else (returns[(row, k)] - statistics.fmean(members)) / (statistics.pstdev(members) + EPS)
+                per_turn[(row, k)] = (outcome - mean) / (sd + EPS) + step
+    want = np.zeros_like(got)
+    for (row, k), value in per_turn.items():
+        want[row, turns[row][k][0]] = value
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-5)
+
+
+def test_an_anchor_override_in_the_batch_replaces_the_environment_tokens():
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(9), rows=8)
+    turns = reference_turns(responses, mask, rewards)
+    same = np.empty(8, dtype=object)
+    same[:] = [tuple("s" for _ in t) for t in turns]  # one state everywhere: gigpo's step part becomes step_reinforce's
+    data = DataProto.from_dict(
+        tensors={"responses": responses, "response_mask": mask, "token_level_rewards": rewards}, non_tensors={"uid": index, "anchor_states": same}
+    )
+    config = OmegaConf.create({"adv_estimator": "rllm_gigpo", "gamma": 1.0, "norm_adv_by_std_in_grpo": True})
+    got = compute_advantage(data, adv_estimator="rllm_gigpo", config=config).batch["advantages"].numpy()
+    steps_only = reference_gigpo(turns, index, 1.0, 1.0, steps_only=True)
+    episode = reference_gigpo(turns, index, 1.0, 0.0)
+    assert got[:, : steps_only.shape[1]] == pytest.approx(episode + steps_only, rel=1e-5, abs=1e-5)
+    wrong = same.copy()
+    wrong[3] = ("s",) * (len(turns[3]) + 1)
+    data.non_tensor_batch["anchor_states"] = wrong
+    with pytest.raises(ValueError, match=rf"row 3 \(uid '{index[3]}'\) has {len(turns[3])} turns .* gives {len(turns[3]) + 1}; give one anchor state per turn"):
+        compute_advantage(data, adv_estimator="rllm_gigpo", config=config)
