@@ -49,6 +49,18 @@ class TaskRunnerLike:
         out["extension"] = getattr(trainer_base.compute_advantage_for_multi_trajectories, "rllm_extension", None)
         return out
 
+    def gigpo(self, responses, mask, rewards, uids: list[str]):
+        import verl  # noqa: F401
+        from omegaconf import OmegaConf
+        from verl import DataProto
+        from verl.trainer.ppo.ray_trainer import compute_advantage
+
+        data = DataProto.from_dict(
+            tensors={"responses": responses, "response_mask": mask, "token_level_rewards": rewards}, non_tensors={"uid": np.array(uids, dtype=object)}
+        )
+        config = OmegaConf.create({"adv_estimator": "rllm_gigpo", "gamma": 1.0, "norm_adv_by_std_in_grpo": True})
+        return compute_advantage(data, adv_estimator="rllm_gigpo", config=config).batch["advantages"].numpy()
+
     def loaded(self) -> bool:
         import sys
 
@@ -76,3 +88,24 @@ def test_an_actor_that_only_imports_verl_computes_session_advantages(ray_cluster
     assert out["extension"] == "sessions"
     for name in names:
         np.testing.assert_allclose(out[name], ref.sessions(keys, uids, rewards, mask, ref.session_estimators[name]), atol=1e-6, err_msg=name)
+
+
+def test_an_actor_that_only_imports_verl_computes_rllm_gigpo_on_multi_turn_rows(ray_cluster):
+    """Turns and anchors found where verl computes advantages: responses reach the estimator through the reward-key extension."""
+    import torch
+
+    responses = torch.tensor([[5, 5, 9, 9, 6, 6, 0, 0], [5, 9, 9, 7, 7, 0, 0, 0], [5, 5, 9, 6, 6, 9, 7, 7]])
+    mask = torch.tensor([[1, 1, 0, 0, 1, 1, 0, 0], [1, 0, 0, 1, 1, 0, 0, 0], [1, 1, 0, 1, 1, 0, 1, 1]], dtype=torch.float32)
+    rewards = torch.zeros(3, 8)
+    rewards[0, 5] = rewards[2, 7] = 1.0
+    got = ray.get(TaskRunnerLike.remote().gigpo.remote(responses, mask, rewards, ["a", "a", "a"]), timeout=300)
+    # outcomes [1, 0, 1]: A^E = [0.707, -1.414, 0.707]; turn 0 ('prompt'): returns [1, 0, 1] -> the same z-scores;
+    # after [9, 9]: rows 0 and 1, returns 1 and 0 -> +-1; after [9]: row 2's turns 1 and 2, returns 1 and 1 -> 0
+    e = np.array([1.0, -2.0, 1.0]) / np.sqrt(2.0) * (np.sqrt(2 / 9) / (np.sqrt(2 / 9) + 1e-6))
+    s = 0.5 / (0.5 + 1e-6)
+    want = [
+        [2 * e[0]] * 2 + [0, 0] + [e[0] + s] * 2 + [0, 0],
+        [2 * e[1], 0, 0, e[1] - s, e[1] - s, 0, 0, 0],
+        [2 * e[2]] * 2 + [0] + [e[2]] * 2 + [0] + [e[2]] * 2,
+    ]
+    np.testing.assert_allclose(got, want, rtol=1e-5)

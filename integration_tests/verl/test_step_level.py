@@ -233,7 +233,7 @@ def test_v1_sessions_join_their_outputs_into_one_episode_of_their_turns():
         uid, session, out = keys[p].rsplit("_", 2)
         sessions.setdefault((uid, session), []).append((int(out), row))
     per_turn, by_group = {}, {}
-    for (uid, session), outs in sessions.items():
+    for (uid, _session), outs in sessions.items():
         outs.sort()
         steps = [(row, k) for _, row in outs for k in range(len(turns[row]))]
         outcome = sum(t[1] for t in turns[outs[-1][1]])
