@@ -39,40 +39,59 @@ def step_batch_from_groups(
 ) -> StepBatch:
     """The groups' steps, flat; ``outcomes[g]`` are group ``g``'s trajectory rewards, ``where(g, i)`` names a trajectory.
 
-    ``with_anchors``: every step needs an anchor state (the estimator ``who`` reads them).
+    ``with_anchors``: every step needs an anchor state (the estimator ``who`` reads them). Values are
+    gathered in one pass and checked in bulk; the slow search for the culprit runs only on error.
     """
     step_counts: list[int] = []
-    rewards: list[float] = []
-    states: list[Hashable] = []
-    step_group: list[int] = []
-    places: list[tuple[int, int, int]] = []
+    rewards: list[object] = []
+    states: list[Hashable | None] = []
     for g, group in enumerate(groups):
         for i, traj in enumerate(group.trajectories):
             if not traj.steps:
                 raise ValueError(f"{where(g, i)}: the trajectory has no steps; {who} gives one advantage per step")
             step_counts.append(len(traj.steps))
-            for t, step in enumerate(traj.steps):
-                reward = step.reward
-                if not isinstance(reward, numbers.Real) or not math.isfinite(reward):  # bools count as 0/1, as outcome rewards
-                    raise ValueError(f"{where(g, i)}, step {t}: step reward must be a finite number, got {type(reward).__name__} {reward!r}")
-                rewards.append(float(reward))
-                if with_anchors:
-                    state = anchor_state(step)
-                    if state is None:
-                        raise ValueError(
-                            f"{where(g, i)}, step {t}: no anchor state; {who} needs one per step: "
-                            f"set Step.observation or Step.metadata[{ANCHOR_KEY!r}] (any hashable)"
-                        )
-                    states.append(state)
-                    step_group.append(g)
-                    places.append((g, i, t))
+            rewards.extend([step.reward for step in traj.steps])
+            if with_anchors:
+                states.extend([anchor_state(step) for step in traj.steps])
+    traj_offsets = offsets_from_sizes([len(g.trajectories) for g in groups])
+    step_offsets = offsets_from_sizes(step_counts)
+
+    def place(s: int) -> str:
+        i = int(np.searchsorted(step_offsets, s, side="right") - 1)
+        g = int(np.searchsorted(traj_offsets, i, side="right") - 1)
+        return f"{where(g, i - int(traj_offsets[g]))}, step {s - int(step_offsets[i])}"
+
+    step_rewards = _checked_rewards(rewards, place)
     anchors = None
     if with_anchors:
-        anchors = anchor_ids(states, step_group, lambda s: f"{where(*places[s][:2])}, step {places[s][2]}")
+        if any(state is None for state in states):
+            s = next(s for s, state in enumerate(states) if state is None)
+            raise ValueError(f"{place(s)}: no anchor state; {who} needs one per step: set Step.observation or Step.metadata[{ANCHOR_KEY!r}] (any hashable)")
+        step_group = np.repeat(np.arange(len(groups)), np.diff(step_offsets[traj_offsets]))
+        anchors = anchor_ids(states, step_group, place)
     return StepBatch(
         outcomes=np.concatenate(outcomes) if outcomes else np.zeros(0),
-        traj_offsets=offsets_from_sizes([len(g.trajectories) for g in groups]),
-        step_rewards=np.array(rewards, dtype=np.float64),
-        step_offsets=offsets_from_sizes(step_counts),
+        traj_offsets=traj_offsets,
+        step_rewards=step_rewards,
+        step_offsets=step_offsets,
         anchors=anchors,
     )
+
+
+def _checked_rewards(rewards: list[object], place: Callable[[int], str]) -> np.ndarray:
+    """Step rewards as float64 ``(S,)``: real numbers (bools count as 0/1, as outcome rewards), finite."""
+    try:
+        if all(isinstance(r, numbers.Real) for r in rewards):
+            values = np.array(rewards, dtype=np.float64)
+            if np.isfinite(values).all():
+                return values
+    except (TypeError, ValueError, OverflowError):
+        pass
+    for s, reward in enumerate(rewards):
+        try:
+            finite = isinstance(reward, numbers.Real) and math.isfinite(float(reward))  # type: ignore[arg-type]
+        except OverflowError:  # an int beyond the float range
+            finite = False
+        if not finite:
+            raise ValueError(f"{place(s)}: step reward must be a finite number, got {type(reward).__name__} {reward!r}")
+    raise ValueError(f"{place(0)}: step rewards could not be read as numbers")

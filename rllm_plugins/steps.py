@@ -81,6 +81,18 @@ class StepBatch:
     def num_steps(self) -> int:
         return int(self.step_rewards.size)
 
+    def warn_if_steps_carry_nothing(self, estimator: str) -> None:
+        """Warn when every step reward is 0 while the outcomes differ: an estimator of step returns then sees no signal."""
+        if self.num_steps and not self.step_rewards.any() and np.ptp(self.outcomes) > 0:
+            import warnings
+
+            warnings.warn(
+                f"estimator {estimator!r}: every step reward is 0 while the trajectory rewards differ, so the step returns carry no "
+                "signal; give each step its reward (Step.reward; with only an outcome, the last step's reward is the outcome)",
+                UserWarning,
+                stacklevel=3,
+            )
+
     @cached_property
     def trajectories(self) -> GroupLayout:
         """Trajectories in task groups (reductions over ``outcomes``)."""

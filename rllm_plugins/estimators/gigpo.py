@@ -73,6 +73,7 @@ def gigpo(
     check_gigpo_options({"gamma": gamma, "episode_stats": episode_stats, "std_ddof": std_ddof, "step_advantage_w": step_advantage_w})
     if batch.anchors is None:
         raise ValueError("estimator 'gigpo' needs an anchor state for every step (StepBatch.anchors)")
+    batch.warn_if_steps_carry_nothing("gigpo")
     norm = dict(norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon, ddof=std_ddof)
     if episode_stats == "trajectory":
         episode = batch.steps.expand(standardize_in_groups(batch.outcomes, batch.traj_offsets, **norm))

@@ -34,6 +34,7 @@ def check_step_reinforce_options(options: Any) -> None:
 
 def step_reinforce(batch: StepBatch, /, *, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6, gamma: float = 1.0, **_: Any) -> np.ndarray:
     """Step REINFORCE: discounted step return minus its task group's mean over steps (divided by their std)."""
+    batch.warn_if_steps_carry_nothing("step_reinforce")
     returns = discounted_returns(batch.step_rewards, batch.step_offsets, check_discount("step_reinforce", gamma))
     return normalize_within(returns, batch.step_group, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon)
 

@@ -212,3 +212,14 @@ def test_spec_level_is_validated():
         AdvEstimatorSpec("x", fn=lambda rewards, **_: (rewards, rewards), level="token")
     with pytest.raises(ValueError, match="needs_anchors=True needs level='step'"):
         AdvEstimatorSpec("x", fn=lambda rewards, **_: (rewards, rewards), needs_anchors=True)
+
+
+def test_all_zero_step_rewards_with_differing_outcomes_warn_that_the_step_part_is_empty():
+    trajectories = [Trajectory(steps=[Step(observation="a")], reward=1.0), Trajectory(steps=[Step(observation="a")], reward=0.0)]
+    groups = [TrajectoryGroup(trajectories, group_id="t:agent")]
+    with pytest.warns(UserWarning, match=r"estimator 'gigpo': every step reward is 0 while the trajectory rewards differ"):
+        collect_reward_and_advantage_from_trajectory_groups(groups, AlgorithmConfig(estimator="gigpo"))
+    groups[0].trajectories[0].steps[0].reward = 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        collect_reward_and_advantage_from_trajectory_groups(groups, AlgorithmConfig(estimator="gigpo"))

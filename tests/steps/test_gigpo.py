@@ -127,7 +127,7 @@ def test_verl_agent_variant_worked_example_differs_from_the_native_one():
 def test_torch_unbiased_std_is_what_the_variant_uses():
     torch = pytest.importorskip("torch")
     values = [1.0, 0.0, 0.0, 1.0, 1.0]
-    got, _ = calculate_gigpo_advantages([np.array(values)], [[np.array([0.0])] * 5], [[["s"]] * 5], std_ddof=1, step_advantage_w=0.0)
+    got, _ = calculate_gigpo_advantages([np.array(values)], [[np.array([1.0])] * 5], [[["s"]] * 5], std_ddof=1, step_advantage_w=0.0)
     t = torch.tensor(values, dtype=torch.float64)
     want = ((t - t.mean()) / (t.std() + EPS)).tolist()
     assert np.concatenate(got[0]).tolist() == pytest.approx(want, rel=1e-12)
