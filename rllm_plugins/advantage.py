@@ -267,16 +267,17 @@ def collect_reward_and_advantage_from_trajectory_groups(
     """Compute each role's advantages, write them to the steps, and return metrics.
 
     Groups are split by ``group_role``; each role's RL-mode groups go to one call of its
-    estimator (``estimator_map[role]``, else ``estimator``). With an outcome-level estimator every
-    step of a trajectory gets the trajectory's advantage (broadcast); with a step-level one
+    estimator (``estimator_map[role]``, else ``estimator``). With an outcome-level estimator
+    every step of a trajectory gets the trajectory's advantage (broadcast); with a step-level one
     (:mod:`.step_forms`) every step gets its own, from ``Step.reward`` and the anchor states
-    (:mod:`.step_inputs`), and ``advantage/{role}/*`` count steps instead of trajectories. With ``use_precomputed_advantage`` and some step of a
-    group carrying an advantage, that group's per-token advantages are used instead (float ->
-    repeated over ``response_ids``, missing or a list of the wrong length -> zeros). ``collect_advantage=False`` only
-    collects rewards. Trajectories with named rewards (``metadata["rewards"]``) are combined by
-    ``multi_objective_aggregation``. Metrics: ``reward/{role}/{mean,std,max,min}`` (of the weighted
-    sum for named rewards), ``reward/{role}/{name}/{mean,std,max,min}`` per named reward,
-    ``advantage/{role}/{mean,std,max,min,fraction_zero}`` and the ``batch/{role}/...`` group
+    (:mod:`.step_inputs`). With ``use_precomputed_advantage`` and some step of a group carrying
+    an advantage, that group's per-token advantages are used instead (float -> repeated over
+    ``response_ids``, missing or a list of the wrong length -> zeros). ``collect_advantage=False``
+    only collects rewards. Trajectories with named rewards (``metadata["rewards"]``) are combined
+    by ``multi_objective_aggregation``. Metrics: ``reward/{role}/{mean,std,max,min}`` (of the
+    weighted sum for named rewards), ``reward/{role}/{name}/{mean,std,max,min}`` per named reward,
+    ``advantage/{role}/{mean,std,max,min,fraction_zero}`` (over trajectories, or over steps for a
+    step-level role, with ``batch/{role}/anchor_groups/...``) and the ``batch/{role}/...`` group
     diagnostics of :mod:`.diagnostics`; empty groups contribute nothing.
     """
     if collect_advantage and algorithm_config.estimator_kwargs:  # every estimator the config selects gets them
