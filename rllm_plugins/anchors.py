@@ -14,7 +14,7 @@ import numpy as np
 
 from .segments import GroupLayout
 
-__all__ = ["anchor_group_sizes", "anchor_ids", "normalize_within"]
+__all__ = ["anchor_ids", "is_hashable", "normalize_within"]
 
 
 def anchor_ids(states: Sequence[Hashable], step_group: Sequence[int] | np.ndarray, where: Callable[[int], str]) -> np.ndarray:
@@ -27,7 +27,7 @@ def anchor_ids(states: Sequence[Hashable], step_group: Sequence[int] | np.ndarra
     try:
         state_codes = np.fromiter((codes.setdefault(state, len(codes)) for state in states), dtype=np.int64)
     except TypeError:
-        s, state = next((s, state) for s, state in enumerate(states) if not _hashable(state))
+        s, state = next((s, state) for s, state in enumerate(states) if not is_hashable(state))
         raise ValueError(
             f"{where(s)}: anchor state {type(state).__name__} {_short(state)} is unhashable; give a hashable one (a str, a number, a tuple of token ids, bytes)"
         ) from None
@@ -47,7 +47,8 @@ def anchor_ids(states: Sequence[Hashable], step_group: Sequence[int] | np.ndarra
     return ids.astype(np.int64, copy=False).reshape(-1)
 
 
-def _hashable(value: object) -> bool:
+def is_hashable(value: object) -> bool:
+    """Whether ``hash(value)`` works (an anchor state or an id must be hashable)."""
     try:
         hash(value)
     except TypeError:
@@ -58,12 +59,6 @@ def _hashable(value: object) -> bool:
 def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def anchor_group_sizes(ids: np.ndarray) -> np.ndarray:
-    """``(S,)`` size of each step's anchor group."""
-    counts = np.bincount(ids)
-    return counts[ids]
 
 
 def normalize_within(values: np.ndarray, ids: np.ndarray, *, norm_adv_by_std_in_grpo: bool, epsilon: float, ddof: int = 0) -> np.ndarray:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from rllm_plugins.aggregation import aggregate_advantages
+from rllm_plugins.anchors import is_hashable
 from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
@@ -170,14 +171,6 @@ def check_representable(advantages: np.ndarray, dtype: torch.dtype, where: str, 
     )
 
 
-def _hashable(value: object) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
-
-
 def _has_tokens(mask: torch.Tensor) -> bool:
     """Whether ``mask`` has any non-zero entry (first row checked first: the usual case costs nothing)."""
     if mask.device.type == "cpu" and mask.dtype in (torch.bool, torch.uint8, torch.int32, torch.int64, torch.float32, torch.float64):
@@ -253,7 +246,7 @@ def compute_rllm_advantage(
         except ValueError as error:  # a NaN uid
             raise ValueError(f"{where}: {error}") from None
         except TypeError:  # an unhashable uid: name the first
-            row = next(r for r, uid in enumerate(index.tolist()) if not _hashable(uid))
+            row = next(r for r, uid in enumerate(index.tolist()) if not is_hashable(uid))
             raise ValueError(f"{where}: row {row} has uid {index[row]!r}, a {type(index[row]).__name__}; a uid must be hashable (a str or an int)") from None
         if estimator.spec.level == "step":
             responses = responses if responses is not None else current_tensor(index, "responses")
