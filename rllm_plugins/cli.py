@@ -1,8 +1,9 @@
 """The ``rllm-plugins`` command (also ``python -m rllm_plugins``).
 
 ``estimators [--json]``  every selectable estimator name, its provider and description;
-``plugins [--json]``     every plugin (built-ins and entry points) and its status;
-``check NAME``           the contract check of one estimator (:func:`rllm_plugins.testing.check_estimator`);
+``plugins [--json] [--strict]``  every plugin (built-ins and entry points) and its status; ``--strict``
+                         exits 1 when one is in error, in conflict or misplaced (a CI check);
+``check NAME [--json]``  the contract check of one estimator (:func:`rllm_plugins.testing.check_estimator`);
 ``COMMAND ARGS...``      a command contributed by an installed distribution through the entry-point
                          group ``rllm_plugins.commands`` (the verl adapter contributes ``verl-check``).
 
@@ -33,6 +34,7 @@ EXIT_OK, EXIT_FAILURE = 0, 1
 EXIT_BROKEN_PIPE = 128 + 13  # as if killed by SIGPIPE, like other command-line tools
 COMMAND_GROUP = "rllm_plugins.commands"
 BUILTIN_COMMANDS = ("estimators", "plugins", "check")
+UNUSABLE_STATUSES = ("error", "conflict", "misplaced")
 
 
 @dataclass(frozen=True)
@@ -105,8 +107,18 @@ def estimator_rows() -> list[dict[str, Any]]:
 
 
 def plugin_rows() -> list[dict[str, Any]]:
-    """One row per plugin: name, distribution, version, status, estimators, error."""
-    return [record.as_dict() for record in plugins.plugin_state().records]
+    """One row per plugin: name, distribution, version, status, estimators, error.
+
+    An entry point declared in a near-miss group (``rllm_plugin``, ``verl.plugin``), which nothing
+    loads, is a row with status ``misplaced``.
+    """
+    from .entry_point_mistakes import misplaced_entry_points
+
+    misplaced = [
+        {"name": m.name, "distribution": m.distribution, "version": m.version, "status": "misplaced", "estimators": [], "error": str(m)}
+        for m in misplaced_entry_points()
+    ]
+    return [record.as_dict() for record in plugins.plugin_state().records] + misplaced
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -132,11 +144,20 @@ def _cmd_estimators(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _strict_verdict(rows: Sequence[dict[str, Any]]) -> int:
+    """``plugins --strict``: exit 1, saying which, when a plugin is not usable (``disabled`` is a choice, not a failure)."""
+    unusable = [f"{r['name']} ({r['status']})" for r in rows if r["status"] in UNUSABLE_STATUSES]
+    if not unusable:
+        return EXIT_OK
+    print(f"rllm-plugins plugins --strict: {len(unusable)} plugin(s) not usable: {', '.join(unusable)}", file=sys.stderr)
+    return EXIT_FAILURE
+
+
 def _cmd_plugins(args: argparse.Namespace) -> int:
     rows = plugin_rows()
     if args.json:
         _print_json(rows)
-        return EXIT_OK
+        return _strict_verdict(rows) if args.strict else EXIT_OK
     table = [[r["name"], r["distribution"] or "-", r["version"] or "-", r["status"], ", ".join(r["estimators"]) or "-"] for r in rows]
     print(_table(["PLUGIN", "DISTRIBUTION", "VERSION", "STATUS", "ESTIMATORS"], table))
     errors = [r for r in rows if r["error"]]
@@ -144,7 +165,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         print()
         for r in errors:
             print(f"{r['name']}: {r['error']}")
-    return EXIT_OK
+    return _strict_verdict(rows) if args.strict else EXIT_OK
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -154,7 +175,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"rllm-plugins check: {e}", file=sys.stderr)
         return EXIT_FAILURE
     report = check_estimator(args.name)
-    print(report)
+    if args.json:
+        _print_json(report.as_dict())
+    else:
+        print(report)
     return EXIT_OK if report.ok else EXIT_FAILURE
 
 
@@ -191,10 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("estimators", _cmd_estimators, "list every selectable estimator: name, aliases, provider, description").add_argument(
         "--json", action="store_true", help="print a JSON list instead of a table"
     )
-    add("plugins", _cmd_plugins, "list the built-ins and every installed plugin with its status (active, disabled, error, conflict)").add_argument(
-        "--json", action="store_true", help="print a JSON list instead of a table"
-    )
-    add("check", _cmd_check, "check an estimator's contract on synthetic groups; exit 1 if it fails").add_argument("name", help="estimator name")
+    plugins_command = add("plugins", _cmd_plugins, "list the built-ins and every installed plugin with its status (active, disabled, error, conflict, misplaced)")
+    plugins_command.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    plugins_command.add_argument("--strict", action="store_true", help="exit 1 when a plugin is in error, conflict or misplaced (for CI)")
+    check_command = add("check", _cmd_check, "check an estimator's contract on synthetic groups; exit 1 if it fails")
+    check_command.add_argument("name", help="estimator name")
+    check_command.add_argument("--json", action="store_true", help="print the report as JSON")
     for name, command in sorted(contributed.items()):
         if name in BUILTIN_COMMANDS:
             continue
