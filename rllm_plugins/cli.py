@@ -215,7 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("estimators", _cmd_estimators, "list every selectable estimator: name, aliases, provider, description").add_argument(
         "--json", action="store_true", help="print a JSON list instead of a table"
     )
-    plugins_command = add("plugins", _cmd_plugins, "list the built-ins and every installed plugin with its status (active, disabled, error, conflict, misplaced)")
+    plugins_help = "list the built-ins and every installed plugin with its status (active, disabled, error, conflict, misplaced)"
+    plugins_command = add("plugins", _cmd_plugins, plugins_help)
     plugins_command.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     plugins_command.add_argument("--strict", action="store_true", help="exit 1 when a plugin is in error, conflict or misplaced (for CI)")
     check_command = add("check", _cmd_check, "check an estimator's contract on synthetic groups; exit 1 if it fails")
