@@ -73,11 +73,15 @@ def test_the_verdict_comes_first_and_verls_import_messages_are_held_back():
     assert verbose.stdout == done.stdout
     held = done.stderr.strip().splitlines()
     if held:  # verl printed something while being imported: one line says so, --verbose shows it
-        assert held == [f"({len(verbose.stderr.strip().splitlines()) - 1} lines printed by verl and its imports during the check are held back; --verbose shows them)"]
+        shown = len(verbose.stderr.strip().splitlines()) - 1  # below one heading line
+        assert held == [f"({shown} lines printed by verl and its imports during the check are held back; --verbose shows them)"]
 
 
 def test_help_imports_neither_verl_nor_torch():
-    code = "import sys\nfrom rllm_verl.check import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\nprint(sorted({'verl', 'torch'} & set(sys.modules)))"
+    code = (
+        "import sys\nfrom rllm_verl.check import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted({'verl', 'torch'} & set(sys.modules)))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.stdout.splitlines()[-1] == "[]", done.stderr
     assert "trial run on toy groups of several sizes" in " ".join(done.stdout.split())
