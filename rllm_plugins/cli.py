@@ -26,6 +26,7 @@ from importlib import metadata
 from typing import Any
 
 from . import __version__, plugins, registry
+from .tables import format_table, plain, terminal_width
 from .testing import check_estimator
 
 __all__ = ["COMMAND_GROUP", "ContributedCommand", "build_parser", "contributed_commands", "estimator_rows", "main", "parse_args", "plugin_rows"]
@@ -53,6 +54,26 @@ class ContributedCommand:
     @property
     def origins(self) -> str:
         return "; ".join(map(self.origin, self.entry_points))
+
+    @property
+    def summary(self) -> str | None:
+        """The first sentence of the command module's docstring, read from its file without importing it (None if not found)."""
+        import ast  # only for --help
+        from importlib.util import find_spec
+        from pathlib import Path
+
+        top, *rest = self.entry_points[0].module.split(".")
+        try:
+            spec = find_spec(top)  # a top-level lookup imports nothing
+            places = list(spec.submodule_search_locations or []) if spec else []
+            candidates = [Path(place, *rest).with_suffix(".py") for place in places] + [Path(place, *rest, "__init__.py") for place in places]
+            if spec and spec.origin and not rest:
+                candidates.insert(0, Path(spec.origin))
+            source = next((c for c in candidates if c.is_file()), None)
+            docstring = ast.get_docstring(ast.parse(source.read_text(encoding="utf-8"))) if source else None
+        except (ImportError, OSError, SyntaxError, ValueError):
+            return None
+        return plain(docstring.split("\n\n")[0].replace("\n", " ").split(". ")[0].rstrip(".")) if docstring else None
 
 
 def contributed_commands() -> dict[str, ContributedCommand]:
@@ -122,9 +143,14 @@ def plugin_rows() -> list[dict[str, Any]]:
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = [headers, *rows]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines)
+    return format_table(headers, rows, width=terminal_width())
+
+
+def _short_provider(row: dict[str, Any]) -> str:
+    """The provider in a few words for the table (the JSON has it in full): ``built-in``, a distribution and version, ``user code``."""
+    if row["kind"] == "plugin":
+        return f"{row['distribution']} {row['version']}" if row["distribution"] else str(row["plugin"])
+    return {"builtin": "built-in", "user": "user code"}.get(row["kind"], row["kind"])
 
 
 def _print_json(data: Any) -> None:
@@ -139,7 +165,7 @@ def _cmd_estimators(args: argparse.Namespace) -> int:
     table = []
     for row in rows:
         name = row["name"] + (f" ({', '.join(row['aliases'])})" if row["aliases"] else "")
-        table.append([name, row["provider"], row["description"]])
+        table.append([name, _short_provider(row), plain(row["description"])])
     print(_table(["NAME (ALIASES)", "PROVIDER", "DESCRIPTION"], table))
     return EXIT_OK
 
@@ -225,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, command in sorted(contributed.items()):
         if name in BUILTIN_COMMANDS:
             continue
-        help_text = f"from {command.origins}; 'rllm-plugins {name} --help' for its arguments"
+        summary = command.summary
+        help_text = f"{summary + '. ' if summary else ''}From {command.origins}; 'rllm-plugins {name} --help' for its arguments"
         sub = add(name, lambda args, command=command: _run_contributed(command, args.arguments), help_text, add_help=False)
         sub.add_argument("arguments", nargs=argparse.REMAINDER, help="passed to the command unchanged")
     return parser
