@@ -23,7 +23,7 @@ def test_the_trainer_logs_the_estimator_its_provider_and_the_aggregation(make_tr
 
 
 def test_the_line_names_each_roles_estimator_the_options_and_the_trl_settings_followed(make_trainer, caplog):
-    with caplog.at_level(logging.INFO, logger=LOGGER), pytest.warns(UserWarning, match="scale_rewards='batch' is overridden by adv_estimator 'median_baseline'"):
+    with caplog.at_level(logging.INFO, logger=LOGGER), pytest.warns(UserWarning, match="overridden by adv_estimator 'median_baseline'"):
         make_trainer(
             adv_estimator="trl_grpo",
             role_column="role",
