@@ -185,9 +185,12 @@ def test_a_contributed_command_runs_with_its_arguments_and_exit_code(cli_env):
 
 
 def test_help_lists_contributed_commands_and_the_ignored_ones(cli_env):
-    done = run(cli_env, "--help")
+    done = run({**cli_env, "COLUMNS": "1000"}, "--help")
     text = " ".join(done.stdout.split())  # argparse wraps lines
-    assert "fixture-echo from rllm-fixture-command 0.5.0 (rllm_fixture_command:echo); 'rllm-plugins fixture-echo --help' for its arguments" in text
+    assert (
+        "fixture-echo Commands for the rllm-plugins command line: `fixture-echo` prints its arguments as JSON and exits 3. "
+        "From rllm-fixture-command 0.5.0 (rllm_fixture_command:echo); 'rllm-plugins fixture-echo --help' for its arguments"
+    ) in text
     assert "ignored: the command 'check' of rllm-fixture-command 0.5.0 (rllm_fixture_command:echo), a built-in command's name." in text
 
 
