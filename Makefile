@@ -36,5 +36,5 @@ lint: $(STAMP)
 # everything a build, an install or a test run leaves in the tree (the example plugin's and the fixtures' too)
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .hypothesis demo_output outputs
-	rm -rf examples/*/build examples/*/dist examples/*/*.egg-info tests/plugins/fixtures/*/build tests/plugins/fixtures/*/*.egg-info
+	rm -rf examples/*/build examples/*/dist examples/*/*.egg-info tests/plugins/fixtures/*/build tests/plugins/fixtures/*/*.egg-info tests/plugins/mistakes/*/build tests/plugins/mistakes/*/*.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,4 +1,28 @@
-"""rLLM-native outcome advantage estimators, as a plugin package for verl and TRL."""
+"""rLLM-native outcome advantage estimators, as a plugin package for verl and TRL.
+
+Estimators are selected by name (``grpo``, ``rloo``, ... and those of installed plugins; the
+command ``rllm-plugins estimators`` lists them). Trajectory groups with roles go in, and every step
+gets its trajectory's advantage. The core API in 15 lines::
+
+    from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups
+
+
+    def group(task, role, rewards):
+        return TrajectoryGroup([Trajectory(steps=[Step(response_ids=[1, 2]), Step(response_ids=[3])], reward=r) for r in rewards], group_id=f"{task}:{role}")
+
+
+    groups = [group("q1", "solver", [1.0, 0.0, 1.0]), group("q2", "solver", [0.0, 0.0]), group("q1", "judge", [1.0, 0.0])]
+    config = AlgorithmConfig(estimator="grpo", estimator_map={"solver": "rloo"})  # judges use grpo, solvers rloo
+    metrics = collect_reward_and_advantage_from_trajectory_groups(groups, config)
+
+    print(groups[0].trajectories[0].steps[1].advantage)  # 0.5: every step carries its trajectory's advantage
+    print(metrics["advantage/solver/mean"], metrics["reward/judge/mean"])
+
+verl: install ``rllm-plugins[verl]`` and set ``algorithm.adv_estimator=rllm_<name>``. TRL: install
+``rllm-plugins[trl]`` and use ``rllm_trl.RLLMGRPOConfig(adv_estimator="<name>")`` with
+``rllm_trl.RLLMGRPOTrainer``. A plugin yields :class:`AdvEstimatorSpec` objects from the hook
+``rllm_adv_estimators`` under the entry-point group ``rllm_plugins``.
+"""
 
 __version__ = "0.1.0"  # the distribution's version too (pyproject.toml reads it from here)
 

@@ -1,8 +1,9 @@
 """The ``rllm-plugins`` command (also ``python -m rllm_plugins``).
 
 ``estimators [--json]``  every selectable estimator name, its level (outcome or step), provider and description;
-``plugins [--json]``     every plugin (built-ins and entry points) and its status;
-``check NAME``           the contract check of one estimator (:func:`rllm_plugins.testing.check_estimator`);
+``plugins [--json] [--strict]``  every plugin (built-ins and entry points) and its status; ``--strict``
+                         exits 1 when one is in error, in conflict or misplaced (a CI check);
+``check NAME [--json]``  the contract check of one estimator (:func:`rllm_plugins.testing.check_estimator`);
 ``COMMAND ARGS...``      a command contributed by an installed distribution through the entry-point
                          group ``rllm_plugins.commands`` (the verl adapter contributes ``verl-check``).
 
@@ -25,6 +26,7 @@ from importlib import metadata
 from typing import Any
 
 from . import __version__, plugins, registry
+from .tables import format_table, plain, terminal_width
 from .testing import check_estimator
 
 __all__ = ["COMMAND_GROUP", "ContributedCommand", "build_parser", "contributed_commands", "estimator_rows", "main", "parse_args", "plugin_rows"]
@@ -33,6 +35,7 @@ EXIT_OK, EXIT_FAILURE = 0, 1
 EXIT_BROKEN_PIPE = 128 + 13  # as if killed by SIGPIPE, like other command-line tools
 COMMAND_GROUP = "rllm_plugins.commands"
 BUILTIN_COMMANDS = ("estimators", "plugins", "check")
+UNUSABLE_STATUSES = ("error", "conflict", "misplaced")
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,26 @@ class ContributedCommand:
     @property
     def origins(self) -> str:
         return "; ".join(map(self.origin, self.entry_points))
+
+    @property
+    def summary(self) -> str | None:
+        """The first sentence of the command module's docstring, read from its file without importing it (None if not found)."""
+        import ast  # only for --help
+        from importlib.util import find_spec
+        from pathlib import Path
+
+        top, *rest = self.entry_points[0].module.split(".")
+        try:
+            spec = find_spec(top)  # a top-level lookup imports nothing
+            places = list(spec.submodule_search_locations or []) if spec else []
+            candidates = [Path(place, *rest).with_suffix(".py") for place in places] + [Path(place, *rest, "__init__.py") for place in places]
+            if spec and spec.origin and not rest:
+                candidates.insert(0, Path(spec.origin))
+            source = next((c for c in candidates if c.is_file()), None)
+            docstring = ast.get_docstring(ast.parse(source.read_text(encoding="utf-8"))) if source else None
+        except (ImportError, OSError, SyntaxError, ValueError):
+            return None
+        return plain(docstring.split("\n\n")[0].replace("\n", " ").split(". ")[0].rstrip(".")) if docstring else None
 
 
 def contributed_commands() -> dict[str, ContributedCommand]:
@@ -107,14 +130,29 @@ def estimator_rows() -> list[dict[str, Any]]:
 
 
 def plugin_rows() -> list[dict[str, Any]]:
-    """One row per plugin: name, distribution, version, status, estimators, error."""
-    return [record.as_dict() for record in plugins.plugin_state().records]
+    """One row per plugin: name, distribution, version, status, estimators, error.
+
+    An entry point declared in a near-miss group (``rllm_plugin``, ``verl.plugin``), which nothing
+    loads, is a row with status ``misplaced``.
+    """
+    from .entry_point_mistakes import misplaced_entry_points
+
+    misplaced = [
+        {"name": m.name, "distribution": m.distribution, "version": m.version, "status": "misplaced", "estimators": [], "error": str(m)}
+        for m in misplaced_entry_points()
+    ]
+    return [record.as_dict() for record in plugins.plugin_state().records] + misplaced
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = [headers, *rows]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines)
+    return format_table(headers, rows, width=terminal_width())
+
+
+def _short_provider(row: dict[str, Any]) -> str:
+    """The provider in a few words for the table (the JSON has it in full): ``built-in``, a distribution and version, ``user code``."""
+    if row["kind"] == "plugin":
+        return f"{row['distribution']} {row['version']}" if row["distribution"] else str(row["plugin"])
+    return {"builtin": "built-in", "user": "user code"}.get(row["kind"], row["kind"])
 
 
 def _print_json(data: Any) -> None:
@@ -129,16 +167,25 @@ def _cmd_estimators(args: argparse.Namespace) -> int:
     table = []
     for row in rows:
         name = row["name"] + (f" ({', '.join(row['aliases'])})" if row["aliases"] else "")
-        table.append([name, row["level"] or "-", row["provider"], row["description"]])
+        table.append([name, row["level"] or "-", _short_provider(row), plain(row["description"])])
     print(_table(["NAME (ALIASES)", "LEVEL", "PROVIDER", "DESCRIPTION"], table))
     return EXIT_OK
+
+
+def _strict_verdict(rows: Sequence[dict[str, Any]]) -> int:
+    """``plugins --strict``: exit 1, saying which, when a plugin is not usable (``disabled`` is a choice, not a failure)."""
+    unusable = [f"{r['name']} ({r['status']})" for r in rows if r["status"] in UNUSABLE_STATUSES]
+    if not unusable:
+        return EXIT_OK
+    print(f"rllm-plugins plugins --strict: {len(unusable)} plugin(s) not usable: {', '.join(unusable)}", file=sys.stderr)
+    return EXIT_FAILURE
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
     rows = plugin_rows()
     if args.json:
         _print_json(rows)
-        return EXIT_OK
+        return _strict_verdict(rows) if args.strict else EXIT_OK
     table = [[r["name"], r["distribution"] or "-", r["version"] or "-", r["status"], ", ".join(r["estimators"]) or "-"] for r in rows]
     print(_table(["PLUGIN", "DISTRIBUTION", "VERSION", "STATUS", "ESTIMATORS"], table))
     errors = [r for r in rows if r["error"]]
@@ -146,7 +193,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         print()
         for r in errors:
             print(f"{r['name']}: {r['error']}")
-    return EXIT_OK
+    return _strict_verdict(rows) if args.strict else EXIT_OK
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -156,7 +203,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"rllm-plugins check: {e}", file=sys.stderr)
         return EXIT_FAILURE
     report = check_estimator(args.name)
-    print(report)
+    if args.json:
+        _print_json(report.as_dict())
+    else:
+        print(report)
     return EXIT_OK if report.ok else EXIT_FAILURE
 
 
@@ -193,14 +243,18 @@ def build_parser() -> argparse.ArgumentParser:
     add("estimators", _cmd_estimators, "list every selectable estimator: name, aliases, provider, description").add_argument(
         "--json", action="store_true", help="print a JSON list instead of a table"
     )
-    add("plugins", _cmd_plugins, "list the built-ins and every installed plugin with its status (active, disabled, error, conflict)").add_argument(
-        "--json", action="store_true", help="print a JSON list instead of a table"
-    )
-    add("check", _cmd_check, "check an estimator's contract on synthetic groups; exit 1 if it fails").add_argument("name", help="estimator name")
+    plugins_help = "list the built-ins and every installed plugin with its status (active, disabled, error, conflict, misplaced)"
+    plugins_command = add("plugins", _cmd_plugins, plugins_help)
+    plugins_command.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    plugins_command.add_argument("--strict", action="store_true", help="exit 1 when a plugin is in error, conflict or misplaced (for CI)")
+    check_command = add("check", _cmd_check, "check an estimator's contract on synthetic groups; exit 1 if it fails")
+    check_command.add_argument("name", help="estimator name")
+    check_command.add_argument("--json", action="store_true", help="print the report as JSON")
     for name, command in sorted(contributed.items()):
         if name in BUILTIN_COMMANDS:
             continue
-        help_text = f"from {command.origins}; 'rllm-plugins {name} --help' for its arguments"
+        summary = command.summary
+        help_text = f"{summary + '. ' if summary else ''}From {command.origins}; 'rllm-plugins {name} --help' for its arguments"
         sub = add(name, lambda args, command=command: _run_contributed(command, args.arguments), help_text, add_help=False)
         sub.add_argument("arguments", nargs=argparse.REMAINDER, help="passed to the command unchanged")
     return parser

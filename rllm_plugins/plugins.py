@@ -410,6 +410,10 @@ def _build() -> PluginState:
         except Exception as e:
             location = _plugin_location(e, ep)
             message = f"{type(e).__name__}: {e}" + (f" (at {location})" if location else "")
+            from .entry_point_mistakes import target_mistake  # only on this error path
+
+            mistake = target_mistake(e, ep)
+            message += f"; {mistake}" if mistake else ""
             if is_strict:
                 raise PluginLoadError(f"{provider} failed to load ({STRICT_ENV} is set): {message}") from e
             warnings.warn(

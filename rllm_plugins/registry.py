@@ -126,6 +126,16 @@ def _unknown_message(name: Any, key: str) -> str:
         return f"estimator {name!r} is not available: {because}"
     import difflib  # only on this error path
 
+    from .entry_point_mistakes import misplaced_entry_points
+
+    misplaced = misplaced_entry_points(plugins.ENTRY_POINT_GROUP)
+    misplaced_namesake = next((m for m in misplaced if m.name == key), None)
+    if misplaced_namesake is not None:
+        return f"estimator {name!r} is not available: {misplaced_namesake}."
+    if misplaced:
+        listing = "; ".join(map(str, misplaced))
+        because = f"{because} " if because else ""
+        because += f"Entry points in a misspelt group, never loaded, which may offer it: {listing}."
     # a plugin that did not load may be the cause: then only a near-typo is worth suggesting
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.85 if because else 0.6)
     hint = f" Did you mean {close[0]!r}?" if close else ""

@@ -55,6 +55,24 @@ class AdvantageSettings:
     aggregation: str = "sum_then_normalize"
     overridden: tuple[str, ...] = ()
 
+    def describe(self) -> str:
+        """One line saying which estimator computes the advantages, from which provider, with which settings."""
+
+        def named(name: str) -> str:
+            return f"{name!r} ({get_estimator(name).provider})"
+
+        roles = "".join(f", role {role!r}: {named(name)}" for role, name in self.estimator_map.items())
+        parts = [
+            f"advantages by estimator {named(self.estimator)}{roles}",
+            f"multi_objective_aggregation={self.aggregation!r}",
+            f"norm_adv_by_std_in_grpo={self.norm_adv_by_std_in_grpo}",
+        ]
+        if self.estimator_kwargs:
+            parts.append(f"adv_estimator_kwargs={self.estimator_kwargs}")
+        if self.trl_settings:
+            parts.append(", ".join(f"{key}={value!r}" for key, value in self.trl_settings.items()))
+        return "; ".join(parts)
+
 
 @dataclass
 class RLLMGRPOConfig(GRPOConfig):

@@ -13,6 +13,7 @@ Two private TRL methods are overridden (pinned by :func:`check_trl_compatibility
 from __future__ import annotations
 
 import inspect
+import logging
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,8 @@ from .advantages import RewardBatch, compute_advantages, compute_metrics, prepar
 from .config import AdvantageSettings, check_trainer_setup
 
 __all__ = ["OVERRIDDEN_METHODS", "RLLMAdvantageMixin", "check_trl_compatibility"]
+
+logger = logging.getLogger(__name__)
 
 # method name -> parameter names it has in TRL 1.16 (and since 0.29)
 OVERRIDDEN_METHODS: dict[str, tuple[str, ...]] = {
@@ -64,6 +67,7 @@ class RLLMAdvantageMixin:
         super().__init__(*args, **kwargs)
         self._rllm_pending: dict[str, Any] | None = None
         self.advantage_settings: AdvantageSettings = check_trainer_setup(self.args, self.train_dataset, self.eval_dataset)
+        logger.info("%s: %s", type(self).__name__, self.advantage_settings.describe())
 
     def _calculate_rewards(
         self, inputs: list[dict[str, Any]], prompts: list[Any], completions: list[Any], completion_ids_list: list[list[int]]

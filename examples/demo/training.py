@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -9,7 +10,7 @@ from typing import Any
 
 from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer
 from task import addition_dataset, build_task_tokenizer, exact_match_reward
-from transformers import PrinterCallback, ProgressCallback
+from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
 from rllm_plugins.tiny import build_tiny_model
 
@@ -54,13 +55,21 @@ class RunResult:
     seconds: float = 0.0
 
 
-class RecordingProgressCallback(ProgressCallback):
-    """TRL's progress bar, titled with the estimator; each step's logs go into ``records``, not onto the screen."""
+class RecordingCallback(TrainerCallback):
+    """Each step's logs go into ``records``, not onto the screen."""
 
     def __init__(self, title: str, records: list[StepRecord]) -> None:
         super().__init__()
         self.title = title
         self.records = records
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if logs and "reward" in logs:
+            self.records.append(StepRecord.from_logs(logs))
+
+
+class RecordingProgressCallback(RecordingCallback, ProgressCallback):
+    """TRL's progress bar, titled with the estimator (on a terminal only: TRL's ``disable_tqdm`` is set otherwise)."""
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         super().on_train_begin(args, state, control, **kwargs)
@@ -68,11 +77,9 @@ class RecordingProgressCallback(ProgressCallback):
             self.training_bar.set_description(self.title)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        if not logs or "reward" not in logs:
-            return
-        record = StepRecord.from_logs(logs)
-        self.records.append(record)
-        if self.training_bar is not None:
+        RecordingCallback.on_log(self, args, state, control, logs, **kwargs)
+        if self.training_bar is not None and self.records and logs and "reward" in logs:
+            record = self.records[-1]
             self.training_bar.set_postfix(reward=f"{record.reward:.2f}", zero_adv=f"{record.fraction_zero:.2f}")
 
 
@@ -101,6 +108,7 @@ def train_with_estimator(estimator: str, steps: int, seed: int) -> RunResult:
             bf16=False,
             report_to="none",
             save_strategy="no",
+            disable_tqdm=not sys.stderr.isatty(),  # progress bars on a terminal, not in piped logs
         )
         trainer = RLLMGRPOTrainer(
             model=build_tiny_model(tokenizer, seed=seed, hidden_size=HIDDEN_SIZE),
@@ -111,8 +119,11 @@ def train_with_estimator(estimator: str, steps: int, seed: int) -> RunResult:
         )
         trainer.remove_callback(PrinterCallback)
         trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(RecordingProgressCallback(f"{estimator:>16}", result.steps))
+        recorder = RecordingCallback if config.disable_tqdm else RecordingProgressCallback
+        trainer.add_callback(recorder(f"{estimator:>16}", result.steps))
         start = time.perf_counter()
         trainer.train()
         result.seconds = time.perf_counter() - start
+        if config.disable_tqdm:
+            print(f"trained with {estimator}: {steps} steps in {result.seconds:.0f} s", flush=True)
     return result

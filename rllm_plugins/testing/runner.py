@@ -40,10 +40,27 @@ class ContractReport:
     def ok(self) -> bool:
         return not self.violations
 
+    def verdict(self, rule: str) -> tuple[str, str]:
+        """``(status, reason)`` of one rule: status ``pass``, ``FAIL``, ``skipped`` or ``not run``; the reason of a skip, else ``""``."""
+        status, _, reason = self.verdicts.get(rule, "not run").partition(": ")
+        return status, reason
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as plain data (``rllm-plugins check --json``)."""
+        rules = []
+        for rule, description in self.rules.items():
+            status, reason = self.verdict(rule)
+            rules.append({"rule": rule, "status": status, "reason": reason, "description": description})
+        violations = [{"rule": v.rule, "message": v.message, "example": str(v.example)} for v in self.violations]
+        return {"estimator": self.estimator, "ok": self.ok, "rules": rules, "violations": violations}
+
     def __str__(self) -> str:
         width = max(map(len, self.rules))
+        verdicts = {rule: self.verdict(rule) for rule in self.rules}
+        status_width = max(len(status) for status, _ in verdicts.values())
         lines = [f"contract of estimator {self.estimator}: {'OK' if self.ok else f'{len(self.violations)} violation(s)'}"]
-        lines += [f"  {rule:<{width}}  {self.verdicts.get(rule, 'not run'):<8}  {text}" for rule, text in self.rules.items()]
+        for rule, (status, reason) in verdicts.items():
+            lines.append(f"  {rule:<{width}}  {status:<{status_width}}  {self.rules[rule]}" + (f" (skipped: {reason})" if reason else ""))
         lines += [str(v) for v in self.violations]
         return "\n".join(lines)
 

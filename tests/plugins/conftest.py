@@ -20,14 +20,15 @@ import pytest
 from rllm_plugins.plugins import DISABLE_ENV, STRICT_ENV, plugin_state, reset_plugins
 
 FIXTURES = Path(__file__).parent / "fixtures"
+MISTAKES = Path(__file__).parent / "mistakes"
 FIXTURE_MODULE_PREFIX = "rllm_fixture_"
 INSTALLED_MARKER = "installed.ok"
 
 
-def _fixtures_digest() -> str:
+def _fixtures_digest(fixtures: Path) -> str:
     digest = hashlib.sha256(sys.version.encode())
-    for path in sorted(p for p in FIXTURES.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        digest.update(str(path.relative_to(FIXTURES)).encode() + b"\0" + path.read_bytes())
+    for path in sorted(p for p in fixtures.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(fixtures)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -37,21 +38,32 @@ def plugin_site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 
     The install is kept in pytest's cache, keyed by the fixtures' contents, so only the first run pays for pip.
     """
+    return _installed_site(FIXTURES, "rllm-fixture-plugins", request, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def mistakes_site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Like :func:`plugin_site`, for the distributions of ``mistakes/``: plugins with a slip that installs without complaint."""
+    return _installed_site(MISTAKES, "rllm-fixture-mistakes", request, tmp_path_factory)
+
+
+def _installed_site(fixtures: Path, cache_name: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = getattr(request.config, "cache", None)
-    site = cache.mkdir("rllm-fixture-plugins") / _fixtures_digest() if cache is not None else tmp_path_factory.mktemp("plugin-site") / "site"
+    digest = _fixtures_digest(fixtures)
+    site = cache.mkdir(cache_name) / digest if cache is not None else tmp_path_factory.mktemp(cache_name) / "site"
     if (site / INSTALLED_MARKER).is_file():
         return site
     staging = tmp_path_factory.mktemp("plugin-staging")
-    _pip_install_fixtures(staging / "sources", staging / "site")
+    _pip_install_fixtures(fixtures, staging / "sources", staging / "site")
     (staging / "site" / INSTALLED_MARKER).touch()
     shutil.rmtree(site, ignore_errors=True)
     shutil.move(staging / "site", site)
     return site
 
 
-def _pip_install_fixtures(sources: Path, site: Path) -> None:
+def _pip_install_fixtures(fixtures: Path, sources: Path, site: Path) -> None:
     projects = []
-    for project in sorted(p for p in FIXTURES.iterdir() if (p / "pyproject.toml").is_file()):
+    for project in sorted(p for p in fixtures.iterdir() if (p / "pyproject.toml").is_file()):
         projects.append(shutil.copytree(project, sources / project.name, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info")))
     command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", "--target", str(site), *map(str, projects)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)

@@ -238,3 +238,17 @@ def test_assert_estimator_contract_raises_with_the_report():
 
     with pytest.raises(AssertionError, match="returns_pair: advantages_by_group"):
         assert_estimator_contract(advantages_only)
+
+
+def test_the_report_keeps_its_columns_aligned_on_skipped_rules_and_gives_the_reason_last():
+    def by_position(rewards, **kwargs):
+        advantages = [a + g for g, a in enumerate(centred(rewards))]
+        return advantages, advantages
+
+    report = check_estimator(AdvEstimatorSpec("by_position", fn=by_position, group_order_invariant=False))
+    rows = str(report).splitlines()[1 : 1 + len(RULES)]
+    starts = {row.index(description) for row, description in zip(rows, RULES.values(), strict=True)}
+    assert len(starts) == 1
+    skipped = next(row for row in rows if "group_order_invariant " in row)
+    assert skipped.split()[1] == "skipped"
+    assert skipped.endswith("(skipped: declared group_order_invariant=False)")

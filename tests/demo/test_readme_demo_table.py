@@ -1,0 +1,48 @@
+"""The README's demo table is what ``make demo`` prints with its default settings."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("verl")
+pytest.importorskip("matplotlib")
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "examples" / "demo" / "rllm_demo.py"
+COLUMNS = ["reward first 5", "reward last 5", "adv mean", "adv std", "adv min", "adv max", "zero adv"]
+TOLERANCE = 0.02  # rounding of the last printed digit, and float noise of a CPU like the one the README names
+
+
+def rows(table: str) -> dict[str, list[float]]:
+    """``estimator -> the numbers of COLUMNS`` of a training table (its seconds column, if any, dropped)."""
+    found = {}
+    for line in table.splitlines():
+        cells = line.split()
+        if cells and re.fullmatch(r"[+-]?\d+\.\d+", cells[1] if len(cells) > 1 else ""):
+            found[cells[0]] = [float(c.rstrip("%")) / (100 if c.endswith("%") else 1) for c in cells[1 : 1 + len(COLUMNS)]]
+    return found
+
+
+def readme_table() -> str:
+    section = (ROOT / "README.md").read_text().split("## The demo\n", 1)[1]
+    return re.search(r"```\n(estimator .*?)```", section, re.S).group(1)
+
+
+def test_the_readme_demo_table_is_what_the_default_demo_prints(tmp_path):
+    documented = rows(readme_table())
+    assert list(documented) == ["grpo", "rloo", "median_baseline"]
+    command = [sys.executable, str(DEMO), "--estimators", ",".join(documented), "--output-dir", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = rows(done.stdout.split("== verl", 1)[0])
+    assert list(printed) == list(documented)
+    for name, numbers in documented.items():
+        for column, readme, actual in zip(COLUMNS, numbers, printed[name], strict=True):
+            assert abs(readme - actual) <= TOLERANCE, f"README's demo table, row {name}, {column}: {readme} but make demo prints {actual}; update the table"

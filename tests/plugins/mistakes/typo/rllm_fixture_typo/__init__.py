@@ -1,0 +1,1 @@
+"""A plugin whose entry points name a module (``plugn``) and an attribute (``Hoks``) that do not exist."""
