@@ -273,9 +273,6 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
 
         message = f"{name!r} is a step-level estimator that needs anchor states: {V1_RESPONSES_MESSAGE}"
         return VerlCheckReport(False, name, config_name, rllm_names, [message], provider=provider)
-    v1_error = reward_keys_on_v1_error(config, name)
-    if v1_error is not None:
-        return VerlCheckReport(False, name, config_name, rllm_names, [v1_error], provider=provider)
     sizes, note = _trial_sizes(estimator.spec, options, group_size)
     for size in sizes:
         try:
@@ -283,6 +280,9 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
         except Exception as error:
             message = f"{name!r} fails on a toy batch of two groups of {size} with this config: {type(error).__name__}: {error}"
             return VerlCheckReport(False, name, config_name, rllm_names, [message], provider, sizes[: sizes.index(size) + 1], note)
+    v1_error = reward_keys_on_v1_error(config, name)
+    if v1_error is not None:
+        return VerlCheckReport(False, name, config_name, rllm_names, [v1_error], provider, sizes, note)
     return VerlCheckReport(True, name, config_name, rllm_names, provider=provider, trial_group_sizes=sizes, trial_note=note)
 
 
