@@ -337,8 +337,9 @@ def test_outcome_estimators_keep_one_advantage_per_completion_on_multi_turn_rows
     np.testing.assert_allclose(record["advantages"].numpy(), expected_advantages(rewards, [1.0], 4, "grpo"), atol=1e-6)
 
 
-def test_single_turn_rows_get_one_advantage_each_and_a_note_once(make_trainer, caplog, expected_advantages):
-    trainer = make_trainer(adv_estimator="gigpo", adv_estimator_kwargs={"step_advantage_w": 0.5})
+@pytest.mark.parametrize("estimator, kwargs, factor", [("gigpo", {"step_advantage_w": 0.5}, 1.5), ("step_reinforce", {"gamma": 0.5}, 1.0)])
+def test_single_turn_rows_get_one_advantage_each_and_a_note_once(make_trainer, caplog, expected_advantages, estimator, kwargs, factor):
+    trainer = make_trainer(adv_estimator=estimator, adv_estimator_kwargs=kwargs)
     with caplog.at_level(logging.WARNING, logger="rllm_trl.mixin"):
         trainer.train()
     notes = [r for r in caplog.records if "carry no tool_mask" in r.getMessage()]
@@ -346,8 +347,9 @@ def test_single_turn_rows_get_one_advantage_each_and_a_note_once(make_trainer, c
     for record in trainer.records:
         assert record["advantages"].shape == (8,)
         grpo = expected_advantages(record["rewards_per_func"], [1.0, 0.5], 4, "grpo")
-        # one turn anchored at the prompt: the step part is the group's GRPO again, so gigpo = (1 + w) * grpo
-        np.testing.assert_allclose(record["advantages"].numpy(), 1.5 * grpo, rtol=0, atol=1e-5)
+        # one turn anchored at the prompt: gigpo's step part is the group's GRPO again ((1 + w) * grpo); step_reinforce is grpo
+        np.testing.assert_allclose(record["advantages"].numpy(), factor * grpo, rtol=0, atol=1e-5)
+        assert np.abs(grpo).max() > 0
 
 
 @pytest.mark.parametrize(
