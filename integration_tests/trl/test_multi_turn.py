@@ -7,7 +7,12 @@ states); an odd multiple of 3 ends the episode early (1 to 3 turns). The score i
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import socket
+import subprocess
+import sys
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
@@ -364,3 +369,32 @@ def test_single_turn_rows_get_one_advantage_each_and_a_note_once(make_trainer, c
 def test_config_refuses_what_the_step_level_path_has_no_meaning_for(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         RLLMGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", adv_estimator="gigpo", **overrides)
+
+
+def test_two_processes_hold_the_slices_of_one_per_turn_computation(tmp_path):
+    """Groups straddle the ranks: every rank gathers the turns and anchor states of the other's rows."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    worker = Path(__file__).with_name("distributed_multi_turn_worker.py")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}", str(worker), str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in (0, 1)]
+    for step in range(2):
+        parts = [ranks[k]["records"][step] for k in (0, 1)]
+        assert parts[0]["rewards"] == parts[1]["rewards"] and len(parts[0]["rewards"]) == 12
+        width = max(len(p["completion_ids"][0]) for p in parts)
+        ids = np.zeros((12, width), dtype=np.int64)
+        mask = np.zeros((12, width), dtype=np.int64)
+        for k, part in enumerate(parts):
+            n = len(part["completion_ids"][0])
+            ids[6 * k : 6 * k + 6, :n] = part["completion_ids"]
+            mask[6 * k : 6 * k + 6, :n] = part["model_tokens"]
+        expected, per_turn = plain_gigpo(ids, mask, parts[0]["rewards"], 4, 0.9, 1.0)
+        for k, part in enumerate(parts):
+            used = np.asarray(part["advantages"])
+            assert used.shape == (6, len(part["completion_ids"][0]))
+            np.testing.assert_allclose(used, expected[6 * k : 6 * k + 6, : used.shape[1]], rtol=0, atol=1e-5)
+        assert np.abs(expected[4:8]).max() > 0, "the straddling group carries no signal"
+        assert max(len(turns) for turns in per_turn[4:8]) > 1, "the straddling group has no multi-turn row"
