@@ -202,17 +202,21 @@ def step_advantages(
     anchors = None
     if estimator.spec.needs_anchors:
         states: list[Hashable] = []
-        places: list[tuple[int, int]] = []
         for i, row in enumerate(rows):
             if not scorable[i]:
                 continue
             row_states: Sequence[Hashable] = row.states if row.states is not None else ()
             if row.anchor_override is not None and not row.masked:
                 row_states = _checked_states(row.anchor_override, row.num_turns, _where(i, G))
-            states.extend(row_states)
-            places.extend((i, t) for t in range(len(row_states)))
+            states.extend(row_states)  # one per step: the defaults by construction, an override checked above
+        kept_rows = np.flatnonzero(scorable)
+
+        def where(s: int) -> str:
+            j = int(np.searchsorted(step_offsets, s, side="right") - 1)
+            return f"{_where(int(kept_rows[j]), G)}, turn {s - int(step_offsets[j])}"
+
         group_index = np.repeat(np.arange(traj_offsets.size - 1), np.diff(step_offsets[traj_offsets])).tolist()
-        anchors = anchor_ids(states, group_index, lambda s: f"{_where(places[s][0], G)}, turn {places[s][1]}")
+        anchors = anchor_ids(states, group_index, where)
     batch = StepBatch(rewards[scorable], traj_offsets, step_rewards[keep], step_offsets, anchors)
     values = as_advantages(estimator.batched_form(batch, **options), who)
     if values.size != batch.num_steps:
