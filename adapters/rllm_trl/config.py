@@ -75,7 +75,8 @@ class RLLMGRPOConfig(GRPOConfig):
         metadata={
             "help": "Name of the rLLM advantage estimator: a built-in (`grpo`, `rloo`, `reinforce`, "
             "`reinforce_plus_plus_baseline`, `prpo`, `prpo_std_optional`, `opo`, `grpo_passk`, `trl_grpo`, `trl_grpo_batch`, `dr_grpo`, "
-            "`maxrl`, `passk_training`, `gpg`, `verl_grpo`, `verl_rloo_vectorized`, `verl_reinforce_plus_plus_baseline`) or one from an "
+            "`maxrl`, `passk_training`, `gpg`, `verl_grpo`, `verl_rloo_vectorized`, `verl_reinforce_plus_plus_baseline`; step-level, one "
+            "advantage per turn of multi-turn completions: `gigpo`, `step_reinforce`) or one from an "
             "installed `rllm_plugins` plugin (`rllm-plugins estimators` lists them). `grpo` is rLLM's GRPO "
             "(population std, eps 1e-6; Shao et al., 2024); `trl_grpo` is TRL's own and follows `scale_rewards`."
         },
