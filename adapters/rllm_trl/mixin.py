@@ -146,7 +146,7 @@ class RLLMAdvantageMixin:
         settings = self.advantage_settings
         completion_mask = output["completion_mask"].detach().cpu().numpy()
         tool_mask = output.get("tool_mask")
-        mask, turns = local_turns(completion_mask, None if tool_mask is None else tool_mask.detach().cpu().numpy())
+        turns = local_turns(completion_mask, None if tool_mask is None else tool_mask.detach().cpu().numpy())
         with_anchors = get_estimator(settings.estimator).spec.needs_anchors
         local = row_turns(output["completion_ids"].detach().cpu().numpy(), completion_mask, turns, overrides, with_anchors=with_anchors)
         rows = gather_object(local)  # every process needs the turns (and anchor states) of the rows of its groups
@@ -167,7 +167,7 @@ class RLLMAdvantageMixin:
             values = result.values[result.offsets[start : start + completion_mask.shape[0]]]
             output["advantages"] = torch.as_tensor(values, dtype=torch.float32, device=device)
         else:
-            output["advantages"] = torch.from_numpy(spread_local(result, rows, start, turns, mask)).to(device)
+            output["advantages"] = torch.from_numpy(spread_local(result, rows, start, turns)).to(device)
         per_row = result.per_row_mean()
         self.last_reward_batch, self.last_advantages, self.last_step_advantages = batch, per_row, result
         self._log_rllm(mode, batch, per_row, {**compute_metrics(batch, per_row), **compute_step_metrics(batch, result)})

@@ -85,12 +85,12 @@ class RowTurns:
         return 1 if self.masked else self.num_turns
 
 
-def local_turns(completion_mask: np.ndarray, tool_mask: np.ndarray | None) -> tuple[np.ndarray, Turns]:
-    """``(mask of model tokens (B, T), its turns)`` of this process's rows."""
+def local_turns(completion_mask: np.ndarray, tool_mask: np.ndarray | None) -> Turns:
+    """The turns of this process's rows: runs of ``completion_mask * tool_mask`` (``completion_mask`` alone without ``tool_mask``)."""
     mask = np.asarray(completion_mask) != 0
     if tool_mask is not None:
         mask &= np.asarray(tool_mask) != 0
-    return mask, find_turns(mask)
+    return find_turns(mask)
 
 
 def row_turns(
@@ -230,12 +230,16 @@ def step_advantages(
     return StepAdvantages(per_turn, offsets, anchors)
 
 
-def spread_local(result: StepAdvantages, rows: Sequence[RowTurns], first_row: int, turns: Turns, mask: np.ndarray) -> np.ndarray:
-    """``(B, T)`` float32 advantages of this process's rows (global rows ``first_row:first_row + B``): turn k's on its model tokens, 0 elsewhere."""
-    local = rows[first_row : first_row + mask.shape[0]]
-    values = result.values[result.offsets[first_row] : result.offsets[first_row + mask.shape[0]]]
+def spread_local(result: StepAdvantages, rows: Sequence[RowTurns], first_row: int, turns: Turns) -> np.ndarray:
+    """``(B, T)`` float32 advantages of this process's rows (gathered rows ``first_row:first_row + B``, whose turns are ``turns``).
+
+    Turn k's advantage on its model tokens, 0 on tool/environment tokens and padding.
+    """
+    count = turns.row_offsets.size - 1
+    local = rows[first_row : first_row + count]
+    values = result.values[result.offsets[first_row] : result.offsets[first_row + count]]
     real = np.repeat([not row.masked for row in local], [row.num_steps for row in local])
-    return spread_to_tokens(values[real], turns, mask, dtype=np.float32)
+    return spread_to_tokens(values[real], turns, dtype=np.float32)
 
 
 def compute_step_metrics(batch: RewardBatch, result: StepAdvantages) -> dict[str, float]:

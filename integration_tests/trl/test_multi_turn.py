@@ -127,11 +127,11 @@ def random_batch(rng: np.random.Generator, rows: int, length: int) -> tuple[np.n
 
 
 def run_functional(ids: np.ndarray, completion: np.ndarray, tool: np.ndarray, rewards: np.ndarray, group: int, options: dict[str, Any], **overrides: Any):
-    mask, turns = local_turns(completion, tool)
+    turns = local_turns(completion, tool)
     extras = [{k: v[b] for k, v in overrides.items() if v[b] is not None} for b in range(ids.shape[0])]
     rows = row_turns(ids, completion, turns, extras, with_anchors=True)
     result = step_advantages(rows, rewards, group, "gigpo", options)
-    return spread_local(result, rows, 0, turns, mask), result
+    return spread_local(result, rows, 0, turns), result
 
 
 @pytest.mark.parametrize("seed", range(6))
