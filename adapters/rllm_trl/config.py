@@ -54,6 +54,7 @@ class AdvantageSettings:
     trl_settings: dict[str, Any]
     aggregation: str = "sum_then_normalize"
     overridden: tuple[str, ...] = ()
+    step_level: bool = False  # ``estimator`` gives one advantage per turn (:mod:`rllm_trl.turn_advantages`)
 
     def describe(self) -> str:
         """One line saying which estimator computes the advantages, from which provider, with which settings."""
@@ -92,7 +93,8 @@ class RLLMGRPOConfig(GRPOConfig):
         metadata={
             "help": "Name of the rLLM advantage estimator: a built-in (`grpo`, `rloo`, `reinforce`, "
             "`reinforce_plus_plus_baseline`, `prpo`, `prpo_std_optional`, `opo`, `grpo_passk`, `trl_grpo`, `trl_grpo_batch`, `dr_grpo`, "
-            "`maxrl`, `passk_training`, `gpg`, `verl_grpo`, `verl_rloo_vectorized`, `verl_reinforce_plus_plus_baseline`) or one from an "
+            "`maxrl`, `passk_training`, `gpg`, `verl_grpo`, `verl_rloo_vectorized`, `verl_reinforce_plus_plus_baseline`; step-level, one "
+            "advantage per turn of multi-turn completions: `gigpo`, `step_reinforce`) or one from an "
             "installed `rllm_plugins` plugin (`rllm-plugins estimators` lists them). `grpo` is rLLM's GRPO "
             "(population std, eps 1e-6; Shao et al., 2024); `trl_grpo` is TRL's own and follows `scale_rewards`."
         },
@@ -232,6 +234,7 @@ def advantage_settings(args: Any) -> AdvantageSettings:
                 raise ValueError(f"{where} with {size_field}={group_size}: {e}") from None
     scale_rewards = trl_scaling(getattr(args, "scale_rewards", "group"))
     aggregation = check_aggregation(getattr(args, "multi_objective_aggregation", "sum_then_normalize"))
+    step_level = _check_step_level(estimator, estimator_map, aggregation)
     if aggregation == "normalize_then_sum":
         scale_rewards = "group"  # TRL's GDPO path ignores scale_rewards: it has no effect to follow or override
 
@@ -257,7 +260,29 @@ def advantage_settings(args: Any) -> AdvantageSettings:
         trl_settings=trl_settings,
         aggregation=aggregation,
         overridden=tuple(overridden),
+        step_level=step_level,
     )
+
+
+def _check_step_level(estimator: str, estimator_map: dict[str, str], aggregation: str) -> bool:
+    """Whether ``estimator`` is step-level; refuses the combinations the step-level path does not have."""
+    named = [("adv_estimator", estimator), *((f"adv_estimator_map[{r!r}]", n) for r, n in estimator_map.items())]
+    stepped = [(where, name) for where, name in named if get_estimator(name).spec.level == "step"]
+    if not stepped:
+        return False
+    where, name = stepped[0]
+    if estimator_map:
+        raise ValueError(
+            f"{where}={name!r} is a step-level estimator (one advantage per turn), and TRL runs one estimator per batch for those: "
+            f"set adv_estimator={name!r} and drop adv_estimator_map (role_column still splits the metrics by role)"
+        )
+    if aggregation == "normalize_then_sum":
+        raise ValueError(
+            f"{where}={name!r} is a step-level estimator: multi_objective_aggregation='normalize_then_sum' combines outcome advantages "
+            "per reward function and has no per-turn form; use 'sum_then_normalize' (the estimator then reads the weighted sum of "
+            "the reward functions as each completion's reward)"
+        )
+    return True
 
 
 def _dry_run(name: str, options: dict[str, Any]) -> None:

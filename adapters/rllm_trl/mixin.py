@@ -8,6 +8,9 @@ Two private TRL methods are overridden (pinned by :func:`check_trl_compatibility
   global batch (groups of ``num_generations`` contiguous rows, ``num_generations_eval`` in eval,
   so groups straddling processes are whole), puts this process's rows into
   ``output["advantages"]`` and logs the rLLM metrics and the advantages used.
+
+A step-level estimator (``gigpo``, ``step_reinforce``) gives one advantage per turn of a multi-turn
+completion instead, and ``output["advantages"]`` becomes ``(B, T)``: see :mod:`.turn_advantages`.
 """
 
 from __future__ import annotations
@@ -22,8 +25,20 @@ import trl
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
+from rllm_plugins.registry import get_estimator
+
 from .advantages import RewardBatch, compute_advantages, compute_metrics, prepare_batch, role_name
 from .config import AdvantageSettings, check_trainer_setup
+from .turn_advantages import (
+    ANCHOR_STATES_KEY,
+    TURN_REWARDS_KEY,
+    StepAdvantages,
+    compute_step_metrics,
+    local_turns,
+    row_turns,
+    spread_local,
+    step_advantages,
+)
 
 __all__ = ["OVERRIDDEN_METHODS", "RLLMAdvantageMixin", "check_trl_compatibility"]
 
@@ -56,16 +71,19 @@ class RLLMAdvantageMixin:
     ``GRPOConfig`` gives TRL's own advantages (``trl_grpo`` following ``scale_rewards``). ``multi_objective_aggregation``
     is honoured for every estimator.
     After each generation, ``last_reward_batch`` and ``last_advantages`` hold the global batch
-    and the ``(N_global,)`` advantages used.
+    and the ``(N_global,)`` advantages used (with a step-level estimator: each completion's mean
+    turn advantage, and ``last_step_advantages`` the per-turn ones).
     """
 
     last_reward_batch: RewardBatch | None = None
     last_advantages: np.ndarray | None = None
+    last_step_advantages: StepAdvantages | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_trl_compatibility(next((c for c in type(self).__mro__[1:] if "_calculate_rewards" in c.__dict__ and c is not RLLMAdvantageMixin), GRPOTrainer))
         super().__init__(*args, **kwargs)
         self._rllm_pending: dict[str, Any] | None = None
+        self._rllm_single_turn_noted = False
         self.advantage_settings: AdvantageSettings = check_trainer_setup(self.args, self.train_dataset, self.eval_dataset)
         logger.info("%s: %s", type(self).__name__, self.advantage_settings.describe())
 
@@ -84,7 +102,10 @@ class RLLMAdvantageMixin:
                 if columns is not None:
                     raise ValueError(f"role_column={role_column!r}: completion {row} of the gathered batch has no such column (columns: {columns})")
                 roles.append(role_name(value, f"role_column={role_column!r}, completion {row} of the gathered batch"))
-        self._rllm_pending = {"rewards_per_func": rewards_per_func, "lengths": lengths, "roles": roles}
+        overrides = None
+        if self.advantage_settings.step_level:  # the rollout_func's extra keys, merged into the inputs by TRL
+            overrides = [{key: example[key] for key in (TURN_REWARDS_KEY, ANCHOR_STATES_KEY) if key in example} for example in inputs]
+        self._rllm_pending = {"rewards_per_func": rewards_per_func, "lengths": lengths, "roles": roles, "overrides": overrides}
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -102,6 +123,9 @@ class RLLMAdvantageMixin:
             lengths=pending["lengths"],
             reward_names=self.reward_func_names,
         )
+        if settings.step_level:
+            self._step_level_advantages(output, batch, pending["overrides"], mode)
+            return output
         advantages = compute_advantages(
             batch,
             settings.estimator,
@@ -118,9 +142,40 @@ class RLLMAdvantageMixin:
         self._log_rllm(mode, batch, advantages)
         return output
 
-    def _log_rllm(self, mode: str, batch: RewardBatch, advantages: np.ndarray) -> None:
-        """Add the rLLM metrics to TRL's and replace the advantages TRL just logged with ``advantages``."""
-        for key, value in compute_metrics(batch, advantages).items():
+    def _step_level_advantages(self, output: dict[str, Any], batch: RewardBatch, overrides: list[dict[str, Any]] | None, mode: str) -> None:
+        """Per-turn advantages of the gathered batch; this process's rows go into ``output["advantages"]``, ``(B, T)`` on multi-turn rows."""
+        settings = self.advantage_settings
+        completion_mask = output["completion_mask"].detach().cpu().numpy()
+        tool_mask = output.get("tool_mask")
+        turns = local_turns(completion_mask, None if tool_mask is None else tool_mask.detach().cpu().numpy())
+        with_anchors = get_estimator(settings.estimator).spec.needs_anchors
+        local = row_turns(output["completion_ids"].detach().cpu().numpy(), completion_mask, turns, overrides, with_anchors=with_anchors)
+        rows = gather_object(local)  # every process needs the turns (and anchor states) of the rows of its groups
+        options = {**settings.estimator_kwargs, "norm_adv_by_std_in_grpo": settings.norm_adv_by_std_in_grpo}
+        result = step_advantages(rows, batch.rewards, batch.num_generations, settings.estimator, options)
+        device = output["advantages"].device
+        start = self.accelerator.process_index * completion_mask.shape[0]
+        if tool_mask is None:  # single-turn rows: one turn each, one advantage per completion as TRL's (B,)
+            if not self._rllm_single_turn_noted:
+                self._rllm_single_turn_noted = True
+                logger.warning(
+                    "adv_estimator=%r is step-level, but the completions carry no tool_mask (no tools, environment_factory or "
+                    "rollout_func env_mask): each completion is one turn anchored at its prompt, so %r gives one advantage "
+                    "per completion, as an outcome-level estimator does",
+                    settings.estimator,
+                    settings.estimator,
+                )
+            values = result.values[result.offsets[start : start + completion_mask.shape[0]]]
+            output["advantages"] = torch.as_tensor(values, dtype=torch.float32, device=device)
+        else:
+            output["advantages"] = torch.from_numpy(spread_local(result, rows, start, turns)).to(device)
+        per_row = result.per_row_mean()
+        self.last_reward_batch, self.last_advantages, self.last_step_advantages = batch, per_row, result
+        self._log_rllm(mode, batch, per_row, {**compute_metrics(batch, per_row), **compute_step_metrics(batch, result)})
+
+    def _log_rllm(self, mode: str, batch: RewardBatch, advantages: np.ndarray, metrics: dict[str, float] | None = None) -> None:
+        """Add the rLLM metrics (``metrics``, else :func:`compute_metrics`) to TRL's and replace the advantages TRL just logged with ``advantages``."""
+        for key, value in (metrics if metrics is not None else compute_metrics(batch, advantages)).items():
             self._metrics[mode][key].append(value)
         logged = self._logs["advantages"]
         for _ in range(min(len(logged), advantages.size)):

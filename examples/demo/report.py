@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from training import RunResult
@@ -25,8 +26,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def training_table(results: Sequence[RunResult]) -> str:
-    """One row per estimator: mean reward over the first and last steps, advantage statistics, share of zero advantages."""
+def training_table(results: Sequence[RunResult], unit: str = "completions") -> str:
+    """One row per estimator: mean reward over the first and last steps, advantage statistics, share of zero advantages (of ``unit``)."""
     window = max(1, min([WINDOW, *(len(r.steps) for r in results)]))
     header = [
         "estimator",
@@ -57,7 +58,7 @@ def training_table(results: Sequence[RunResult]) -> str:
         )
     notes = (
         f"{len(results[0].steps) if results else 0} steps each; adv mean/std/zero adv: mean over steps of each step's value; "
-        "adv min/max: over all steps; zero adv: share of completions with advantage 0 (|a| < 1e-8)."
+        f"adv min/max: over all steps; zero adv: share of {unit} with advantage 0 (|a| < 1e-8)."
     )
     return _table(header, rows) + "\n" + notes
 
@@ -79,14 +80,7 @@ def comparison_table(comparison: Comparison) -> str:
     return _table(header, rows)
 
 
-def plot_reward_curves(results: Sequence[RunResult], path: Path) -> Path:
-    """Save the mean reward per step of every run (faint) and its moving average over :data:`WINDOW` steps as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4), dpi=120)
+def _curves(axes: Any, results: Sequence[RunResult], ylabel: str, title: str) -> None:
     for result in results:
         rewards = np.array([s.reward for s in result.steps])
         steps = np.arange(1, rewards.size + 1)
@@ -95,11 +89,28 @@ def plot_reward_curves(results: Sequence[RunResult], path: Path) -> Path:
         smoothed = np.convolve(rewards, np.ones(window) / window, mode="valid")
         axes.plot(steps[window - 1 :], smoothed, color=line.get_color(), label=f"{result.estimator} ({window}-step mean)")
     axes.set_xlabel("step")
-    axes.set_ylabel("mean reward (exact match)")
-    axes.set_title("Tiny Qwen2 on single-digit addition, RLLMGRPOTrainer")
+    axes.set_ylabel(ylabel)
+    axes.set_title(title)
     axes.set_ylim(-0.02, 1.02)
     axes.grid(alpha=0.3)
     axes.legend(loc="upper left")
+
+
+def plot_reward_curves(results: Sequence[RunResult], path: Path, multi_turn: Sequence[RunResult] = ()) -> Path:
+    """Save the mean reward per step of every run (faint) and its moving average over :data:`WINDOW` steps as a PNG.
+
+    With ``multi_turn`` runs, a second panel shows them (the multi-turn environment).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    panels = 2 if multi_turn else 1
+    figure, axes = plt.subplots(1, panels, figsize=(7 * panels, 4), dpi=120, squeeze=False)
+    _curves(axes[0, 0], results, "mean reward (exact match)", "Tiny Qwen2 on single-digit addition, RLLMGRPOTrainer")
+    if multi_turn:
+        _curves(axes[0, 1], multi_turn, "mean reward (share of right turns)", "Multi-turn environment (aliased states), rollout_func")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path)

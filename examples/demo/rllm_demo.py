@@ -4,7 +4,9 @@
    reward) with ``RLLMGRPOTrainer``, once per estimator, from the same weights and prompts.
 2. Prints one row per estimator (reward at the start and the end, advantage statistics, share
    of zero advantages) and saves the reward curves as a PNG.
-3. Builds a verl ``DataProto`` of toy rollouts and runs verl's own ``compute_advantage`` with
+3. Trains the same way on a multi-turn environment with aliased states (``multi_turn.py``), once
+   with the step-level ``gigpo`` (one advantage per turn) and once with ``grpo`` (one per episode).
+4. Builds a verl ``DataProto`` of toy rollouts and runs verl's own ``compute_advantage`` with
    ``rllm_grpo``/``rllm_rloo`` and verl's ``grpo``/``rloo``/``rloo_vectorized``, row by row.
 
 Run it with ``make demo`` (``make demo ARGS="--steps 20"``) or ``python examples/demo/rllm_demo.py --help``.
@@ -37,6 +39,14 @@ a group of one response rllm_rloo and verl's rloo keep the raw reward, verl's rl
 Every response token of a row gets the row's advantage (padding gets 0). docs/semantics.md has all formulas."""
 
 
+MULTI_TURN_ESTIMATORS = ("gigpo", "grpo")
+MULTI_TURN_TITLE = "== TRL multi-turn: rollout_func episodes of 3 turns, aliased observations, same weights and prompts =="
+MULTI_TURN_NOTE = """\
+gigpo (gamma 0.9, step_advantage_w 1.0) gives each turn its own advantage: the episode's GRPO advantage plus
+the turn's discounted return normalised among the turns of its group that saw the same observation;
+grpo gives every model token of an episode the episode's advantage. adv statistics of gigpo are per turn."""
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="rllm_demo.py",
@@ -53,6 +63,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="grpo,rloo,median_baseline",
         help="comma-separated estimator names: built-ins or installed plugins (`rllm-plugins estimators` lists them)",
     )
+    parser.add_argument(
+        "--multi-turn-steps",
+        type=int,
+        default=40,
+        help="optimizer steps of each multi-turn run (gigpo and grpo, 8 prompts x 8 episodes each); 0 skips the multi-turn part",
+    )
     parser.add_argument("--output-dir", type=Path, default=Path("demo_output"), help="where the reward-curve PNG and summary.txt are written")
     parser.add_argument("--seed", type=int, default=0, help="seed of the model weights, the prompts and the sampling (the same for every estimator)")
     args = parser.parse_args(argv)
@@ -61,6 +77,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--estimators needs at least one name")
     if args.steps < 1:
         parser.error("--steps must be at least 1")
+    if args.multi_turn_steps < 0:
+        parser.error("--multi-turn-steps must be at least 0")
     return args
 
 
@@ -79,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int | str:
         except ValueError as error:
             return f"rllm_demo.py: --estimators: {error}"
 
+    from multi_turn import train_multi_turn
     from report import comparison_table, plot_reward_curves, training_table
     from training import train_with_estimator
     from verl_comparison import compare_with_verl
@@ -87,8 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int | str:
     for name in args.estimators:
         results.append(train_with_estimator(name, args.steps, args.seed))
     training = training_table(results)
-    plot = plot_reward_curves(results, args.output_dir / "reward_curves.png")
+    multi_turn = [train_multi_turn(name, args.multi_turn_steps, args.seed) for name in MULTI_TURN_ESTIMATORS] if args.multi_turn_steps else []
+    plot = plot_reward_curves(results, args.output_dir / "reward_curves.png", multi_turn)
     print(f"\n== TRL: RLLMGRPOTrainer, adv_estimator=<name> ==\n{training}\nreward curves: {plot}\n")
+    if multi_turn:
+        training += f"\n\n{MULTI_TURN_TITLE}\n{training_table(multi_turn, unit='turns (gigpo) or episodes (grpo)')}\n{MULTI_TURN_NOTE}"
+        print(f"{MULTI_TURN_TITLE}\n{training_table(multi_turn, unit='turns (gigpo) or episodes (grpo)')}\n{MULTI_TURN_NOTE}\n")
 
     comparison = comparison_table(compare_with_verl())
     print(f"== verl: compute_advantage(data, adv_estimator=<name>) on one DataProto ==\n{comparison}\n\n{SEMANTICS}\n")

@@ -1,4 +1,4 @@
-"""`make demo` end to end at a minimal size: trains with two estimators, writes the plot, prints both tables."""
+"""`make demo` end to end at a minimal size: trains with two estimators and on the multi-turn environment, writes the plot, prints the tables."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo" / "rllm_demo.py
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
     output_dir = tmp_path_factory.mktemp("demo_output")
-    command = [sys.executable, str(DEMO), "--steps", "2", "--estimators", "grpo,median_baseline", "--output-dir", str(output_dir)]
+    command = [sys.executable, str(DEMO), "--steps", "2", "--estimators", "grpo,median_baseline", "--multi-turn-steps", "2", "--output-dir", str(output_dir)]
     run = subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, check=False)
     assert run.returncode == 0, f"demo failed ({run.returncode}):\n{run.stdout}\n{run.stderr[-4000:]}"
     return run, output_dir
@@ -27,7 +27,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Compl
 
 def test_help_explains_every_option() -> None:
     run = subprocess.run([sys.executable, str(DEMO), "--help"], capture_output=True, text=True, timeout=60, check=True)
-    for option in ("--steps", "--estimators", "--output-dir", "--seed"):
+    for option in ("--steps", "--estimators", "--multi-turn-steps", "--output-dir", "--seed"):
         assert option in run.stdout
 
 
@@ -37,6 +37,17 @@ def test_prints_one_training_row_per_estimator(demo_run: tuple[subprocess.Comple
     header = next(i for i, line in enumerate(lines) if line.startswith("estimator") and "zero adv" in line)
     rows = [line.split()[0] for line in lines[header + 2 : header + 4]]
     assert rows == ["grpo", "median_baseline"]
+
+
+def test_prints_one_multi_turn_row_each_for_gigpo_and_grpo(demo_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    run, _ = demo_run
+    lines = run.stdout.splitlines()
+    title = next(i for i, line in enumerate(lines) if line.startswith("== TRL multi-turn"))
+    assert lines[title + 1].startswith("estimator") and "zero adv" in lines[title + 1]
+    rows = [line.split() for line in lines[title + 3 : title + 5]]
+    assert [row[0] for row in rows] == ["gigpo", "grpo"]
+    for row in rows:
+        assert 0.0 <= float(row[1]) <= 1.0 and 0.0 <= float(row[2]) <= 1.0  # mean share of right turns
 
 
 def test_saves_the_reward_curve_png(demo_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:

@@ -35,14 +35,21 @@ def readme_table() -> str:
     return re.search(r"```\n(estimator .*?)```", section, re.S).group(1)
 
 
-def test_the_readme_demo_table_is_what_the_default_demo_prints(tmp_path):
-    documented = rows(readme_table())
+MULTI_TURN = "== TRL multi-turn"
+
+
+def test_the_readme_demo_tables_are_what_the_default_demo_prints(tmp_path):
+    single, multi = readme_table().split(MULTI_TURN, 1)
+    documented = rows(single)
+    documented_multi = rows(multi)
     assert list(documented) == ["grpo", "rloo", "median_baseline"]
+    assert list(documented_multi) == ["gigpo", "grpo"]
     command = [sys.executable, str(DEMO), "--estimators", ",".join(documented), "--output-dir", str(tmp_path)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    printed = rows(done.stdout.split("== verl", 1)[0])
-    assert list(printed) == list(documented)
-    for name, numbers in documented.items():
-        for column, readme, actual in zip(COLUMNS, numbers, printed[name], strict=True):
-            assert abs(readme - actual) <= TOLERANCE, f"README's demo table, row {name}, {column}: {readme} but make demo prints {actual}; update the table"
+    printed_single, printed_rest = done.stdout.split(MULTI_TURN, 1)
+    for table, readme_rows, printed in (("", documented, rows(printed_single)), (" (multi-turn)", documented_multi, rows(printed_rest.split("== verl", 1)[0]))):
+        assert list(printed) == list(readme_rows)
+        for name, numbers in readme_rows.items():
+            for column, readme, actual in zip(COLUMNS, numbers, printed[name], strict=True):
+                assert abs(readme - actual) <= TOLERANCE, f"README's demo table{table}, row {name}, {column}: {readme} but make demo prints {actual}; update it"

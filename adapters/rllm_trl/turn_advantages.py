@@ -1,0 +1,271 @@
+"""Step-level estimators (``gigpo``, ``step_reinforce``, ...) on TRL's multi-turn completions.
+
+A multi-turn episode is one completion whose tokens mix model tokens and tool/environment tokens;
+TRL marks the latter with ``tool_mask == 0`` (from its tool loop, or from the ``env_mask`` a
+``rollout_func`` returns). Following :mod:`rllm_plugins.turns`:
+
+- a **turn** is a maximal run of ``completion_mask * tool_mask == 1``; without ``tool_mask`` every
+  completion is one turn;
+- the **anchor state** of turn 0 is the prompt (shared by the group), of turn k >= 1 the token ids
+  of the tool/environment segment right before it; a ``rollout_func`` may override them with the
+  extra key :data:`ANCHOR_STATES_KEY` (one hashable per turn of each completion);
+- the **step rewards** are 0 for every turn but the last, whose reward is the completion's reward
+  (the weighted sum of the reward functions); a ``rollout_func`` may give them with the extra key
+  :data:`TURN_REWARDS_KEY` (one number per turn). The **outcome** is the completion's reward;
+- groups are ``num_generations`` contiguous rows of the gathered batch (across processes), as in
+  the outcome path; an unscorable row (every reward function returned None) is left out and gets 0.
+
+A row TRL masked entirely (``completion_mask`` all 0: ``mask_truncated_completions`` on a truncated
+completion) counts as one turn anchored at the prompt with the row's reward, so its outcome joins its
+group's statistics as in the outcome path; its advantage reaches no token and its overrides are ignored.
+
+The work is split so that processes agree: :func:`row_turns` describes this process's rows (cheap,
+picklable), every process gathers all rows' descriptions, and :func:`step_advantages` computes the
+per-turn advantages of the gathered batch identically everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rllm_plugins.advantage import compute_role_metrics
+from rllm_plugins.anchors import anchor_ids
+from rllm_plugins.outputs import as_advantages
+from rllm_plugins.registry import get_estimator
+from rllm_plugins.steps import StepBatch
+from rllm_plugins.turns import PROMPT_ANCHOR, Turns, find_turns, spread_to_tokens, turn_anchor_states
+
+from .advantages import RewardBatch
+
+__all__ = [
+    "ANCHOR_STATES_KEY",
+    "TURN_REWARDS_KEY",
+    "RowTurns",
+    "StepAdvantages",
+    "compute_step_metrics",
+    "local_turns",
+    "row_turns",
+    "spread_local",
+    "step_advantages",
+]
+
+TURN_REWARDS_KEY = "turn_rewards"  # rollout_func extra key: per completion, one reward per turn
+ANCHOR_STATES_KEY = "anchor_states"  # rollout_func extra key: per completion, one hashable anchor state per turn
+
+
+@dataclass(frozen=True)
+class RowTurns:
+    """What every process needs to know about one completion: its turn count, anchor states and overrides.
+
+    ``num_turns`` the runs of model tokens (0 for a row TRL masked entirely: ``masked``); ``has_tokens``
+    whether ``completion_mask`` has any 1 (a row with tokens but no model token is refused);
+    ``states`` the default anchor states (None when the estimator reads none); ``anchor_override``
+    and ``reward_override`` the rollout's :data:`ANCHOR_STATES_KEY` and :data:`TURN_REWARDS_KEY` values, or None.
+    """
+
+    num_turns: int
+    has_tokens: bool
+    states: tuple[Hashable, ...] | None
+    anchor_override: Any = None
+    reward_override: Any = None
+
+    @property
+    def masked(self) -> bool:
+        """TRL masked the whole completion (``completion_mask`` all 0): it counts as one turn without tokens."""
+        return self.num_turns == 0 and not self.has_tokens
+
+    @property
+    def num_steps(self) -> int:
+        return 1 if self.masked else self.num_turns
+
+
+def local_turns(completion_mask: np.ndarray, tool_mask: np.ndarray | None) -> Turns:
+    """The turns of this process's rows: runs of ``completion_mask * tool_mask`` (``completion_mask`` alone without ``tool_mask``)."""
+    mask = np.asarray(completion_mask) != 0
+    if tool_mask is not None:
+        mask &= np.asarray(tool_mask) != 0
+    return find_turns(mask)
+
+
+def row_turns(
+    completion_ids: np.ndarray,
+    completion_mask: np.ndarray,
+    turns: Turns,
+    overrides: Sequence[Mapping[str, Any]] | None,
+    *,
+    with_anchors: bool,
+) -> list[RowTurns]:
+    """One :class:`RowTurns` per local row; ``overrides[b]`` is row ``b``'s input dict (the rollout's extra keys land there)."""
+    has_tokens = (np.asarray(completion_mask) != 0).any(axis=1).tolist()
+    states = turn_anchor_states(completion_ids, turns) if with_anchors else None
+    counts = turns.per_row.tolist()
+    offsets = turns.row_offsets.tolist()
+    out = []
+    for b, n in enumerate(counts):
+        row_states = None
+        if states is not None:
+            row_states = (PROMPT_ANCHOR,) if n == 0 else tuple(states[offsets[b] : offsets[b + 1]])
+        example = overrides[b] if overrides is not None else {}
+        out.append(RowTurns(n, bool(has_tokens[b]), row_states, example.get(ANCHOR_STATES_KEY), example.get(TURN_REWARDS_KEY)))
+    return out
+
+
+def _where(row: int, num_generations: int) -> str:
+    return f"completion {row} of the gathered batch (group {row // num_generations})"
+
+
+def _checked_rewards(value: Any, n: int, where: str) -> list[float]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence | np.ndarray):
+        raise ValueError(f"{where}: {TURN_REWARDS_KEY} must be a list of one reward per turn, got {type(value).__name__} {value!r}")
+    values = list(value)
+    if len(values) != n:
+        raise ValueError(
+            f"{where}: {TURN_REWARDS_KEY} has {len(values)} rewards for {n} turns (runs of model tokens, env_mask/tool_mask == 1, "
+            f"in its completion); return one reward per model turn"
+        )
+    for t, reward in enumerate(values):
+        if isinstance(reward, (bool, np.bool_)) or not isinstance(reward, numbers.Real) or not math.isfinite(reward):
+            raise ValueError(f"{where}, turn {t}: {TURN_REWARDS_KEY} entry must be a finite number, got {type(reward).__name__} {reward!r}")
+    return [float(r) for r in values]
+
+
+def _checked_states(value: Any, n: int, where: str) -> list[Hashable]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence | np.ndarray):
+        raise ValueError(f"{where}: {ANCHOR_STATES_KEY} must be a list of one anchor state per turn, got {type(value).__name__} {value!r}")
+    values = list(value)
+    if len(values) != n:
+        raise ValueError(
+            f"{where}: {ANCHOR_STATES_KEY} has {len(values)} states for {n} turns (runs of model tokens, env_mask/tool_mask == 1, "
+            f"in its completion); return one anchor state per model turn"
+        )
+    return values
+
+
+@dataclass(frozen=True)
+class StepAdvantages:
+    """Per-turn advantages of the gathered batch: row ``i`` owns ``values[offsets[i]:offsets[i + 1]]`` (a masked row one value, 0 where unscorable)."""
+
+    values: np.ndarray
+    offsets: np.ndarray
+    anchors: np.ndarray | None  # (turns of scorable rows,) anchor-group ids, for metrics
+
+    def per_row_mean(self) -> np.ndarray:
+        """``(N,)`` mean of each row's turn advantages (what the completions table logs)."""
+        sizes = np.diff(self.offsets)
+        return np.add.reduceat(self.values, self.offsets[:-1]) / sizes if self.values.size else np.zeros(sizes.size)
+
+
+def step_advantages(
+    rows: Sequence[RowTurns],
+    rewards: np.ndarray,
+    num_generations: int,
+    estimator_name: str,
+    options: Mapping[str, Any],
+) -> StepAdvantages:
+    """Run step-level estimator ``estimator_name`` on the gathered rows (``rewards`` ``(N,)`` float64, NaN: unscorable).
+
+    Raises ``ValueError`` naming the completion, its group and the turn for a row with tokens but no
+    model token, an override with the wrong number of turns or a bad value, and a non-finite advantage.
+    """
+    estimator = get_estimator(estimator_name)
+    who = f"step-level estimator {estimator_name!r} ({estimator.provider})"
+    G = num_generations  # noqa: N806 - the paper's name
+    if len(rows) != rewards.size:
+        raise ValueError(f"{len(rows)} completions described for {rewards.size} rewards")
+    for i, row in enumerate(rows):
+        if row.num_turns == 0 and row.has_tokens:
+            raise ValueError(
+                f"{_where(i, G)} has no model token (tool_mask/env_mask is 0 on every completion token); {who} gives one advantage "
+                "per model turn: mark the model's tokens with env_mask 1 in the rollout_func output"
+            )
+    counts = np.array([row.num_steps for row in rows], dtype=np.int64)
+    offsets = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    scorable = ~np.isnan(rewards)
+    step_rewards = np.zeros(int(offsets[-1]))
+    step_rewards[offsets[1:] - 1] = np.where(scorable, rewards, 0.0)
+    for i, row in enumerate(rows):
+        if row.reward_override is not None and not row.masked and scorable[i]:
+            step_rewards[offsets[i] : offsets[i + 1]] = _checked_rewards(row.reward_override, row.num_turns, _where(i, G))
+
+    keep = np.repeat(scorable, counts)  # the steps of scorable rows, in row order (rows are already in group order)
+    kept_counts = counts[scorable]
+    step_offsets = np.zeros(kept_counts.size + 1, dtype=np.int64)
+    np.cumsum(kept_counts, out=step_offsets[1:])
+    traj_offsets = np.concatenate([[0], np.cumsum(scorable.reshape(-1, G).sum(axis=1), dtype=np.int64)])
+    anchors = None
+    if estimator.spec.needs_anchors:
+        states: list[Hashable] = []
+        for i, row in enumerate(rows):
+            if not scorable[i]:
+                continue
+            row_states: Sequence[Hashable] = row.states if row.states is not None else ()
+            if row.anchor_override is not None and not row.masked:
+                row_states = _checked_states(row.anchor_override, row.num_turns, _where(i, G))
+            states.extend(row_states)  # one per step: the defaults by construction, an override checked above
+        kept_rows = np.flatnonzero(scorable)
+
+        def where(s: int) -> str:
+            j = int(np.searchsorted(step_offsets, s, side="right") - 1)
+            return f"{_where(int(kept_rows[j]), G)}, turn {s - int(step_offsets[j])}"
+
+        group_index = np.repeat(np.arange(traj_offsets.size - 1), np.diff(step_offsets[traj_offsets])).tolist()
+        anchors = anchor_ids(states, group_index, where)
+    batch = StepBatch(rewards[scorable], traj_offsets, step_rewards[keep], step_offsets, anchors)
+    values = as_advantages(estimator.batched_form(batch, **options), who)
+    if values.size != batch.num_steps:
+        raise ValueError(f"{who} returned {values.size} advantages for {batch.num_steps} turns")
+    per_turn = np.zeros(step_rewards.size)
+    per_turn[keep] = values
+    if not np.isfinite(per_turn).all():
+        s = int(np.flatnonzero(~np.isfinite(per_turn))[0])
+        i = int(np.searchsorted(offsets, s, side="right") - 1)
+        raise ValueError(f"{who} gave advantage {per_turn[s]} to {_where(i, G)}, turn {s - int(offsets[i])}; advantages must be finite")
+    return StepAdvantages(per_turn, offsets, anchors)
+
+
+def spread_local(result: StepAdvantages, rows: Sequence[RowTurns], first_row: int, turns: Turns) -> np.ndarray:
+    """``(B, T)`` float32 advantages of this process's rows (gathered rows ``first_row:first_row + B``, whose turns are ``turns``).
+
+    Turn k's advantage on its model tokens, 0 on tool/environment tokens and padding.
+    """
+    count = turns.row_offsets.size - 1
+    local = rows[first_row : first_row + count]
+    values = result.values[result.offsets[first_row] : result.offsets[first_row + count]]
+    real = np.repeat([not row.masked for row in local], [row.num_steps for row in local])
+    return spread_to_tokens(values[real], turns, dtype=np.float32)
+
+
+def compute_step_metrics(batch: RewardBatch, result: StepAdvantages) -> dict[str, float]:
+    """Per-turn metrics of the scorable completions, per role (the core collector's keys for steps):
+
+    ``advantage/{role}/{mean,std,max,min,fraction_zero}`` over turns (one value per turn, not per
+    token or completion), ``batch/{role}/turns/mean`` (turns per completion) and, with anchor states,
+    ``batch/{role}/anchor_groups/mean_size`` and ``batch/{role}/anchor_groups/fraction_singleton_steps``.
+    """
+    counts = np.diff(result.offsets)
+    row_roles = np.repeat(batch.group_roles, batch.num_generations)
+    turn_roles = np.repeat(row_roles, counts)
+    turn_scorable = np.repeat(batch.scorable, counts)
+    metrics = compute_role_metrics(
+        {name: result.values[turn_scorable & (turn_roles == r)] for r, name in enumerate(batch.roles)}, "advantage", with_fraction_zero=True
+    )
+    for r, name in enumerate(batch.roles):
+        in_role = batch.scorable & (row_roles == r)
+        if in_role.any():
+            metrics[f"batch/{name}/turns/mean"] = float(counts[in_role].mean())
+    if result.anchors is not None and result.anchors.size:
+        sizes = np.bincount(result.anchors)
+        anchor_roles = turn_roles[turn_scorable]
+        for r, name in enumerate(batch.roles):
+            ids = result.anchors[anchor_roles == r]
+            if ids.size:
+                metrics[f"batch/{name}/anchor_groups/mean_size"] = float(ids.size / np.unique(ids).size)
+                metrics[f"batch/{name}/anchor_groups/fraction_singleton_steps"] = float(np.mean(sizes[ids] == 1))
+    return metrics
