@@ -54,18 +54,23 @@ class Turns:
 def find_turns(mask: np.ndarray) -> Turns:
     """The maximal runs of non-zero entries of each row of ``mask`` ``(B, T)``.
 
-    One pass: the row-wise difference of the 0/1 mask padded with a 0 on each side is +1 where a
-    run starts and -1 one past where it ends, alternately, so a single ``nonzero`` finds both.
+    One pass: position ``j`` of row ``b`` in a ``(B, T + 1)`` array of changes is set where the
+    mask differs between tokens ``j - 1`` and ``j`` (token ``-1`` and ``T`` counting as 0), so a
+    row's set positions alternate run start, run end; one ``flatnonzero`` finds them all.
     """
     mask = np.asarray(mask)
     if mask.ndim != 2:
         raise ValueError(f"the mask of model tokens must be 2-D (batch, response_length), got shape {mask.shape}")
+    mask = mask if mask.dtype == bool else mask != 0
     rows, length = mask.shape
-    padded = np.zeros((rows, length + 2), dtype=np.int8)
-    np.not_equal(mask, 0, out=padded[:, 1:-1].view(bool))
-    edges = np.diff(padded, axis=1)
-    del padded
-    row, col = np.nonzero(edges)
+    change = np.empty((rows, length + 1), dtype=bool)
+    if length:
+        change[:, 0] = mask[:, 0]
+        change[:, -1] = mask[:, -1]
+        np.not_equal(mask[:, 1:], mask[:, :-1], out=change[:, 1:-1])
+    else:
+        change[:] = False
+    row, col = np.divmod(np.flatnonzero(change), length + 1)
     row_offsets = np.zeros(rows + 1, dtype=np.int64)
     np.cumsum(np.bincount(row[0::2], minlength=rows), out=row_offsets[1:])
     return Turns(row[0::2].astype(np.int64), col[0::2].astype(np.int64), col[1::2].astype(np.int64), row_offsets, length)

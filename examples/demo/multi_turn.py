@@ -13,6 +13,7 @@ into ``tool_mask``, and a step-level estimator gives each model turn its own adv
 from __future__ import annotations
 
 import random
+import sys
 import tempfile
 import time
 from typing import Any
@@ -21,7 +22,7 @@ import torch
 from datasets import Dataset
 from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer
 from task import build_task_tokenizer
-from training import HIDDEN_SIZE, NUM_GENERATIONS, PROMPTS_PER_STEP, RecordingProgressCallback, RunResult
+from training import HIDDEN_SIZE, NUM_GENERATIONS, PROMPTS_PER_STEP, RecordingCallback, RecordingProgressCallback, RunResult
 from transformers import PrinterCallback, ProgressCallback
 
 from rllm_plugins.tiny import build_tiny_model
@@ -106,6 +107,7 @@ def train_multi_turn(estimator: str, steps: int, seed: int) -> RunResult:
             bf16=False,
             report_to="none",
             save_strategy="no",
+            disable_tqdm=not sys.stderr.isatty(),  # progress bars on a terminal, not in piped logs
         )
         env = CopyEnvironment(tokenizer)
         trainer = RLLMGRPOTrainer(
@@ -118,8 +120,11 @@ def train_multi_turn(estimator: str, steps: int, seed: int) -> RunResult:
         )
         trainer.remove_callback(PrinterCallback)
         trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(RecordingProgressCallback(f"{estimator + ' (multi-turn)':>22}", result.steps))
+        recorder = RecordingCallback if config.disable_tqdm else RecordingProgressCallback
+        trainer.add_callback(recorder(f"{estimator + ' (multi-turn)':>22}", result.steps))
         start = time.perf_counter()
         trainer.train()
         result.seconds = time.perf_counter() - start
+        if config.disable_tqdm:
+            print(f"trained with {estimator} (multi-turn): {steps} steps in {result.seconds:.0f} s", flush=True)
     return result
