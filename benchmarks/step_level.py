@@ -227,13 +227,61 @@ def _verl(report: Report, quick: bool) -> None:
     )
 
 
+def _trl(report: Report, quick: bool) -> None:
+    """TRL's advantage step on the gathered batch: the step-level path (turns, anchors, gigpo, (B, T) spread) vs the outcome path."""
+    import torch
+    from rllm_trl.advantages import compute_advantages, prepare_batch
+    from rllm_trl.turn_advantages import local_turns, row_turns, spread_local, step_advantages
+
+    rows, length, n = (256, 256, 8) if quick else (4096, 2048, 8)
+    data = make_multi_turn_dataproto(rows, length, n)
+    tool_mask = data.batch["response_mask"].numpy()
+    completion_ids = data.batch["responses"].numpy()
+    ends = np.where(tool_mask.any(axis=1), length - np.argmax(tool_mask[:, ::-1], axis=1), 0)
+    completion_mask = (np.arange(length)[None, :] < ends[:, None]).astype(np.int64)  # the completion: model and environment tokens
+    rewards = torch.from_numpy(np.random.default_rng(1).integers(0, 2, (rows, 1)).astype(np.float32))
+    weights = torch.ones(1)
+
+    def outcome() -> object:
+        batch = prepare_batch(rewards, weights, n)
+        return torch.as_tensor(compute_advantages(batch, "grpo"), dtype=torch.float32)
+
+    def outcome_tokens() -> object:
+        per_row = outcome()
+        return per_row.unsqueeze(-1) * torch.from_numpy(tool_mask)  # what any (B, T) output costs at least
+
+    def step() -> object:
+        batch = prepare_batch(rewards, weights, n)
+        turns = local_turns(completion_mask, tool_mask)
+        described = row_turns(completion_ids, completion_mask, turns, None, with_anchors=True)
+        result = step_advantages(described, batch.rewards, n, "gigpo", {"gamma": 0.95, "norm_adv_by_std_in_grpo": True})
+        return torch.from_numpy(spread_local(result, described, 0, turns))
+
+    impls = {"outcome path, grpo, (B,)": outcome, "outcome path + one (B,T) write": outcome_tokens, "step-level path, gigpo, (B,T)": step}
+    times = measure_interleaved(impls, 1 if quick else 3, 0.0 if quick else 2.0, 1 if quick else 3)
+    title = f"TRL: the advantage step on {rows:,} gathered multi-turn completions x {length:,} tokens (n={n}, 2-10 turns)"
+    table = Table(title, ["path", "time", "vs outcome (B,)", "vs outcome + (B,T) write"])
+    for name in impls:
+        table.add(
+            name,
+            format_time(times[name]),
+            format_ratio(times[name] / times["outcome path, grpo, (B,)"]),
+            format_ratio(times[name] / times["outcome path + one (B,T) write"]),
+        )
+    table.notes.append("The outcome path never touches (B, T); the step-level path must read the masks and tokens and write (B, T) advantages.")
+    report.tables.append(table)
+    ratio = times["step-level path, gigpo, (B,T)"] / times["outcome path + one (B,T) write"]
+    report.targets.append(Target(f"TRL step-level path vs outcome path + (B,T) write at {rows:,} x {length:,}", format_ratio(ratio), "≤ 3x", ratio <= 3.0))
+
+
 def run(quick: bool = False) -> Report:
     report = Report("step_level")
     _core(report, quick)
-    try:
-        _verl(report, quick)
-    except ImportError as error:
-        report.targets.append(Target("rllm_gigpo in verl", f"not available ({error})", "runs", None))
+    for name, part in (("rllm_gigpo in verl", _verl), ("gigpo in TRL", _trl)):
+        try:
+            part(report, quick)
+        except ImportError as error:
+            report.targets.append(Target(name, f"not available ({error})", "runs", None))
     return report
 
 
