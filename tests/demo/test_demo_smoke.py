@@ -81,4 +81,5 @@ def test_unknown_estimator_fails_before_training(tmp_path: Path) -> None:
 def test_piped_output_has_no_progress_bars_and_one_line_per_run(demo_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
     run, _ = demo_run
     assert "%|" not in run.stderr + run.stdout  # tqdm's bars
-    assert [line.split(":")[0] for line in run.stdout.splitlines() if line.startswith("trained with ")] == ["trained with grpo", "trained with median_baseline"]
+    trained = [line.split(":")[0] for line in run.stdout.splitlines() if line.startswith("trained with ")]
+    assert trained == ["trained with grpo", "trained with median_baseline", "trained with gigpo (multi-turn)", "trained with grpo (multi-turn)"]
