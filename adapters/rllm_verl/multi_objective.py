@@ -125,7 +125,6 @@ def reward_table(non_tensor_batch: dict[str, Any] | None, keys: Sequence[str], i
             for row in np.flatnonzero(~np.isfinite(table[:, f])).tolist():
                 if columns[f][row] is not None:
                     raise ValueError(
-                        f"{where}: row {row} (uid {index[row]!r}): reward key {key!r} is {table[row, f]}; scores must be finite, "
-                        "or None for a missing one"
+                        f"{where}: row {row} (uid {index[row]!r}): reward key {key!r} is {table[row, f]}; scores must be finite, or None for a missing one"
                     )
     return table

@@ -322,9 +322,7 @@ def test_a_nan_score_is_refused_naming_row_uid_and_key_not_read_as_a_missing_one
     data.non_tensor_batch["acc"] = np.asarray(column, dtype=np.float64 if isinstance(column, np.ndarray) else object)
     with pytest.raises(ValueError) as error:
         ray_trainer.compute_advantage(data, adv_estimator="rllm_grpo", config=algorithm_config(gdpo_reward_keys=["acc", "fmt"]))
-    assert str(error.value) == (
-        "advantage estimator 'rllm_grpo': row 1 (uid 'a'): reward key 'acc' is nan; scores must be finite, or None for a missing one"
-    )
+    assert str(error.value) == ("advantage estimator 'rllm_grpo': row 1 (uid 'a'): reward key 'acc' is nan; scores must be finite, or None for a missing one")
 
 
 def test_a_none_score_is_still_a_missing_one(algorithm_config):

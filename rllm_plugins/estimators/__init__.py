@@ -47,9 +47,7 @@ BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
     AdvEstimatorSpec(
         "verl_reinforce_plus_plus_baseline", calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline, options=()
     ),
-    AdvEstimatorSpec(
-        "gigpo", calculate_gigpo_advantages, gigpo, options=(), level="step", needs_anchors=True, check_options=check_gigpo_options
-    ),
+    AdvEstimatorSpec("gigpo", calculate_gigpo_advantages, gigpo, options=(), level="step", needs_anchors=True, check_options=check_gigpo_options),
     AdvEstimatorSpec(
         "step_reinforce", calculate_step_reinforce_advantages, step_reinforce, options=(), level="step", check_options=check_step_reinforce_options
     ),

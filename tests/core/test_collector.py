@@ -89,10 +89,7 @@ def test_precomputed_length_mismatch_warns_counts_and_defaults_to_zeros_as_rllm(
     g = TrajectoryGroup([Trajectory(steps=[step, right], reward=1.0)], group_id="t:distill")
     with caplog.at_level(logging.WARNING):
         metrics = collect_reward_and_advantage_from_trajectory_groups([g], AlgorithmConfig(use_precomputed_advantage=True))
-    assert (
-        "group 0 (group_id 't:distill'), trajectory 0, step 0: precomputed advantage has 2 values for 3 response tokens; defaulting to zeros"
-        in caplog.text
-    )
+    assert "group 0 (group_id 't:distill'), trajectory 0, step 0: precomputed advantage has 2 values for 3 response tokens; defaulting to zeros" in caplog.text
     assert metrics["advantage/distill/precomputed_length_mismatches"] == 1.0
     assert (step.advantage, right.advantage) == ([0.0, 0.0, 0.0], [4.0])
     assert metrics["advantage/distill/mean"] == 1.0 and metrics["advantage/distill/fraction_zero"] == 0.75  # tokens 0, 0, 0, 4

@@ -116,9 +116,7 @@ def test_a_none_norm_flag_of_an_algorithm_config_is_refused_and_named_as_coming_
     estimator = get_rllm_adv_estimator(name)
     with pytest.raises(ValueError) as error:
         estimator(PAIR, RllmConfig())
-    assert str(error.value) == (
-        f"{estimator.__name__}(): norm_adv_by_std_in_grpo (from algorithm_config) must be a bool (True or False), got NoneType None"
-    )
+    assert str(error.value) == (f"{estimator.__name__}(): norm_adv_by_std_in_grpo (from algorithm_config) must be a bool (True or False), got NoneType None")
 
 
 def test_a_none_norm_flag_given_positionally_is_refused():
