@@ -80,8 +80,14 @@ def normalize_within(values: np.ndarray, ids: np.ndarray, *, norm_adv_by_std_in_
     single = (counts <= 1)[ids]
     centred[single] = 0.0
     if norm_adv_by_std_in_grpo:
-        centred /= np.sqrt(var)[ids] + epsilon
+        centred /= _divisor(np.sqrt(var), epsilon)[ids]
     return centred
+
+
+def _divisor(std: np.ndarray, epsilon: float) -> np.ndarray:
+    """``std + epsilon``; with ``epsilon`` 0 a group without spread divides by inf, so its equal values get 0 (not 0 / 0)."""
+    divisor = std + epsilon
+    return divisor if epsilon > 0 else np.where(divisor > 0, divisor, np.inf)
 
 
 def _normalize_sorted(values: np.ndarray, ids: np.ndarray, *, norm_adv_by_std_in_grpo: bool, epsilon: float, ddof: int) -> np.ndarray:
@@ -96,7 +102,7 @@ def _normalize_sorted(values: np.ndarray, ids: np.ndarray, *, norm_adv_by_std_in
     centred[single] = 0.0
     if norm_adv_by_std_in_grpo:
         std = layout.std(ordered, mean, ddof=ddof)
-        centred /= layout.expand(np.where(layout.sizes <= ddof, 1.0, std)) + epsilon
+        centred /= layout.expand(_divisor(np.where(layout.sizes <= ddof, 1.0, std), epsilon))
     out = np.empty_like(centred)
     out[order] = centred
     return out

@@ -201,3 +201,15 @@ def test_huge_returns_stay_finite():
     got, _ = calculate_gigpo_advantages([np.array([1e308, -1e308])], [[np.array([1e308]), np.array([-1e308])]], [[["s"], ["s"]]])
     assert np.isfinite(np.concatenate(got[0])).all()
     assert np.concatenate(got[0]) == pytest.approx([2.0, -2.0], rel=1e-5)
+
+
+@pytest.mark.parametrize("estimator", ["gigpo", "step_reinforce"])
+def test_epsilon_0_gives_equal_returns_exactly_0_not_nan(estimator):
+    from rllm_plugins.estimators import calculate_step_reinforce_advantages
+
+    step_rewards = [[[1.0, 0.0], [1.0, 0.0]], [[2.0], [2.0]]]  # equal returns within every anchor group and task group
+    if estimator == "gigpo":
+        advantages, _ = calculate_gigpo_advantages([[1.0, 1.0], [2.0, 2.0]], step_rewards, [[["a", "b"], ["a", "b"]], [["c"], ["c"]]], epsilon=0.0)
+    else:
+        advantages, _ = calculate_step_reinforce_advantages([[1.0, 1.0], [2.0, 2.0]], [[[0.0, 1.0], [0.0, 1.0]], [[2.0], [2.0]]], epsilon=0.0)
+    assert [a.tolist() for group in advantages for a in group] == [[0.0, 0.0], [0.0, 0.0], [0.0], [0.0]]
