@@ -60,6 +60,11 @@ def _anchor_states(where: str, index: np.ndarray, turns: Turns, responses: torch
             f"{where} needs `responses` to form anchor states, and the batch has none. {V1_RESPONSES_MESSAGE}. "
             f"(On the legacy trainer, check that {REWARD_KEYS_ENV} is not 0.)"
         )
+    if tuple(responses.shape) != (turns.row_offsets.size - 1, turns.length):
+        raise ValueError(
+            f"{where}: responses has shape {tuple(responses.shape)} but response_mask {(turns.row_offsets.size - 1, turns.length)}; "
+            "anchor states are read from the responses at the positions of the mask, so they must match"
+        )
     return turn_anchor_states(_numpy(responses), turns)
 
 

@@ -278,3 +278,10 @@ def test_an_anchor_override_in_the_batch_replaces_the_environment_tokens():
     data.non_tensor_batch["anchor_states"] = wrong
     with pytest.raises(ValueError, match=rf"row 3 \(uid '{index[3]}'\) has {len(turns[3])} turns .* gives {len(turns[3]) + 1}; give one anchor state per turn"):
         compute_advantage(data, adv_estimator="rllm_gigpo", config=config)
+
+
+def test_responses_of_another_shape_than_the_mask_are_refused():
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(12), rows=8)
+    for other in (responses[:, :20], torch.cat([responses, responses], dim=1)):
+        with pytest.raises(ValueError, match=rf"responses has shape \(8, {other.shape[1]}\) but response_mask \(8, 40\); anchor states are read"):
+            run("rllm_gigpo", other, mask, rewards, index)
