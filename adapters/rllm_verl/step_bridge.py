@@ -144,7 +144,13 @@ def compute_rllm_step_advantage(
         episode_sizes = np.diff(episodes.row_offsets)
         group_of_row[rows] = np.repeat(np.repeat(np.arange(episodes.traj_offsets.size - 1), np.diff(episodes.traj_offsets)), episode_sizes)
         ordered_states = [states[j] for j in turn_order.tolist()]
-        anchors = anchor_ids(ordered_states, group_of_row[turns.row[turn_order]], lambda s: f"{where}: turn {s} in group order")
+
+        def place(s: int) -> str:
+            j = int(turn_order[s])
+            row = int(turns.row[j])
+            return f"{where}: row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])}"
+
+        anchors = anchor_ids(ordered_states, group_of_row[turns.row[turn_order]], place)
     if "gamma" not in options and config is not None and config.get("gamma", None) is not None:
         options = {**options, "gamma": config.get("gamma")}
     batch = StepBatch(row_totals[episodes.final_rows], episodes.traj_offsets, step_rewards[turn_order], row_steps[episodes.row_offsets], anchors)

@@ -285,3 +285,18 @@ def test_responses_of_another_shape_than_the_mask_are_refused():
     for other in (responses[:, :20], torch.cat([responses, responses], dim=1)):
         with pytest.raises(ValueError, match=rf"responses has shape \(8, {other.shape[1]}\) but response_mask \(8, 40\); anchor states are read"):
             run("rllm_gigpo", other, mask, rewards, index)
+
+
+def test_an_unhashable_anchor_override_is_named_by_row_uid_and_turn():
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(9), rows=8)
+    turns = reference_turns(responses, mask, rewards)
+    states = np.empty(8, dtype=object)
+    states[:] = [tuple("s" for _ in t) for t in turns]
+    row = 5
+    states[row] = tuple("s" for _ in turns[row][:-1]) + (["s"],)
+    data = DataProto.from_dict(
+        tensors={"responses": responses, "response_mask": mask, "token_level_rewards": rewards}, non_tensors={"uid": index, "anchor_states": states}
+    )
+    config = OmegaConf.create({"adv_estimator": "rllm_gigpo", "gamma": 1.0, "norm_adv_by_std_in_grpo": True})
+    with pytest.raises(ValueError, match=rf"row {row} \(uid '{index[row]}'\), turn {len(turns[row]) - 1}: anchor state list \['s'\] is unhashable"):
+        compute_advantage(data, adv_estimator="rllm_gigpo", config=config)
