@@ -81,6 +81,7 @@ class Subject:
     batched_form: Callable[..., Any]
     group_order_invariant: bool
     level: str = "outcome"
+    needs_anchors: bool = False  # a step-level estimator reads anchor states (else it is called without them)
 
 
 @dataclass(frozen=True)
@@ -95,13 +96,14 @@ def subject_of(name_or_fn: Any) -> Subject:
     """A registered name, an :class:`AdvEstimatorSpec` or a list-form function, as a :class:`Subject`."""
     if isinstance(name_or_fn, AdvEstimatorSpec):
         spec = name_or_fn
-        return Subject(repr(spec.name), spec.list_form, spec.batched_form, spec.group_order_invariant, spec.level)
+        return Subject(repr(spec.name), spec.list_form, spec.batched_form, spec.group_order_invariant, spec.level, spec.needs_anchors)
     if callable(name_or_fn):
         label = getattr(name_or_fn, "__qualname__", repr(name_or_fn))
         return Subject(label, name_or_fn, batched_form_of(name_or_fn), True)
     estimator = get_estimator(name_or_fn)
     spec = estimator.spec
-    return Subject(f"{spec.name!r} ({estimator.provider})", estimator.list_form, estimator.batched_form, spec.group_order_invariant, spec.level)
+    label = f"{spec.name!r} ({estimator.provider})"
+    return Subject(label, estimator.list_form, estimator.batched_form, spec.group_order_invariant, spec.level, spec.needs_anchors)
 
 
 def _traj_groups(case: Case) -> list[TrajectoryGroup]:

@@ -1,7 +1,8 @@
 """The contract of a step-level estimator (``AdvEstimatorSpec(level="step")``), checked on synthetic task groups.
 
 Cases mix groups of one, trajectories of one step, all-equal returns, extreme magnitudes and
-anchor states that repeat across trajectories and across groups. Each rule returns ``None``
+anchor states that repeat across trajectories and across groups; an estimator gets anchor states only
+when its spec says ``needs_anchors=True`` (as from the collector and the adapters). Each rule returns ``None``
 (it holds) or a message; :func:`check_step_rules` runs them all.
 """
 
@@ -31,11 +32,12 @@ class StepCase:
     step_rewards: tuple[tuple[tuple[float, ...], ...], ...]
     anchors: tuple[tuple[tuple[str, ...], ...], ...]
 
-    def inputs(self, anchors: Any = None) -> dict[str, Any]:
+    def inputs(self, anchors: Any = None, *, with_anchors: bool = True) -> dict[str, Any]:
+        """The list form's keyword arguments; ``with_anchors=False``: ``anchor_states=None``, as callers give an estimator that needs none."""
         return {
             "rewards": [np.array(g, dtype=np.float64) for g in self.outcomes],
             "step_rewards": [[np.array(t, dtype=np.float64) for t in g] for g in self.step_rewards],
-            "anchor_states": [[list(t) for t in g] for g in (self.anchors if anchors is None else anchors)],
+            "anchor_states": [[list(t) for t in g] for g in (self.anchors if anchors is None else anchors)] if with_anchors else None,
         }
 
     def __str__(self) -> str:
@@ -79,7 +81,7 @@ def _flat(nested: Any) -> np.ndarray:
 
 
 def _batched(spec: Any, case: StepCase) -> np.ndarray:
-    inputs = case.inputs()
+    inputs = case.inputs(with_anchors=spec.needs_anchors)
     batch = batch_from_lists(inputs["rewards"], inputs["step_rewards"], inputs["anchor_states"])
     out = as_advantages(call_with_accepted_kwargs(spec.batched_form, batch, norm_adv_by_std_in_grpo=True), "the batched form")
     if out.size != batch.num_steps:
@@ -88,7 +90,7 @@ def _batched(spec: Any, case: StepCase) -> np.ndarray:
 
 
 def _listed(spec: Any, case: StepCase, anchors: Any = None) -> np.ndarray:
-    result = call_with_accepted_kwargs(spec.list_form, **case.inputs(anchors), norm_adv_by_std_in_grpo=True)
+    result = call_with_accepted_kwargs(spec.list_form, **case.inputs(anchors, with_anchors=spec.needs_anchors), norm_adv_by_std_in_grpo=True)
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         raise ValueError(f"the list form returned {type(result).__name__}, not (advantages_by_group, returns_by_group)")
     advantages = result[0]
@@ -147,7 +149,7 @@ def anchors_stay_in_their_group(spec: Any, case: StepCase) -> str | None:
 
 
 def no_mutation(spec: Any, case: StepCase) -> str | None:
-    inputs = case.inputs()
+    inputs = case.inputs(with_anchors=spec.needs_anchors)
     before = copy.deepcopy(inputs)
     call_with_accepted_kwargs(spec.list_form, **inputs, norm_adv_by_std_in_grpo=True)
     same = all(np.array_equal(a, b) for a, b in zip(inputs["rewards"], before["rewards"], strict=True)) and all(
@@ -157,7 +159,8 @@ def no_mutation(spec: Any, case: StepCase) -> str | None:
 
 
 def empty_input(spec: Any, case: StepCase) -> str | None:
-    result = call_with_accepted_kwargs(spec.list_form, rewards=[], step_rewards=[], anchor_states=[], norm_adv_by_std_in_grpo=True)
+    anchors = [] if spec.needs_anchors else None
+    result = call_with_accepted_kwargs(spec.list_form, rewards=[], step_rewards=[], anchor_states=anchors, norm_adv_by_std_in_grpo=True)
     return None if [list(r) for r in result] == [[], []] else f"empty input gave {result!r}, not ([], [])"
 
 

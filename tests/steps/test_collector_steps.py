@@ -223,3 +223,20 @@ def test_all_zero_step_rewards_with_differing_outcomes_warn_that_the_step_part_i
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         collect_reward_and_advantage_from_trajectory_groups(groups, AlgorithmConfig(estimator="gigpo"))
+
+
+def test_the_contract_checker_calls_an_estimator_without_anchors_unless_it_declares_them():
+    def by_anchor(rewards, step_rewards, anchor_states=None, **_):
+        """Reads anchor states without declaring needs_anchors: the collector gives it None."""
+        out = [[np.array([float(len(str(a))) for a in ta]) for ta in ga] for ga in anchor_states]
+        return out, out
+
+    report = check_estimator(AdvEstimatorSpec("by_anchor", fn=by_anchor, level="step"))
+    assert report.verdicts["valid_output"] == "FAIL" and "TypeError" in str(report)
+    assert check_estimator(AdvEstimatorSpec("by_anchor", fn=by_anchor, level="step", needs_anchors=True)).verdicts["valid_output"] == "pass"
+    register_rllm_adv_estimator("by_anchor", level="step")(by_anchor)
+    try:
+        with pytest.raises(TypeError):  # what the collector meets: it gives anchor_states=None
+            collect_reward_and_advantage_from_trajectory_groups(agent_groups(), AlgorithmConfig(estimator="by_anchor"))
+    finally:
+        unregister_rllm_adv_estimator("by_anchor")
