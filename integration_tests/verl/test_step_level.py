@@ -293,7 +293,7 @@ def test_an_unhashable_anchor_override_is_named_by_row_uid_and_turn():
     states = np.empty(8, dtype=object)
     states[:] = [tuple("s" for _ in t) for t in turns]
     row = 5
-    states[row] = tuple("s" for _ in turns[row][:-1]) + (["s"],)
+    states[row] = (*("s" for _ in turns[row][:-1]), ["s"])
     data = DataProto.from_dict(
         tensors={"responses": responses, "response_mask": mask, "token_level_rewards": rewards}, non_tensors={"uid": index, "anchor_states": states}
     )
