@@ -238,7 +238,7 @@ def spread_local(result: StepAdvantages, rows: Sequence[RowTurns], first_row: in
     count = turns.row_offsets.size - 1
     local = rows[first_row : first_row + count]
     values = result.values[result.offsets[first_row] : result.offsets[first_row + count]]
-    real = np.repeat([not row.masked for row in local], [row.num_steps for row in local])
+    real = np.repeat(np.array([not row.masked for row in local], dtype=bool), np.array([row.num_steps for row in local], dtype=np.int64))
     return spread_to_tokens(values[real], turns, dtype=np.float32)
 
 

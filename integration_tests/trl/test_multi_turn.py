@@ -195,6 +195,12 @@ def test_unscorable_and_fully_masked_rows():
     assert list(np.diff(result.offsets)) == [2, 2, 1, 2]
 
 
+def test_an_empty_batch_gives_empty_advantages():
+    empty = np.zeros((0, 3), dtype=np.int64)
+    got, result = run_functional(empty, empty, empty, np.zeros(0), 4, {})
+    assert got.shape == (0, 3) and got.dtype == np.float32 and result.values.size == 0
+
+
 # ---------------------------------------------------------------- real training steps on the toy environment
 
 
