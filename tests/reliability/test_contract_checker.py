@@ -32,7 +32,8 @@ def centred(rewards):
 def test_every_builtin_and_the_example_plugin_keep_the_contract(name, seed):
     report = assert_estimator_contract(name, seed=seed)
     assert report.ok
-    assert set(report.verdicts.values()) == {"pass"}
+    skipped = {"skipped: the estimator reads no anchor states (needs_anchors=False)"} if name == "step_reinforce" else set()
+    assert set(report.verdicts.values()) == {"pass"} | skipped
 
 
 def test_accepts_an_enum_member_a_spec_and_a_plain_function():
