@@ -59,8 +59,12 @@ def batch_from_lists(rewards: Sequence[Any], step_rewards: Sequence[Any], anchor
     np.cumsum([v.size for v in per_traj], out=step_offsets[1:])
     anchors = None
     if anchor_states is not None:
+        if len(anchor_states) != len(rewards):
+            raise ValueError(f"anchor_states has {len(anchor_states)} groups, rewards {len(rewards)}")
         states: list[Hashable] = []
         for g, group in enumerate(anchor_states):
+            if len(group) != traj_offsets[g + 1] - traj_offsets[g]:
+                raise ValueError(f"group {g}: anchor_states has {len(group)} trajectories, rewards {traj_offsets[g + 1] - traj_offsets[g]}")
             for i, traj in enumerate(group):
                 n = step_offsets[traj_offsets[g] + i + 1] - step_offsets[traj_offsets[g] + i]
                 if len(traj) != n:
@@ -69,7 +73,13 @@ def batch_from_lists(rewards: Sequence[Any], step_rewards: Sequence[Any], anchor
         if len(states) != step_values.size:
             raise ValueError(f"anchor_states has {len(states)} states for {step_values.size} steps")
         step_group = np.repeat(np.arange(len(rewards)), np.diff(step_offsets[traj_offsets]))
-        anchors = anchor_ids(states, step_group.tolist(), lambda s: f"step {s} (flat)")
+
+        def place(s: int) -> str:
+            i = int(np.searchsorted(step_offsets, s, side="right") - 1)
+            g = int(np.searchsorted(traj_offsets, i, side="right") - 1)
+            return f"group {g}, trajectory {i - int(traj_offsets[g])}, step {s - int(step_offsets[i])}"
+
+        anchors = anchor_ids(states, step_group, place)
     return StepBatch(outcomes, traj_offsets, step_values, step_offsets, anchors)
 
 

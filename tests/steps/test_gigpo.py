@@ -213,3 +213,17 @@ def test_epsilon_0_gives_equal_returns_exactly_0_not_nan(estimator):
     else:
         advantages, _ = calculate_step_reinforce_advantages([[1.0, 1.0], [2.0, 2.0]], [[[0.0, 1.0], [0.0, 1.0]], [[2.0], [2.0]]], epsilon=0.0)
     assert [a.tolist() for group in advantages for a in group] == [[0.0, 0.0], [0.0, 0.0], [0.0], [0.0]]
+
+
+@pytest.mark.parametrize(
+    ("anchors", "message"),
+    [
+        ([[["s"], ["s"]], [["s"]]], r"anchor_states has 2 groups, rewards 1"),
+        ([[["s"]]], r"group 0: anchor_states has 1 trajectories, rewards 2"),
+        ([[["s"], ["s", "t"]]], r"group 0, trajectory 1: 2 anchor states for 1 step rewards"),
+        ([[["s"], [["unhashable"]]]], r"group 0, trajectory 1, step 0: anchor state list \['unhashable'\] is unhashable"),
+    ],
+)
+def test_the_list_form_names_where_its_anchor_states_do_not_fit(anchors, message):
+    with pytest.raises(ValueError, match=message):
+        calculate_gigpo_advantages([np.array([1.0, 0.0])], [[np.array([1.0]), np.array([0.0])]], anchors)
