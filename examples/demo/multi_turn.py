@@ -15,15 +15,13 @@ from __future__ import annotations
 import random
 import sys
 import tempfile
-import time
 from typing import Any
 
 import torch
 from datasets import Dataset
 from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer
 from task import build_task_tokenizer
-from training import HIDDEN_SIZE, NUM_GENERATIONS, PROMPTS_PER_STEP, RecordingCallback, RecordingProgressCallback, RunResult
-from transformers import PrinterCallback, ProgressCallback
+from training import HIDDEN_SIZE, NUM_GENERATIONS, PROMPTS_PER_STEP, RunResult, train_and_record
 
 from rllm_plugins.tiny import build_tiny_model
 
@@ -118,13 +116,5 @@ def train_multi_turn(estimator: str, steps: int, seed: int) -> RunResult:
             processing_class=tokenizer,
             rollout_func=env.rollout,
         )
-        trainer.remove_callback(PrinterCallback)
-        trainer.remove_callback(ProgressCallback)
-        recorder = RecordingCallback if config.disable_tqdm else RecordingProgressCallback
-        trainer.add_callback(recorder(f"{estimator + ' (multi-turn)':>22}", result.steps))
-        start = time.perf_counter()
-        trainer.train()
-        result.seconds = time.perf_counter() - start
-        if config.disable_tqdm:
-            print(f"trained with {estimator} (multi-turn): {steps} steps in {result.seconds:.0f} s", flush=True)
+        train_and_record(trainer, f"{estimator} (multi-turn)", result, label_width=22)
     return result

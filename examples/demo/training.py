@@ -117,13 +117,18 @@ def train_with_estimator(estimator: str, steps: int, seed: int) -> RunResult:
             train_dataset=addition_dataset(steps * PROMPTS_PER_STEP, seed),
             processing_class=tokenizer,
         )
-        trainer.remove_callback(PrinterCallback)
-        trainer.remove_callback(ProgressCallback)
-        recorder = RecordingCallback if config.disable_tqdm else RecordingProgressCallback
-        trainer.add_callback(recorder(f"{estimator:>16}", result.steps))
-        start = time.perf_counter()
-        trainer.train()
-        result.seconds = time.perf_counter() - start
-        if config.disable_tqdm:
-            print(f"trained with {estimator}: {steps} steps in {result.seconds:.0f} s", flush=True)
+        train_and_record(trainer, estimator, result, label_width=16)
     return result
+
+
+def train_and_record(trainer: Any, label: str, result: RunResult, label_width: int) -> None:
+    """Train with the demo's callbacks (a titled progress bar on a terminal, else one line at the end), recording each step in ``result``."""
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    recorder = RecordingCallback if trainer.args.disable_tqdm else RecordingProgressCallback
+    trainer.add_callback(recorder(f"{label:>{label_width}}", result.steps))
+    start = time.perf_counter()
+    trainer.train()
+    result.seconds = time.perf_counter() - start
+    if trainer.args.disable_tqdm:
+        print(f"trained with {label}: {trainer.args.max_steps} steps in {result.seconds:.0f} s", flush=True)
