@@ -120,15 +120,21 @@ def _where(row: int, num_generations: int) -> str:
     return f"completion {row} of the gathered batch (group {row // num_generations})"
 
 
-def _checked_rewards(value: Any, n: int, where: str) -> list[float]:
+def _per_turn(value: Any, n: int, where: str, key: str, noun: str, plural: str) -> list[Any]:
+    """A rollout override: a sequence of exactly one value per turn (``n``), else a ValueError naming the completion."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence | np.ndarray):
-        raise ValueError(f"{where}: {TURN_REWARDS_KEY} must be a list of one reward per turn, got {type(value).__name__} {value!r}")
+        raise ValueError(f"{where}: {key} must be a list of one {noun} per turn, got {type(value).__name__} {value!r}")
     values = list(value)
     if len(values) != n:
         raise ValueError(
-            f"{where}: {TURN_REWARDS_KEY} has {len(values)} rewards for {n} turns (runs of model tokens, env_mask/tool_mask == 1, "
-            f"in its completion); return one reward per model turn"
+            f"{where}: {key} has {len(values)} {plural} for {n} turns (runs of model tokens, env_mask/tool_mask == 1, "
+            f"in its completion); return one {noun} per model turn"
         )
+    return values
+
+
+def _checked_rewards(value: Any, n: int, where: str) -> list[float]:
+    values = _per_turn(value, n, where, TURN_REWARDS_KEY, "reward", "rewards")
     for t, reward in enumerate(values):
         if isinstance(reward, (bool, np.bool_)) or not isinstance(reward, numbers.Real) or not math.isfinite(reward):
             raise ValueError(f"{where}, turn {t}: {TURN_REWARDS_KEY} entry must be a finite number, got {type(reward).__name__} {reward!r}")
@@ -136,15 +142,7 @@ def _checked_rewards(value: Any, n: int, where: str) -> list[float]:
 
 
 def _checked_states(value: Any, n: int, where: str) -> list[Hashable]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence | np.ndarray):
-        raise ValueError(f"{where}: {ANCHOR_STATES_KEY} must be a list of one anchor state per turn, got {type(value).__name__} {value!r}")
-    values = list(value)
-    if len(values) != n:
-        raise ValueError(
-            f"{where}: {ANCHOR_STATES_KEY} has {len(values)} states for {n} turns (runs of model tokens, env_mask/tool_mask == 1, "
-            f"in its completion); return one anchor state per model turn"
-        )
-    return values
+    return _per_turn(value, n, where, ANCHOR_STATES_KEY, "anchor state", "states")
 
 
 @dataclass(frozen=True)
