@@ -13,22 +13,20 @@ into ``tool_mask``, and a step-level estimator gives each model turn its own adv
 from __future__ import annotations
 
 import random
-import sys
 import tempfile
 from typing import Any
 
 import torch
 from datasets import Dataset
-from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer
+from rllm_trl import RLLMGRPOTrainer
 from task import build_task_tokenizer
-from training import HIDDEN_SIZE, NUM_GENERATIONS, PROMPTS_PER_STEP, RunResult, train_and_record
+from training import HIDDEN_SIZE, PROMPTS_PER_STEP, RunResult, demo_config, train_and_record
 
 from rllm_plugins.tiny import build_tiny_model
 
 __all__ = ["ESTIMATOR_KWARGS", "TURNS", "CopyEnvironment", "episode_reward", "prompt_dataset", "train_multi_turn"]
 
 TURNS = 3
-LEARNING_RATE = 3e-3
 ESTIMATOR_KWARGS: dict[str, dict[str, Any]] = {"gigpo": {"gamma": 0.9, "step_advantage_w": 1.0}}  # others: their defaults
 
 
@@ -88,25 +86,8 @@ def train_multi_turn(estimator: str, steps: int, seed: int) -> RunResult:
     tokenizer = build_task_tokenizer()
     result = RunResult(estimator)
     with tempfile.TemporaryDirectory(prefix="rllm_demo_multi_turn_") as scratch:
-        config = RLLMGRPOConfig(
-            output_dir=scratch,
-            adv_estimator=estimator,
-            adv_estimator_kwargs=ESTIMATOR_KWARGS.get(estimator),
-            max_steps=steps,
-            per_device_train_batch_size=PROMPTS_PER_STEP * NUM_GENERATIONS,
-            num_generations=NUM_GENERATIONS,
-            max_completion_length=2 * TURNS - 1,
-            learning_rate=LEARNING_RATE,
-            lr_scheduler_type="constant",
-            beta=0.0,
-            logging_steps=1,
-            seed=seed,
-            use_cpu=True,
-            bf16=False,
-            report_to="none",
-            save_strategy="no",
-            disable_tqdm=not sys.stderr.isatty(),  # progress bars on a terminal, not in piped logs
-        )
+        kwargs = ESTIMATOR_KWARGS.get(estimator)
+        config = demo_config(scratch, estimator, steps, seed, adv_estimator_kwargs=kwargs, max_completion_length=2 * TURNS - 1)
         env = CopyEnvironment(tokenizer)
         trainer = RLLMGRPOTrainer(
             model=build_tiny_model(tokenizer, seed=seed, hidden_size=HIDDEN_SIZE),

@@ -83,6 +83,29 @@ class RecordingProgressCallback(RecordingCallback, ProgressCallback):
             self.training_bar.set_postfix(reward=f"{record.reward:.2f}", zero_adv=f"{record.fraction_zero:.2f}")
 
 
+def demo_config(output_dir: str, estimator: str, steps: int, seed: int, **overrides: Any) -> RLLMGRPOConfig:
+    """The demo's TRL settings (CPU, no saving, constant learning rate, no KL), with ``overrides``."""
+    settings: dict[str, Any] = {
+        "output_dir": output_dir,
+        "adv_estimator": estimator,
+        "max_steps": steps,
+        "per_device_train_batch_size": PROMPTS_PER_STEP * NUM_GENERATIONS,
+        "num_generations": NUM_GENERATIONS,
+        "learning_rate": LEARNING_RATE,
+        "lr_scheduler_type": "constant",
+        "beta": 0.0,
+        "temperature": 1.0,
+        "logging_steps": 1,
+        "seed": seed,
+        "use_cpu": True,
+        "bf16": False,
+        "report_to": "none",
+        "save_strategy": "no",
+        "disable_tqdm": not sys.stderr.isatty(),  # progress bars on a terminal, not in piped logs
+    }
+    return RLLMGRPOConfig(**{**settings, **overrides})
+
+
 def train_with_estimator(estimator: str, steps: int, seed: int) -> RunResult:
     """Train a freshly built model (same ``seed``: same weights and prompts for every estimator) for ``steps`` steps.
 
@@ -91,25 +114,7 @@ def train_with_estimator(estimator: str, steps: int, seed: int) -> RunResult:
     tokenizer = build_task_tokenizer()
     result = RunResult(estimator)
     with tempfile.TemporaryDirectory(prefix="rllm_demo_") as scratch:
-        config = RLLMGRPOConfig(
-            output_dir=scratch,
-            adv_estimator=estimator,
-            max_steps=steps,
-            per_device_train_batch_size=PROMPTS_PER_STEP * NUM_GENERATIONS,
-            num_generations=NUM_GENERATIONS,
-            max_completion_length=1,  # the answer is a single token
-            learning_rate=LEARNING_RATE,
-            lr_scheduler_type="constant",
-            beta=0.0,
-            temperature=1.0,
-            logging_steps=1,
-            seed=seed,
-            use_cpu=True,
-            bf16=False,
-            report_to="none",
-            save_strategy="no",
-            disable_tqdm=not sys.stderr.isatty(),  # progress bars on a terminal, not in piped logs
-        )
+        config = demo_config(scratch, estimator, steps, seed, max_completion_length=1)  # the answer is a single token
         trainer = RLLMGRPOTrainer(
             model=build_tiny_model(tokenizer, seed=seed, hidden_size=HIDDEN_SIZE),
             reward_funcs=exact_match_reward,
