@@ -32,7 +32,7 @@ from rllm_plugins.spec import accepted_keywords
 
 from .multi_objective import reward_key_options, reward_table
 from .reward_keys import current_non_tensor_batch, current_tensor
-from .step_bridge import ANCHOR_STATES_KEY, Episodes, compute_rllm_step_advantage
+from .step_bridge import Episodes, StepSources, compute_rllm_step_advantage, step_sources
 
 __all__ = [
     "ESTIMATOR_KWARGS_KEY",
@@ -251,9 +251,9 @@ def compute_rllm_advantage(
         if estimator.spec.level == "step":
             responses = responses if responses is not None else current_tensor(index, "responses")
             batch = non_tensor_batch if non_tensor_batch is not None else current_non_tensor_batch(index)
-            override = None if batch is None else batch.get(ANCHOR_STATES_KEY)
+            sources = step_sources(index, token_level_rewards.shape[-1], where, responses, batch) if estimator.spec.needs_anchors else StepSources()
             episodes = Episodes.one_row_each(order, offsets, index.size)
-            out = compute_rllm_step_advantage(name, where, token_level_rewards, response_mask, index, episodes, options, config, dtype, responses, override)
+            out = compute_rllm_step_advantage(name, where, token_level_rewards, response_mask, index, episodes, options, config, dtype, sources)
             return out, out
         if wants_lengths(name):
             lengths = _row_sums(response_mask)

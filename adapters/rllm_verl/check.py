@@ -7,11 +7,14 @@ started and the first rollout ran. :func:`verl_check` composes the same config v
 ``rllm_plugins``; ``VERL_USE_EXTERNAL_PLUGINS`` may exclude it), checks the estimator options (also
 against the group size ``actor_rollout_ref.rollout.n``) and runs it on toy batches with groups of
 several sizes (1, 2, 3, 4, 8 and ``rollout.n``, as many as the options allow): groups of one alone
-cannot show an estimator that returns one flat list instead of one array per group. It refuses
-``algorithm.gdpo_reward_keys`` and step-level estimators that need anchor states on verl's v1 trainer
-(``trainer.use_v1``), whose advantage step sees neither the per-key scores nor ``responses``. The report names
-who provides the estimator (verl itself, rllm-plugins, a plugin), the group sizes tried, and whether
-the two verl extensions (sessions, reward keys; see :mod:`rllm_verl.extension`) are active.
+cannot show an estimator that returns one flat list instead of one array per group. The trial goes
+through the function the configured trainer calls (``ray_trainer.compute_advantage`` on the legacy
+trainer, ``compute_advantage_for_multi_trajectories`` inside a v1 advantage step, with the rows' token ids
+served as TransferQueue would), so an extension that is off fails here as it would in training. For a
+step-level estimator the report says where anchor states come from, the discount and step weight it
+resolved (and from where), and warns when the config is single-turn. The report names who provides the
+estimator (verl itself, rllm-plugins, a plugin), the group sizes tried, and whether the three verl
+extensions (sessions, reward keys, v1 batch; see :mod:`rllm_verl.extension`) are active.
 ``rllm-plugins verl-check OVERRIDES...`` calls :func:`main`, which prints the verdict first and keeps
 what verl prints while it is imported out of the way (``--verbose`` shows it).
 """
@@ -28,7 +31,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["ENTRY_POINT_NAME", "VerlCheckReport", "entry_point_policy_error", "main", "reward_keys_on_v1_error", "verl_check"]
+__all__ = ["ENTRY_POINT_NAME", "VerlCheckReport", "entry_point_policy_error", "main", "verl_check"]
 
 ENTRY_POINT_NAME = "rllm_plugins"  # our entry point in verl's ``verl.plugins`` group (not the distribution name)
 PLUGIN_MODULE = "rllm_verl.verl_plugin"
@@ -36,14 +39,15 @@ TRIAL_GROUP_SIZES = (1, 2, 3, 4, 8)  # tried whatever rollout.n says, with rollo
 
 
 def extension_status_of(name: str) -> str:
-    """Whether the verl extension ``name`` (``sessions`` or ``reward_keys``) is active; imports the verl module it extends."""
+    """Whether the verl extension ``name`` (``sessions``, ``reward_keys`` or ``v1_batch``) is active; imports the verl module it extends."""
     import importlib
 
     from .extension import extension_status, install
     from .multi_trajectories import SESSIONS
     from .reward_keys import REWARD_KEYS
+    from .v1_batch import V1_BATCH
 
-    extension = {e.name: e for e in (SESSIONS, REWARD_KEYS)}[name]
+    extension = {e.name: e for e in (SESSIONS, REWARD_KEYS, V1_BATCH)}[name]
     install(extension)
     try:
         importlib.import_module(extension.module)  # importing it applies a pending extension
@@ -64,8 +68,11 @@ class VerlCheckReport:
     provider: str | None = None
     trial_group_sizes: list[int] = field(default_factory=list)
     trial_note: str = ""
+    step_level: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     session_extension: str = field(default_factory=lambda: extension_status_of("sessions"))
     reward_key_extension: str = field(default_factory=lambda: extension_status_of("reward_keys"))
+    v1_batch_extension: str = field(default_factory=lambda: extension_status_of("v1_batch"))
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -77,9 +84,12 @@ class VerlCheckReport:
             lines.append(f"  provided by: {self.provider}")
         if self.trial_group_sizes:
             lines.append(f"  trial run: two groups of each size {', '.join(map(str, self.trial_group_sizes))}{self.trial_note}")
+        lines.extend(f"  {line}" for line in self.step_level)
+        lines.extend(f"  warning: {w}" for w in self.warnings)
         lines.append(f"  rllm_* estimators in verl: {', '.join(self.rllm_names) or '(none)'}")
         lines.append(f"  session extension (rllm_* over v1 multi-output sessions): {self.session_extension}")
         lines.append(f"  reward-key extension (algorithm.gdpo_reward_keys for rllm_* in ray_trainer.compute_advantage): {self.reward_key_extension}")
+        lines.append(f"  v1-batch extension (token ids and reward keys of v1 rows from TransferQueue): {self.v1_batch_extension}")
         return "\n".join(lines)
 
 
@@ -137,29 +147,103 @@ def entry_point_policy_error(environ: Mapping[str, str] | None = None, installed
     )
 
 
-def _dry_run(name: str, algorithm: object, group_size: int) -> None:
-    """Call the registered function on a toy batch (two groups of ``group_size``, uneven lengths) with the real options."""
+def _dry_run(name: str, algorithm: object, group_size: int, use_v1: bool) -> None:
+    """Run ``name`` with the real options on a toy batch (two groups of ``group_size``, uneven lengths, two turns in most rows)
+    through the function the configured trainer calls: ``ray_trainer.compute_advantage`` (legacy) or, in a v1 advantage step
+    whose rows are served from memory as TransferQueue would serve them, ``compute_advantage_for_multi_trajectories``."""
     import numpy as np
     import torch
-    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+    from omegaconf import OmegaConf
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    from .extension import extension_status
+    from .v1_batch import V1_BATCH, V1Batch, serving
 
     rows = 2 * group_size
-    rewards = torch.zeros(rows, 3)
-    rewards[::2, 0] = 1.0  # a success and a failure in each group (sizes > 1)
+    rewards = torch.zeros(rows, 5)
+    rewards[::2, 4] = 1.0  # a success and a failure in each group (sizes > 1)
     rewards[1::4, 1] = 0.5
-    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 0, 0]]).repeat(group_size, 1)[:rows]
+    mask = torch.tensor([[1, 0, 1, 1, 0], [1, 1, 0, 0, 1], [1, 0, 0, 0, 0], [1, 1, 0, 1, 0]]).repeat(group_size, 1)[:rows]
+    responses = torch.arange(rows * 5).reshape(rows, 5) % 3
+    prompts = torch.tensor([[9, 9]] * rows)
     index = np.array(["p"] * group_size + ["q"] * group_size, dtype=object)
-    keys = algorithm.get("gdpo_reward_keys", None) if hasattr(algorithm, "get") else None
-    extra = {}
-    if keys and not isinstance(keys, str):  # per-key scores, one None, as compute_score would return them
-        scores = np.array([[1.0, 0.0, 0.5, None][i % 4] for i in range(rows)], dtype=object)
-        extra["non_tensor_batch"] = {"uid": index, **{str(k): scores.copy() for k in keys}}
-    if getattr(get_adv_estimator_fn(name), "rllm_estimator", None) is not None:
-        from rllm_plugins.registry import get_estimator
+    keys = OmegaConf.select(algorithm, "gdpo_reward_keys", default=None)  # type: ignore[arg-type]
+    scores = [{str(k): [1.0, 0.0, 0.5, None][i % 4] for k in keys} for i in range(rows)] if keys and not isinstance(keys, str) else None
+    kwargs = {
+        "gamma": OmegaConf.select(algorithm, "gamma", default=1.0),  # type: ignore[arg-type]
+        "lam": OmegaConf.select(algorithm, "lam", default=1.0),  # type: ignore[arg-type]
+        "num_repeat": group_size,
+        "norm_adv_by_std_in_grpo": OmegaConf.select(algorithm, "norm_adv_by_std_in_grpo", default=True),  # type: ignore[arg-type]
+        "config": algorithm,
+    }
+    if not use_v1:  # the legacy trainer's DataProto holds the token ids and the reward keys
+        non_tensors = {"uid": index, **({k: np.array([s[k] for s in scores], dtype=object) for k in scores[0]} if scores else {})}
+        tensors = {"token_level_rewards": rewards, "response_mask": mask, "responses": responses, "prompts": prompts}
+        compute_advantage(DataProto.from_dict(tensors=tensors, non_tensors=non_tensors), adv_estimator=name, **kwargs)
+        return
+    data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": index})
+    row_keys = [f"{uid}_{row}_0" for row, uid in enumerate(index.tolist())]
+    if not extension_status().get(V1_BATCH.name, "").startswith("active"):  # as in training: nothing serves the rows
+        compute_advantage_for_multi_trajectories(data, row_keys, adv_estimator=name, **kwargs)
+        return
+    served = {
+        "uid": list(index),
+        "prompts": list(prompts),
+        "responses": list(responses),
+        "extra_fields": [{"reward_extra_info": s} if s else {} for s in (scores or [None] * rows)],
+    }
+    with serving(V1Batch(row_keys, lambda fields: {f: served[f] for f in fields})):
+        compute_advantage_for_multi_trajectories(data, row_keys, adv_estimator=name, **kwargs)
 
-        if get_estimator(get_adv_estimator_fn(name).rllm_estimator).spec.level == "step":  # token ids, for anchor states
-            extra["responses"] = torch.arange(rows * 3).reshape(rows, 3) % 5
-    get_adv_estimator_fn(name)(token_level_rewards=rewards, response_mask=mask, index=index, config=algorithm, **extra)
+
+def _step_level_lines(estimator: object, options: Mapping[str, object], config: object, use_v1: bool) -> tuple[list[str], list[str]]:
+    """For a step-level estimator: where anchors come from and the discount and step weight it resolves; and warnings."""
+    import inspect
+
+    from omegaconf import OmegaConf
+
+    from .step_bridge import resolve_gamma
+
+    spec = estimator.spec  # type: ignore[attr-defined]
+    if spec.level != "step":
+        return [], []
+    fn = spec.batched if spec.batched is not None else spec.fn
+    defaults = {p.name: p.default for p in inspect.signature(fn).parameters.values() if p.default is not inspect.Parameter.empty}
+    algorithm = OmegaConf.select(config, "algorithm")  # type: ignore[arg-type]
+    resolved = []
+    if "gamma" in defaults:
+        gamma, source = resolve_gamma(dict(options), algorithm)
+        resolved.append(f"gamma={defaults['gamma'] if gamma is None else gamma} (from {source})")
+    for option in ("step_advantage_w",):
+        if option in defaults:
+            given = option in options
+            resolved.append(f"{option}={options[option] if given else defaults[option]} (from {'algorithm.rllm_estimator_kwargs' if given else 'the default'})")
+    lines = [f"step level: one advantage per turn (runs of response_mask == 1); {', '.join(resolved) or 'no discount option'}"]
+    if spec.needs_anchors:
+        if use_v1:
+            where = (
+                "each output's extra_fields['anchor_states'] when the agent loop sets it, else the environment tokens before each turn "
+                "from the rows' responses in TransferQueue (v1-batch extension)"
+            )
+        else:
+            where = (
+                "non_tensor_batch['anchor_states'] when the agent loop sets it (extra_fields), else the environment tokens before each "
+                "turn from data.batch['responses'] (reward-key extension)"
+            )
+        lines.append(f"anchor states: {where}; turn 0 is anchored at the prompt")
+    warnings = []
+    multi_turn = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.enable", default=False)  # type: ignore[arg-type]
+    agent_loop = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.default_agent_loop", default=None)  # type: ignore[arg-type]
+    if not multi_turn and agent_loop in (None, "single_turn_agent"):
+        warnings.append(
+            "this config is single-turn (actor_rollout_ref.rollout.multi_turn.enable=false, default_agent_loop=single_turn_agent): every row "
+            "has one turn, so a step-level estimator only rescales an outcome-level one (docs/turn_level.md). Enable multi-turn rollouts "
+            "(multi_turn.enable=true, or an agent loop of your own that returns environment tokens with response_mask 0) or choose an "
+            "outcome-level rllm_* estimator"
+        )
+    return lines, warnings
 
 
 def _group_size(config: object) -> int:
@@ -268,22 +352,17 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     except ValueError as error:
         message = f"{name!r} with actor_rollout_ref.rollout.n={group_size}: {error}"
         return VerlCheckReport(False, name, config_name, rllm_names, [message], provider=provider)
-    if estimator.spec.needs_anchors and bool(OmegaConf.select(config, "trainer.use_v1", default=False)):
-        from .step_bridge import V1_RESPONSES_MESSAGE
-
-        message = f"{name!r} is a step-level estimator that needs anchor states: {V1_RESPONSES_MESSAGE}"
-        return VerlCheckReport(False, name, config_name, rllm_names, [message], provider=provider)
+    use_v1 = bool(OmegaConf.select(config, "trainer.use_v1", default=False))
+    step_lines, warnings = _step_level_lines(estimator, options, config, use_v1)
     sizes, note = _trial_sizes(estimator.spec, options, group_size)
+    trainer = "v1 trainer (trainer.use_v1=true)" if use_v1 else "legacy trainer (trainer.use_v1=false)"
     for size in sizes:
         try:
-            _dry_run(name, algorithm, size)
+            _dry_run(name, algorithm, size, use_v1)
         except Exception as error:
-            message = f"{name!r} fails on a toy batch of two groups of {size} with this config: {type(error).__name__}: {error}"
-            return VerlCheckReport(False, name, config_name, rllm_names, [message], provider, sizes[: sizes.index(size) + 1], note)
-    v1_error = reward_keys_on_v1_error(config, name)
-    if v1_error is not None:
-        return VerlCheckReport(False, name, config_name, rllm_names, [v1_error], provider, sizes, note)
-    return VerlCheckReport(True, name, config_name, rllm_names, provider=provider, trial_group_sizes=sizes, trial_note=note)
+            message = f"{name!r} fails on a toy batch of two groups of {size} with this config on verl's {trainer}: {type(error).__name__}: {error}"
+            return VerlCheckReport(False, name, config_name, rllm_names, [message], provider, sizes[: sizes.index(size) + 1], note, step_lines, warnings)
+    return VerlCheckReport(True, name, config_name, rllm_names, [], provider, sizes, note, step_lines, warnings)
 
 
 @contextlib.contextmanager
@@ -309,25 +388,6 @@ def _held_output() -> Iterator[list[str]]:
                 os.close(fd)
             sink.seek(0)
             held.append(sink.read())
-
-
-def reward_keys_on_v1_error(config: object, name: str) -> str | None:
-    """Why ``algorithm.gdpo_reward_keys`` cannot work with the trainer the config selects (None when it can, or is unset).
-
-    verl's v1 trainer (``trainer.use_v1``, true by default) computes advantages on a DataProto holding only
-    ``uid`` and a few tensors, so no estimator receives the per-key scores.
-    """
-    from omegaconf import OmegaConf
-
-    from .multi_objective import KEYS_KEY
-
-    if not OmegaConf.select(config, f"algorithm.{KEYS_KEY}", default=None) or not OmegaConf.select(config, "trainer.use_v1", default=False):
-        return None
-    return (
-        f"{name!r} with algorithm.{KEYS_KEY} on verl's v1 trainer (trainer.use_v1=true, the default): it computes advantages from uid "
-        "and a few tensors only, so the per-key scores reach no estimator (verl's own gdpo included) and the first advantage "
-        "computation fails. Set trainer.use_v1=false (the legacy trainer keeps the reward keys in non_tensor_batch)"
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

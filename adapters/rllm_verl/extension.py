@@ -1,9 +1,9 @@
 """Guarded extension of one verl function where verl offers no hook.
 
-An :class:`Extension` names a function (``module.attribute``), the exact signature it was written
-for, the modules that bound the name by ``from module import attribute``, an opt-out environment
+An :class:`Extension` names a function (``module.attribute``; ``Class.method`` for a method), the exact
+signature it was written for, the modules that bound the name by ``from module import attribute``, an opt-out environment
 variable (``RLLM_PLUGINS_VERL_<NAME>``), and ``make(original) -> replacement``. The extensions:
-``multi_trajectories.SESSIONS`` and ``reward_keys.REWARD_KEYS``, installed by ``verl_plugin``. :func:`install` applies it:
+``multi_trajectories.SESSIONS``, ``reward_keys.REWARD_KEYS`` and ``v1_batch.V1_BATCH``, installed by ``verl_plugin``. :func:`install` applies it:
 
 - lazily: if the module is not imported yet, a finder on ``sys.meta_path`` applies it right after
   the module first executes (so ``import verl`` stays as cheap as before, and a later
@@ -90,11 +90,21 @@ def _signature_mismatch(extension: Extension, fn: Any) -> str | None:
     return None
 
 
+def _owner(module: ModuleType, attribute: str) -> tuple[Any, str]:
+    """The object holding ``attribute`` (the module, or the class of ``Class.method``) and the last name; ``(None, name)`` when absent."""
+    *path, last = attribute.split(".")
+    owner: Any = module
+    for part in path:
+        owner = getattr(owner, part, None)
+    return owner, last
+
+
 def _apply(extension: Extension, module: ModuleType) -> None:
     """Replace ``module.attribute`` (and the names bound to it in ``bound_in``) by the extension, if it fits."""
     with _lock:
         try:
-            original = getattr(module, extension.attribute, None)
+            owner, last = _owner(module, extension.attribute)
+            original = getattr(owner, last, None) if owner is not None else None
             if original is None:
                 _status[extension.name] = "not applied: verl has no such function"
                 _warn_once(extension, f"{extension.module} has no {extension.attribute!r}")
@@ -110,7 +120,7 @@ def _apply(extension: Extension, module: ModuleType) -> None:
                 replacement = extension.make(original)
                 replacement.rllm_extension = extension.name  # type: ignore[attr-defined]
                 replacement.__wrapped__ = original  # type: ignore[attr-defined]
-                setattr(module, extension.attribute, replacement)
+                setattr(owner, last, replacement)
             wrapped = replacement.__wrapped__
             for name in extension.bound_in:
                 other = sys.modules.get(name)

@@ -3,7 +3,8 @@
 Options, from verl's ``algorithm`` section:
 
 - ``gdpo_reward_keys`` (verl's own key): keys of ``non_tensor_batch`` that hold one score per row,
-  as ``compute_score`` returns them in its dict. When set, a row's rewards are these scores (as in
+  as ``compute_score`` returns them in its dict (on verl's v1 trainer, which keeps them in each row's
+  ``extra_fields["reward_extra_info"]`` in TransferQueue, read from there: :mod:`.v1_batch`). When set, a row's rewards are these scores (as in
   verl's ``gdpo``; ``token_level_rewards`` is not used);
 - ``gdpo_reward_weights`` (verl's own key): one weight per key, default 1;
 - ``rllm_multi_objective_aggregation``: ``normalize_then_sum`` (default: GDPO, the estimator on each
@@ -29,6 +30,7 @@ from rllm_plugins.aggregation import check_aggregation
 
 from .extension import extension_status
 from .reward_keys import REWARD_KEYS, current_non_tensor_batch
+from .v1_batch import V1_BATCH, fetch_rows
 
 __all__ = ["AGGREGATION_KEY", "KEYS_KEY", "WEIGHTS_KEY", "RewardKeys", "reward_key_options", "reward_table"]
 
@@ -86,11 +88,28 @@ def _missing_message(where: str, key: str, available: list[str]) -> str:
         f"make compute_score return a dict with {key!r}."
     )
     if available == ["uid"]:
+        state = extension_status().get(V1_BATCH.name, "not installed")
         message += (
             " verl's v1 trainer (trainer.use_v1=True, the default) reads only uid and a few tensors from TransferQueue to compute "
-            "advantages, so per-key scores reach no estimator there (verl's own gdpo included); use trainer.use_v1=False."
+            "advantages; rllm-plugins reads the scores from each row's extra_fields['reward_extra_info'] there, through an extension "
+            f"that is {state}" + (f" (unset {V1_BATCH.env} to turn it on)." if state.startswith("off") else ".")
         )
     return message
+
+
+def _v1_columns(index: np.ndarray, keys: Sequence[str], where: str) -> dict[str, np.ndarray]:
+    """The scores of ``keys`` from the ``reward_extra_info`` of each row of verl's v1 batch (None where a row has none); ``{}`` outside v1."""
+    rows = fetch_rows(index, where)
+    if rows is None:
+        return {}
+    infos = [extra.get("reward_extra_info") or {} for extra in rows.extra_fields]
+    columns = {}
+    for key in keys:
+        if any(key in info for info in infos):
+            column = np.empty(len(infos), dtype=object)
+            column[:] = [info.get(key) for info in infos]
+            columns[key] = column
+    return columns
 
 
 def reward_table(non_tensor_batch: dict[str, Any] | None, keys: Sequence[str], index: np.ndarray, where: str) -> np.ndarray:
@@ -104,6 +123,8 @@ def reward_table(non_tensor_batch: dict[str, Any] | None, keys: Sequence[str], i
             f"{where}: algorithm.{KEYS_KEY} is set but the per-key scores did not reach the estimator. verl's compute_advantage passes "
             f"non_tensor_batch only to 'gdpo'; rllm-plugins extends it so rllm_* estimators see it, and that extension is {state}{hint}."
         )
+    if any(key not in non_tensor_batch for key in keys):
+        non_tensor_batch = {**_v1_columns(index, keys, where), **non_tensor_batch}
     rows = len(index)
     table = np.empty((rows, len(keys)), dtype=np.float64, order="F")  # each key's column contiguous, as the aggregation reads them
     columns = []

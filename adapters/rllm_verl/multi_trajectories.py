@@ -94,8 +94,10 @@ def _session_steps(name: str, where: str, data: Any, sessions: Sessions, options
     import numpy as np
     import torch
 
+    from rllm_plugins.registry import get_estimator
+
     from .bridge import group_rows
-    from .step_bridge import ANCHOR_STATES_KEY, Episodes, compute_rllm_step_advantage
+    from .step_bridge import Episodes, StepSources, compute_rllm_step_advantage, step_sources
 
     if keyed:
         raise ValueError(f"{where} is step-level: algorithm.gdpo_reward_keys (one score per row and key) cannot apply; remove it")
@@ -109,11 +111,14 @@ def _session_steps(name: str, where: str, data: Any, sessions: Sessions, options
     episodes = Episodes(rows, row_offsets, offsets, sessions.final_rows[session_order])
     rewards, mask, uids = data.batch["token_level_rewards"], data.batch["response_mask"], data.non_tensor_batch["uid"]
     dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
-    responses = data.batch["responses"] if "responses" in data.batch.keys() else None  # noqa: SIM118 - a TensorDict
+    tensors = data.batch.keys()
+    responses = data.batch["responses"] if "responses" in tensors else None
+    prompts = data.batch["prompts"] if "prompts" in tensors else None
+    sources = StepSources()
+    if get_estimator(name).spec.needs_anchors:
+        sources = step_sources(uids, rewards.shape[-1], where, responses, data.non_tensor_batch, prompts)
     with torch.no_grad():
-        out = compute_rllm_step_advantage(
-            name, where, rewards, mask, uids, episodes, options, config, dtype, responses, data.non_tensor_batch.get(ANCHOR_STATES_KEY)
-        )
+        out = compute_rllm_step_advantage(name, where, rewards, mask, uids, episodes, options, config, dtype, sources)
     data.batch["advantages"] = out
     data.batch["returns"] = out
     return data

@@ -5,7 +5,8 @@ the legacy trainer keeps the extra keys a ``compute_score`` returns, only to the
 ``gdpo``. The extension :data:`REWARD_KEYS` wraps that function so that, while it runs, the
 DataProto it was given is visible to our estimators through a context variable
 (:func:`current_non_tensor_batch`; :func:`current_tensor`, through which step-level estimators read
-``responses``). The original function is then called with the same arguments,
+``responses``), and so is its ``gamma`` argument (:func:`current_gamma`), which verl gives only to ``gae``.
+The original function is then called with the same arguments,
 so every estimator, ours included, receives exactly the keyword arguments verl gives it; nothing
 else changes. It is installed like every verl extension (:mod:`rllm_verl.extension`: lazily,
 guarded by verl 0.9's signature, once, never raising); opt out with
@@ -22,12 +23,18 @@ from typing import Any
 
 from .extension import Extension
 
-__all__ = ["REWARD_KEYS", "REWARD_KEYS_ENV", "current_non_tensor_batch", "current_tensor"]
+__all__ = ["REWARD_KEYS", "REWARD_KEYS_ENV", "current_gamma", "current_non_tensor_batch", "current_tensor"]
 
 REWARD_KEYS_ENV = "RLLM_PLUGINS_VERL_REWARD_KEYS"
 
 _EMPTY = inspect.Parameter.empty
 _batch: contextvars.ContextVar[Any] = contextvars.ContextVar("rllm_verl_batch", default=None)
+_gamma: contextvars.ContextVar[Any] = contextvars.ContextVar("rllm_verl_gamma", default=None)
+
+
+def current_gamma() -> Any:
+    """The ``gamma`` argument ``compute_advantage`` was called with (None outside a call, or when the caller left it out)."""
+    return _gamma.get()
 
 
 def current_non_tensor_batch(index: Any) -> dict[str, Any] | None:
@@ -53,13 +60,20 @@ def current_tensor(index: Any, key: str) -> Any:
 def extend(original: Callable[..., Any]) -> Callable[..., Any]:
     """verl's ``compute_advantage``, with its ``data`` visible to :func:`current_non_tensor_batch` during the call."""
 
+    signature = inspect.signature(original)
+
     @functools.wraps(original)
     def compute_advantage(data: Any, *args: Any, **kwargs: Any) -> Any:
-        token = _batch.set(data)
+        try:
+            gamma = signature.bind(data, *args, **kwargs).arguments.get("gamma")
+        except TypeError:  # verl's own function will say what is wrong with the call
+            gamma = None
+        token, gamma_token = _batch.set(data), _gamma.set(gamma)
         try:
             return original(data, *args, **kwargs)
         finally:
             _batch.reset(token)
+            _gamma.reset(gamma_token)
 
     return compute_advantage
 

@@ -4,16 +4,20 @@ Each row is one episode; its turns, turn rewards and anchor states follow :mod:`
 (turns: runs of ``response_mask == 1``; turn rewards: ``token_level_rewards`` up to the next turn;
 anchors: the ``responses`` token ids of the environment segment before a turn, the prompt for the
 first). Rows are grouped by ``uid``; the outcome of a row is its total reward. Every model token of
-turn k gets that turn's advantage, every other token 0. ``gamma`` is ``algorithm.gamma`` unless
-``algorithm.rllm_estimator_kwargs.gamma`` is set.
+turn k gets that turn's advantage, every other token 0. A row without model tokens (``response_mask``
+all 0, as the rows verl's v1 ``_balance_batch`` pads a batch with) has no turn: it gets 0 and stays out
+of every statistic. ``gamma``: ``algorithm.rllm_estimator_kwargs.gamma``, else the ``gamma`` verl's
+``compute_advantage`` was called with, else ``algorithm.gamma`` (:func:`resolve_gamma`).
 
-verl passes estimators no ``responses``: they are read from the DataProto that ``compute_advantage``
-is processing (the ``reward_keys`` extension makes it visible). verl's v1 trainer fetches no
-``responses`` for its advantage step, so an estimator that needs anchor states cannot run there.
+verl passes estimators no ``responses``: on the legacy trainer they are read from the DataProto that
+``compute_advantage`` is processing (the ``reward_keys`` extension makes it visible); on the v1 trainer,
+from TransferQueue for the keys of the batch ``PPOTrainer._compute_advantage`` is processing (the
+``v1_batch`` extension), with ``extra_fields["anchor_states"]`` as the override an agent loop may set.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -24,20 +28,66 @@ import torch
 from rllm_plugins.anchors import anchor_ids
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
+from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.steps import StepBatch
+from rllm_plugins.turn_diagnostics import turn_metrics
 from rllm_plugins.turns import Turns, find_turns, spread_to_tokens, turn_anchor_states, turn_rewards
 
-from .reward_keys import REWARD_KEYS_ENV
+from .reward_keys import REWARD_KEYS_ENV, current_gamma
+from .v1_batch import V1_BATCH_ENV, add_turn_metrics, fetch_rows
 
-__all__ = ["ANCHOR_STATES_KEY", "V1_RESPONSES_MESSAGE", "Episodes", "compute_rllm_step_advantage"]
+__all__ = ["ANCHOR_STATES_KEY", "Episodes", "StepSources", "compute_rllm_step_advantage", "resolve_gamma", "step_sources"]
 
 ANCHOR_STATES_KEY = "anchor_states"  # non_tensor_batch[ANCHOR_STATES_KEY]: per row, one anchor state per turn (overrides responses)
 
-V1_RESPONSES_MESSAGE = (
-    "verl's v1 trainer (trainer.use_v1=true, the default) fetches no `responses` for its advantage step, so anchor states "
-    "(the environment tokens before each turn) cannot be formed: set trainer.use_v1=false, or use a step-level estimator "
-    "without anchor states (rllm_step_reinforce)"
-)
+
+@dataclass(frozen=True)
+class StepSources:
+    """Where a step-level estimator's token ids come from: ``responses`` (B, T), ``anchor_states`` (B,) rows of states
+    (overrides ``responses``), ``prompts`` (B rows of prompt ids, for sessions), and ``origin`` (said in errors)."""
+
+    responses: torch.Tensor | None = None
+    anchor_states: Any = None
+    prompts: Any = None
+    origin: str = "the DataProto"
+
+
+def step_sources(index: np.ndarray, length: int, where: str, responses: Any = None, non_tensor_batch: Any = None, prompts: Any = None) -> StepSources:
+    """The token ids and anchor overrides of a batch: those given (the DataProto's), else those of verl's v1 batch in TransferQueue."""
+    override = None if non_tensor_batch is None else non_tensor_batch.get(ANCHOR_STATES_KEY)
+    if responses is not None or override is not None:
+        return StepSources(responses, override, prompts)
+    rows = fetch_rows(index, where)
+    if rows is None:
+        return StepSources(None, None, prompts)
+    padded = torch.zeros(len(rows.responses), length, dtype=torch.int64)
+    for b, ids in enumerate(rows.responses):
+        padded[b, : min(int(ids.numel()), length)] = ids[:length]
+    given = [ANCHOR_STATES_KEY in extra for extra in rows.extra_fields]
+    if any(given) and not all(given):
+        row = given.index(False)
+        raise ValueError(
+            f"{where}: row {row} (uid {index[row]!r}) has no extra_fields[{ANCHOR_STATES_KEY!r}] while other rows have one; "
+            "an agent loop that sets anchor states must set them on every output"
+        )
+    override = None
+    if any(given):
+        override = np.empty(len(given), dtype=object)
+        override[:] = [extra[ANCHOR_STATES_KEY] for extra in rows.extra_fields]
+    return StepSources(padded, override, rows.prompts, "TransferQueue (verl's v1 batch)")
+
+
+def resolve_gamma(options: dict[str, Any], config: Any) -> tuple[Any, str]:
+    """The discount and where it came from: ``rllm_estimator_kwargs.gamma``, the ``gamma`` argument of verl's
+    ``compute_advantage`` (when it was passed), ``algorithm.gamma``, else the estimator's default (None)."""
+    if "gamma" in options:
+        return options["gamma"], "algorithm.rllm_estimator_kwargs.gamma"
+    passed = current_gamma()
+    if passed is not None:
+        return passed, "the gamma argument of compute_advantage (algorithm.gamma in verl's trainers)"
+    if config is not None and config.get("gamma", None) is not None:
+        return config.get("gamma"), "algorithm.gamma"
+    return None, "the estimator's default"
 
 
 def _anchor_states(where: str, index: np.ndarray, turns: Turns, responses: torch.Tensor | None, override: Any) -> list[Hashable]:
@@ -46,6 +96,8 @@ def _anchor_states(where: str, index: np.ndarray, turns: Turns, responses: torch
         states: list[Hashable] = []
         per_row = turns.per_row.tolist()
         for row, row_states in enumerate(override):
+            if per_row[row] == 0:  # a row without model tokens (a padding row) has no turn to anchor
+                continue
             given = len(row_states) if isinstance(row_states, (list, tuple, np.ndarray)) else None
             if given != per_row[row]:
                 raise ValueError(
@@ -57,8 +109,10 @@ def _anchor_states(where: str, index: np.ndarray, turns: Turns, responses: torch
         return states
     if responses is None:
         raise ValueError(
-            f"{where} needs `responses` to form anchor states, and the batch has none. {V1_RESPONSES_MESSAGE}. "
-            f"(On the legacy trainer, check that {REWARD_KEYS_ENV} is not 0.)"
+            f"{where} needs `responses` to form anchor states (the environment tokens before each turn), and the batch has none. "
+            f"verl's trainers provide them through two extensions of rllm-plugins: check that {REWARD_KEYS_ENV} (legacy trainer) and "
+            f"{V1_BATCH_ENV} (v1 trainer) are not 0 (`rllm-plugins verl-check` reports both); when calling verl's functions yourself, "
+            f"put `responses` in data.batch or one anchor state per turn in non_tensor_batch[{ANCHOR_STATES_KEY!r}]"
         )
     if tuple(responses.shape) != (turns.row_offsets.size - 1, turns.length):
         raise ValueError(
@@ -94,6 +148,43 @@ class Episodes:
         rows = np.arange(num_rows) if order is None else order
         return cls(rows, np.arange(num_rows + 1, dtype=np.int64), offsets, rows)
 
+    def with_turns(self, turns_per_row: np.ndarray) -> Episodes:
+        """Without the rows that have no turn, and without the episodes and groups left empty (their outcomes too)."""
+        keep = turns_per_row[self.rows] > 0
+        if keep.all():
+            return self
+        episodes = self.row_offsets.size - 1
+        episode_of_row = np.repeat(np.arange(episodes), np.diff(self.row_offsets))
+        rows_per_episode = np.bincount(episode_of_row[keep], minlength=episodes)
+        live = rows_per_episode > 0
+        group_of_episode = np.repeat(np.arange(self.traj_offsets.size - 1), np.diff(self.traj_offsets))
+        per_group = np.bincount(group_of_episode[live], minlength=self.traj_offsets.size - 1)
+        return Episodes(self.rows[keep], offsets_from_sizes(rows_per_episode[live]), offsets_from_sizes(per_group[per_group > 0]), self.final_rows[live])
+
+    @property
+    def continuing_rows(self) -> np.ndarray:
+        """The rows that are not the first of their episode (later outputs of a session)."""
+        first = np.zeros(self.rows.size, dtype=bool)
+        first[self.row_offsets[:-1][np.diff(self.row_offsets) > 0]] = True
+        return self.rows[~first]
+
+
+def _row_totals(step_rewards: np.ndarray, turns: Turns, token_level_rewards: torch.Tensor) -> np.ndarray:
+    """``(B,)`` total reward of each row: the sum of its turn rewards; a row without turns, the sum of its token rewards."""
+    totals = np.zeros(turns.row_offsets.size - 1)
+    has = turns.per_row > 0
+    if turns.num_turns:
+        totals[has] = np.add.reduceat(step_rewards, turns.row_offsets[:-1][has])
+    if not has.all():
+        totals[~has] = _numpy(token_level_rewards[torch.from_numpy(np.flatnonzero(~has))]).sum(axis=-1, dtype=np.float64)
+    return totals
+
+
+def _prompt_state(prompt: Any) -> bytes:
+    """The anchor state of a session output's first turn: the bytes of its prompt ids (int64)."""
+    ids = prompt.detach().to("cpu").numpy() if isinstance(prompt, torch.Tensor) else np.asarray(prompt)
+    return b"prompt:" + ids.astype(np.int64, copy=False).tobytes()
+
 
 def compute_rllm_step_advantage(
     name: str,
@@ -105,24 +196,17 @@ def compute_rllm_step_advantage(
     options: dict[str, Any],
     config: Any,
     dtype: torch.dtype,
-    responses: torch.Tensor | None = None,
-    anchor_states: Any = None,
+    sources: StepSources,
 ) -> torch.Tensor:
     """``(B, T)`` advantages in ``dtype`` of the step-level estimator ``name``; ``options`` are checked by the caller.
 
-    The steps of an episode are the turns of its rows, in ``episodes.rows`` order. ``anchor_states``
-    (B,), when given, overrides the anchors: row b's entry holds one hashable per turn of row b.
+    The steps of an episode are the turns of its rows, in ``episodes.rows`` order. ``sources`` gives the
+    token ids anchor states are read from, or the anchor states themselves (row b's entry: one hashable
+    per turn of row b). With sessions of several outputs, each output's first turn is anchored at its prompt ids.
     """
     estimator = get_estimator(name)
     mask = _numpy(response_mask)
     turns = find_turns(mask)
-    empty = np.flatnonzero(turns.per_row == 0)
-    if empty.size:
-        row = int(empty[0])
-        raise ValueError(
-            f"{where}: row {row} (uid {index[row]!r}) has no model token (response_mask all 0); a step-level estimator needs "
-            "at least one turn per row: drop such rows before computing advantages"
-        )
     step_rewards = turn_rewards(_numpy(token_level_rewards), turns)
     if not np.isfinite(step_rewards).all():
         j = int(np.flatnonzero(~np.isfinite(step_rewards))[0])
@@ -130,7 +214,9 @@ def compute_rllm_step_advantage(
         raise ValueError(
             f"{where}: row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])} has reward {step_rewards[j]}; rewards must be finite"
         )
-    row_totals = np.add.reduceat(step_rewards, turns.row_offsets[:-1])
+    row_totals = _row_totals(step_rewards, turns, token_level_rewards)
+    _warn_if_single_turn(name, where, turns)
+    episodes = episodes.with_turns(turns.per_row)
 
     rows = episodes.rows
     counts = turns.per_row[rows]
@@ -139,7 +225,9 @@ def compute_rllm_step_advantage(
     turn_order = np.repeat(turns.row_offsets[:-1][rows] - row_steps[:-1], counts) + np.arange(turns.num_turns)  # turns in episode order
     anchors = None
     if estimator.spec.needs_anchors:
-        states = _anchor_states(where, index, turns, responses, anchor_states)
+        states = _anchor_states(where, index, turns, sources.responses, sources.anchor_states)
+        if sources.anchor_states is None:
+            _anchor_later_outputs(where, index, turns, episodes, sources, states)
         group_of_row = np.empty(index.size, dtype=np.int64)
         episode_sizes = np.diff(episodes.row_offsets)
         group_of_row[rows] = np.repeat(np.repeat(np.arange(episodes.traj_offsets.size - 1), np.diff(episodes.traj_offsets)), episode_sizes)
@@ -151,8 +239,9 @@ def compute_rllm_step_advantage(
             return f"{where}: row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])}"
 
         anchors = anchor_ids(ordered_states, group_of_row[turns.row[turn_order]], place)
-    if "gamma" not in options and config is not None and config.get("gamma", None) is not None:
-        options = {**options, "gamma": config.get("gamma")}
+    gamma, _ = resolve_gamma(options, config)
+    if gamma is not None and "gamma" not in options:
+        options = {**options, "gamma": gamma}
     batch = StepBatch(row_totals[episodes.final_rows], episodes.traj_offsets, step_rewards[turn_order], row_steps[episodes.row_offsets], anchors)
     grouped = as_advantages(estimator.batched_form(batch, **options), f"{where}: the estimator ({estimator.provider})")
     if grouped.size != turns.num_turns:
@@ -172,5 +261,44 @@ def compute_rllm_step_advantage(
             f"{where}: advantage {per_turn[j]} of row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])} overflows {dtype} "
             f"(largest {limit:g}), the dtype of token_level_rewards; compute rewards in a wider dtype, or scale them down"
         )
+    add_turn_metrics({f"rllm/{k}": v for k, v in turn_metrics(per_turn, step_rewards, turns.row_offsets).items()})
     spread = spread_to_tokens(per_turn, turns, dtype=np.float64 if dtype == torch.float64 else np.float32)
     return torch.from_numpy(spread).to(device=token_level_rewards.device, dtype=dtype)
+
+
+def _anchor_later_outputs(where: str, index: np.ndarray, turns: Turns, episodes: Episodes, sources: StepSources, states: list[Hashable]) -> None:
+    """In a batch of sessions with several outputs, anchor each output's first turn at its own prompt ids (in place).
+
+    The row rule gives every row's first turn the task prompt's state; a session's later output starts from
+    another prompt (the task prompt and what came before, or a fresh observation), so with sessions every
+    output's first turn is anchored at its prompt: outputs that start from equal prompts meet, whichever they are.
+    """
+    later = episodes.continuing_rows
+    if later.size == 0:
+        return
+    if sources.prompts is None:
+        row = int(later[0])
+        raise ValueError(
+            f"{where}: row {row} (uid {index[row]!r}) is a later output of its session, whose first turn is anchored at its own prompt, "
+            "and the batch has no `prompts`; put them in data.batch['prompts'] or give non_tensor_batch['anchor_states']"
+        )
+    for row in episodes.rows.tolist():
+        states[int(turns.row_offsets[row])] = _prompt_state(sources.prompts[row])
+
+
+_warned_single_turn: set[str] = set()
+
+
+def _warn_if_single_turn(name: str, where: str, turns: Turns) -> None:
+    """Warn once per estimator when no row has more than one turn: a step-level estimator then only rescales the outcome one."""
+    if name in _warned_single_turn or turns.num_turns == 0 or int(turns.per_row.max()) > 1:
+        return
+    _warned_single_turn.add(name)
+    warnings.warn(
+        f"{where}: every row of this batch has at most one turn (one run of response_mask == 1), so this step-level estimator "
+        "only rescales an outcome-level one (docs/turn_level.md, 'single-turn rule'). For multi-turn credit, use an agent loop that "
+        "returns the tool/environment tokens with response_mask 0 (actor_rollout_ref.rollout.multi_turn.enable=true), or choose an "
+        "outcome-level rllm_* estimator",
+        UserWarning,
+        stacklevel=2,
+    )

@@ -106,14 +106,19 @@ def test_passk_training_k_is_checked_against_the_rollout_group_size():
     assert not larger.ok and "k=9 is larger than the group size 8" in larger.errors[0]
 
 
-def test_reward_keys_on_verls_default_v1_trainer_fail_the_check_saying_where_they_work():
-    """Before: OK, and the run then failed at its first advantage computation ("reward key 'acc' ... not in the batch")."""
+def test_reward_keys_on_verls_default_v1_trainer_pass_the_check_through_the_v1_path_and_fail_with_the_extension_off():
+    """The trial runs compute_advantage_for_multi_trajectories in a v1 step whose rows carry the scores in extra_fields."""
     report = verl_check(["algorithm.adv_estimator=rllm_grpo", "+algorithm.gdpo_reward_keys=[acc,fmt]"])
-    assert not report.ok
-    assert report.errors == [
-        "'rllm_grpo' with algorithm.gdpo_reward_keys on verl's v1 trainer (trainer.use_v1=true, the default): it computes advantages "
-        "from uid and a few tensors only, so the per-key scores reach no estimator (verl's own gdpo included) and the first advantage "
-        "computation fails. Set trainer.use_v1=false (the legacy trainer keeps the reward keys in non_tensor_batch)"
-    ]
+    assert report.ok, report
     assert verl_check(["algorithm.adv_estimator=rllm_grpo", "+algorithm.gdpo_reward_keys=[acc,fmt]", "trainer.use_v1=false"]).ok
-    assert verl_check(["algorithm.adv_estimator=rllm_grpo"]).ok  # no reward keys: v1 is fine
+    code = (
+        "import json; from rllm_verl.check import verl_check; "
+        "r = verl_check(['algorithm.adv_estimator=rllm_grpo', '+algorithm.gdpo_reward_keys=[acc,fmt]']); print(json.dumps(r.as_dict()))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "RLLM_PLUGINS_VERL_V1_BATCH": "0"}, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    off = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not off["ok"] and off["v1_batch_extension"] == "off (RLLM_PLUGINS_VERL_V1_BATCH=0)"
+    assert "on verl's v1 trainer (trainer.use_v1=true)" in off["errors"][0] and "unset RLLM_PLUGINS_VERL_V1_BATCH" in off["errors"][0]

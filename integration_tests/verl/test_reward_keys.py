@@ -153,13 +153,13 @@ def test_a_missing_key_is_named_with_the_keys_present(algorithm_config):
         ray_trainer.compute_advantage(data, adv_estimator="rllm_grpo", config=algorithm_config(gdpo_reward_keys=["format", "accuracy"]))
 
 
-def test_on_the_v1_path_no_estimator_gets_the_keys_not_even_verls_gdpo(algorithm_config, ref):
-    """v1's _compute_advantage builds its DataProto from uid and a few tensors only: the shape used here."""
+def test_on_the_v1_path_outside_a_v1_advantage_step_the_keys_are_missing_and_the_message_says_where_they_come_from(algorithm_config, ref):
+    """v1's _compute_advantage builds its DataProto from uid and a few tensors only: the shape used here, called outside that method."""
     v1_utils = pytest.importorskip("verl.trainer.ppo.v1.utils")
     uids = ["a", "a", "b", "b"]
     keys = [f"{u}_{s}_0" for s, u in enumerate(uids)]  # one output per session, every session its own key
     config = algorithm_config(gdpo_reward_keys=["format"])
-    with pytest.raises(ValueError, match=r"non_tensor_batch has \['uid'\].*v1 trainer.*reach no estimator there.*trainer.use_v1=False"):
+    with pytest.raises(ValueError, match=r"non_tensor_batch has \['uid'\].*v1 trainer.*extra_fields\['reward_extra_info'\].*extension that is active"):
         v1_utils.compute_advantage_for_multi_trajectories(ref.make_batch([1, 0, 1, 0], [2] * 4, uids), keys, "rllm_grpo", config=config)
     with pytest.raises(KeyError, match="prompts"):  # verl's own gdpo fails on the same batch
         v1_utils.compute_advantage_for_multi_trajectories(ref.make_batch([1, 0, 1, 0], [2] * 4, uids), keys, "gdpo", config=config)

@@ -166,18 +166,36 @@ def test_bf16_and_integer_rewards():
     assert ints.numpy() == pytest.approx(want2.numpy(), rel=1e-6, abs=1e-6)
 
 
-def test_a_row_without_model_tokens_is_refused_naming_it():
+@pytest.mark.parametrize("name", ["rllm_gigpo", "rllm_step_reinforce"])
+def test_a_row_without_model_tokens_gets_zero_and_stays_out_of_every_statistic(name):
+    """As verl's v1 _balance_batch pads a batch: rows with response_mask all 0 (and a reward) change nobody's advantage."""
     responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(1))
+    keep = [r for r in range(mask.shape[0]) if r not in (5, 9)]
+    want, _ = run(name, responses[keep], mask[keep], rewards[keep], index[keep], gamma=0.9)
     mask[5] = 0
-    with pytest.raises(ValueError, match=rf"advantage estimator 'rllm_gigpo': row 5 \(uid '{index[5]}'\) has no model token \(response_mask all 0\)"):
-        run("rllm_gigpo", responses, mask, rewards, index)
+    mask[9] = 0
+    rewards[5, 0] = 7.0  # a reward on a row without model tokens is no outcome of any episode
+    got, _ = run(name, responses, mask, rewards, index, gamma=0.9)
+    assert torch.count_nonzero(got[[5, 9]]) == 0
+    assert got[keep].numpy() == pytest.approx(want.numpy(), rel=1e-6, abs=1e-6)
 
 
-def test_without_responses_gigpo_names_the_v1_trainer_and_what_to_set():
+def test_a_group_of_rows_without_model_tokens_alone_gets_zero():
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(3))
+    pad = index == index[0]
+    mask[torch.from_numpy(pad)] = 0
+    got, _ = run("rllm_gigpo", responses, mask, rewards, index)
+    assert torch.count_nonzero(got[torch.from_numpy(pad)]) == 0
+    assert torch.count_nonzero(got) > 0
+
+
+def test_without_responses_gigpo_names_the_extensions_to_check():
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
     _, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(1))
-    with pytest.raises(ValueError, match=r"needs `responses` to form anchor states.*set trainer.use_v1=false, or use a step-level estimator without"):
+    with pytest.raises(
+        ValueError, match=r"needs `responses` to form anchor states.*RLLM_PLUGINS_VERL_REWARD_KEYS \(legacy trainer\) and RLLM_PLUGINS_VERL_V1_BATCH"
+    ):
         get_adv_estimator_fn("rllm_gigpo")(token_level_rewards=rewards, response_mask=mask, index=index, config=OmegaConf.create({"gamma": 1.0}))
     advantages, _ = get_adv_estimator_fn("rllm_step_reinforce")(token_level_rewards=rewards, response_mask=mask, index=index, config=None)
     assert advantages.shape == rewards.shape
@@ -189,11 +207,10 @@ def test_gdpo_reward_keys_with_a_step_level_estimator_are_refused():
         run("rllm_gigpo", responses, mask, rewards, index, gdpo_reward_keys=["acc"])
 
 
-def test_verl_check_fails_for_gigpo_on_the_v1_trainer_and_passes_on_the_legacy_one():
+def test_verl_check_passes_gigpo_on_both_trainers_and_refuses_a_bad_gamma():
     from rllm_verl.check import verl_check
 
-    v1 = verl_check(["algorithm.adv_estimator=rllm_gigpo"])
-    assert not v1.ok and "set trainer.use_v1=false" in str(v1)
+    assert verl_check(["algorithm.adv_estimator=rllm_gigpo"]).ok
     assert verl_check(["algorithm.adv_estimator=rllm_gigpo", "trainer.use_v1=false"]).ok
     assert verl_check(["algorithm.adv_estimator=rllm_step_reinforce"]).ok
     bad = verl_check(["algorithm.adv_estimator=rllm_gigpo", "trainer.use_v1=false", "+algorithm.rllm_estimator_kwargs.gamma=1.5"])
@@ -218,9 +235,11 @@ def test_v1_sessions_join_their_outputs_into_one_episode_of_their_turns():
     responses, mask, rewards, index = random_multi_turn_batch(rng, rows=12, uids=("u_a", "u_b"))
     index = np.array(["u_a"] * 6 + ["u_b"] * 6, dtype=object)
     keys = ["u_a_s0_0", "u_a_s0_1", "u_a_s1_0", "u_a_s2_0", "u_a_s2_3", "u_a_s2_1", "u_b_s0_0", "u_b_s1_0", "u_b_s1_1", "u_b_s2_0", "u_b_s3_0", "u_b_s3_1"]
+    # every output's first turn is anchored at its own prompt: u_a_s2_3 starts from the task prompt again, so it meets the first outputs
+    prompts = torch.tensor([[7, 7], [8, 1], [7, 7], [7, 7], [7, 7], [8, 1], [6, 6], [6, 6], [8, 1], [6, 6], [6, 6], [8, 1]])
     perm = rng.permutation(12)
     data = DataProto.from_dict(
-        tensors={"responses": responses[perm], "response_mask": mask[perm], "token_level_rewards": rewards[perm]},
+        tensors={"responses": responses[perm], "response_mask": mask[perm], "token_level_rewards": rewards[perm], "prompts": prompts[perm]},
         non_tensors={"uid": index[perm]},
     )
     config = OmegaConf.create({"adv_estimator": "rllm_gigpo", "gamma": 0.9, "norm_adv_by_std_in_grpo": True})
@@ -232,6 +251,10 @@ def test_v1_sessions_join_their_outputs_into_one_episode_of_their_turns():
     for row, p in enumerate(perm):
         uid, session, out = keys[p].rsplit("_", 2)
         sessions.setdefault((uid, session), []).append((int(out), row))
+    for outs in sessions.values():
+        for _, row in outs:
+            positions, reward, _ = turns[row][0]
+            turns[row][0] = (positions, reward, ("prompt", *prompts[perm][row].tolist()))
     per_turn, by_group = {}, {}
     for (uid, _session), outs in sessions.items():
         outs.sort()

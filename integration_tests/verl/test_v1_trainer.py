@@ -1,0 +1,379 @@
+"""verl's own v1 ``PPOTrainer._compute_advantage`` with a real TransferQueue on a local Ray, for ``rllm_*`` estimators.
+
+Rows are stored as verl's v1 agent loop stores them (``AgentLoopOutput.as_dict()`` per output, keys
+``{uid}_{session}_{index}``, ``list_of_dict_to_tensordict``, partition ``train``), the batch is padded by verl's
+own ``upsample_batch_to_divisible_size`` (rows with ``response_mask`` all 0, uid ``pad…``), the trainer is
+verl's ``PPOTrainerSync`` with verl's composed Hydra config (nothing else is built: ``_compute_advantage``
+reads only the config and TransferQueue), and the advantages are read back from TransferQueue. The
+reference is written plainly here: turns token by token, GiGPO's formulas with dicts.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("verl")
+tq = pytest.importorskip("transfer_queue", reason="verl's v1 trainer needs TransferQueue")
+ray = pytest.importorskip("ray")
+
+EPS = 1e-6
+EOS = 2
+
+
+@pytest.fixture(scope="module")
+def transfer_queue():
+    """A local Ray with TransferQueue's controller and storage (its default storage needs three CPUs)."""
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
+    tq.init()
+    yield tq
+    tq.close()
+    ray.shutdown()
+
+
+def trainer_for(*overrides: str):
+    """verl's v1 sync trainer with verl's own composed config; ``_compute_advantage`` reads nothing else."""
+    from rllm_verl.check import _compose
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    trainer = PPOTrainerSync.__new__(PPOTrainerSync)
+    trainer.config = _compose(["actor_rollout_ref.rollout.n=4", *overrides], "ppo_trainer", None)
+    return trainer
+
+
+def episode(rng, turns: int, vocab: int = 2):
+    """One output: ``turns`` model turns separated by 1-2 environment tokens from a small vocabulary (so states repeat)."""
+    response, mask = [], []
+    for k in range(turns):
+        if k:
+            env = rng.integers(3, 3 + vocab, size=int(rng.integers(1, 3))).tolist()
+            response += env
+            mask += [0] * len(env)
+        n = int(rng.integers(1, 4))
+        response += [10 + k] * n
+        mask += [1] * n
+    return response, mask
+
+
+def store(rows, partition="train", pad=3):
+    """Put ``rows`` (dicts: key, uid, prompt, response, mask, reward, extra) into TransferQueue as verl's v1 agent loop does.
+
+    Returns verl's ``KVBatchMeta``, padded with ``pad`` rows by verl's ``upsample_batch_to_divisible_size`` (as
+    ``_balance_batch`` does when the row count does not divide the data-parallel and mini-batch sizes).
+    """
+    from transfer_queue import KVBatchMeta
+    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
+    from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    fields, tags = [], []
+    for row in rows:
+        output = AgentLoopOutput(
+            prompt_ids=row["prompt"],
+            response_ids=row["response"],
+            response_mask=row["mask"],
+            response_logprobs=[0.0] * len(row["response"]),
+            reward_score=row["reward"],
+            num_turns=2 * sum(1 for t, m in enumerate(row["mask"]) if m and (t == 0 or not row["mask"][t - 1])),
+            metrics=AgentLoopMetrics(),
+            extra_fields=dict(row.get("extra", {})),
+        )
+        field = output.as_dict()
+        field.update(uid=row["uid"], session_id=int(row["key"].rsplit("_", 2)[1]))
+        field["loss_mask"] = field["response_mask"]
+        field["old_log_probs"] = torch.zeros(len(row["response"]))  # as PPOTrainer._compute_old_log_prob leaves it
+        fields.append(field)
+        tags.append({"status": "success", "prompt_len": len(row["prompt"]), "response_len": len(row["response"]), "seq_len": 0})
+    keys = [row["key"] for row in rows]
+    tq.kv_batch_put(keys=keys, partition_id=partition, fields=list_of_dict_to_tensordict(fields), tags=tags)
+    batch = KVBatchMeta(keys=keys, tags=tags, partition_id=partition)
+    return upsample_batch_to_divisible_size(batch, len(rows) + pad, EOS) if pad else batch
+
+
+def advantages_of(batch):
+    """The advantages ``_compute_advantage`` wrote to TransferQueue, one 1-D tensor per key."""
+    return list(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages"])["advantages"].unbind(0))
+
+
+def compute(trainer, batch):
+    metrics: dict[str, float] = {}
+    batch = trainer._compute_advantage(batch, metrics=metrics)
+    return advantages_of(batch), metrics
+
+
+def turns_of(row):
+    """``[(positions, reward up to the next turn, anchor)]`` read token by token; anchors: environment tokens before, turn 0 "prompt"."""
+    mask, response = row["mask"], row["response"]
+    rewards = [0.0] * len(mask)
+    rewards[-1] = row["reward"]  # verl's v1 agent loop puts the score on the last token
+    starts = [t for t in range(len(mask)) if mask[t] and (t == 0 or not mask[t - 1])]
+    turns = []
+    for k, start in enumerate(starts):
+        end = start
+        while end < len(mask) and mask[end]:
+            end += 1
+        segment_end = starts[k + 1] if k + 1 < len(starts) else len(mask)
+        reward = sum(rewards[0 if k == 0 else start : segment_end])
+        anchor = "prompt" if k == 0 else tuple(response[turns[-1][0][-1] + 1 : start])
+        turns.append((list(range(start, end)), reward, anchor))
+    return turns
+
+
+def reference(rows, gamma, w, steps_only=False, anchors_of=None):
+    """GiGPO (``steps_only``: step_reinforce) per key from the formulas: sessions are episodes, their outputs' turns in index order.
+
+    With sessions of several outputs, every output's first turn is anchored at its own prompt; ``anchors_of(row)``
+    overrides a row's anchors.
+    """
+    sessions = defaultdict(list)
+    for row in rows:
+        _uid_part, session, index = row["key"].rsplit("_", 2)
+        sessions[(row["uid"], session)].append((int(index), row))
+    several = any(len(outs) > 1 for outs in sessions.values())
+    steps_of = {}
+    for key, outs in sessions.items():
+        outs.sort(key=lambda pair: pair[0])
+        steps = []
+        for _, row in outs:
+            turns = turns_of(row)
+            if anchors_of is not None:
+                turns = [(p, r, a) for (p, r, _), a in zip(turns, anchors_of(row), strict=True)]
+            elif several and turns:
+                turns[0] = (turns[0][0], turns[0][1], ("prompt", *row["prompt"]))
+            steps += [(row["key"], *turn) for turn in turns]
+        steps_of[key] = (steps, outs[-1][1]["reward"])
+    by_uid = defaultdict(list)
+    for (uid, _), (steps, outcome) in steps_of.items():
+        if steps:
+            by_uid[uid].append((steps, outcome))
+    out = {}
+    for episodes in by_uid.values():
+        outcomes = [o for _, o in episodes]
+        mean, sd = (0.0, 1.0) if len(outcomes) == 1 else (statistics.fmean(outcomes), statistics.pstdev(outcomes))
+        returns, members = {}, defaultdict(list)
+        for e, (steps, _) in enumerate(episodes):
+            running = 0.0
+            for s in reversed(range(len(steps))):
+                running = steps[s][2] + gamma * running
+                returns[(e, s)] = running
+            for s, step in enumerate(steps):
+                members["all" if steps_only else step[3]].append(returns[(e, s)])
+        for e, (steps, outcome) in enumerate(episodes):
+            for s, (key, positions, _, anchor) in enumerate(steps):
+                group = members["all" if steps_only else anchor]
+                relative = 0.0 if len(group) == 1 else (returns[(e, s)] - statistics.fmean(group)) / (statistics.pstdev(group) + EPS)
+                value = relative if steps_only else (outcome - mean) / (sd + EPS) + w * relative
+                out.setdefault(key, {}).update(dict.fromkeys(positions, value))
+    return out
+
+
+def assert_matches(got, batch, rows, want):
+    """Every real key's advantages equal ``want`` (0 off its turns); every padding row's are 0."""
+    by_key = dict(zip(batch.keys, got, strict=True))
+    for row in rows:
+        expected = np.zeros(len(row["response"]))
+        for position, value in want.get(row["key"], {}).items():
+            expected[position] = value
+        assert by_key[row["key"]].numpy() == pytest.approx(expected, rel=1e-5, abs=1e-5), row["key"]
+    padding = [k for k in batch.keys if k.startswith("pad")]
+    assert padding, "the batch must hold verl's padding rows"
+    assert all(torch.count_nonzero(by_key[k]) == 0 for k in padding)
+
+
+def multi_turn_rows(rng, uids=("task_a", "task_b"), sessions=4, outputs=(1,), extra=None):
+    rows = []
+    for u, uid in enumerate(uids):
+        for s in range(sessions):
+            for index in range(int(rng.choice(outputs))):
+                response, mask = episode(rng, int(rng.integers(1, 4)))
+                prompt = [20 + u] * 3 if index == 0 else [30 + int(rng.integers(0, 2))] * 2  # a later output starts from an observation
+                row = {"key": f"{uid}_{s}_{index}", "uid": uid, "prompt": prompt, "response": response, "mask": mask}
+                row["reward"] = float(rng.choice([0.0, 0.5, 1.0]))
+                row["extra"] = extra(row) if extra else {}
+                rows.append(row)
+    # v1 copies the final output's score to every output of its session
+    final = {}
+    for row in rows:
+        final[row["key"].rsplit("_", 1)[0]] = row["reward"]
+    for row in rows:
+        row["reward"] = final[row["key"].rsplit("_", 1)[0]]
+    return rows
+
+
+def test_the_v1_extension_wraps_verls_method_once():
+    import verl.trainer.ppo.v1.trainer_base as trainer_base
+    from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+    from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    method = trainer_base.PPOTrainer._compute_advantage
+    assert method.rllm_extension == "v1_batch"
+    assert method.__wrapped__.__code__.co_filename == trainer_base.__file__
+    for trainer in (PPOTrainerSync, PPOTrainerColocateAsync, PPOTrainerSeparateAsync):  # all inherit it
+        assert trainer._compute_advantage is method
+
+
+@pytest.mark.parametrize("name", ["rllm_grpo", "rllm_rloo"])
+def test_outcome_estimators_on_padded_rows_and_sessions(transfer_queue, name):
+    rng = np.random.default_rng(0)
+    rows = multi_turn_rows(rng, uids=("q_1", "q_2", "q_3"), sessions=3, outputs=(1, 2))
+    batch = store(rows)
+    got, _ = compute(trainer_for(f"algorithm.adv_estimator={name}"), batch)
+    sessions = defaultdict(dict)
+    for row in rows:
+        sessions[row["uid"]][row["key"].rsplit("_", 1)[0]] = row["reward"]
+    want = {}
+    for _uid, of_session in sessions.items():
+        r = np.array(list(of_session.values()))
+        if name == "rllm_grpo":
+            a = (r - r.mean()) / (r.std() + EPS) if r.size > 1 else r / (1 + EPS)
+        else:
+            a = np.array([r[i] - np.delete(r, i).mean() for i in range(r.size)]) if r.size > 1 else r
+        for session, value in zip(of_session, a, strict=True):
+            for row in rows:
+                if row["key"].rsplit("_", 1)[0] == session:
+                    want[row["key"]] = {p: value for p, m in enumerate(row["mask"]) if m}
+    assert_matches(got, batch, rows, want)
+
+
+@pytest.mark.parametrize(("name", "outputs"), [("rllm_gigpo", (1,)), ("rllm_gigpo", (1, 2, 3)), ("rllm_step_reinforce", (1, 2))])
+def test_step_level_estimators_read_anchors_from_transfer_queue(transfer_queue, name, outputs):
+    rng = np.random.default_rng(len(outputs))
+    rows = multi_turn_rows(rng, outputs=outputs)
+    batch = store(rows)
+    weight = [] if name == "rllm_step_reinforce" else ["+algorithm.rllm_estimator_kwargs.step_advantage_w=0.5"]
+    got, metrics = compute(trainer_for(f"algorithm.adv_estimator={name}", "algorithm.gamma=0.9", *weight), batch)
+    want = reference(rows, gamma=0.9, w=0.5, steps_only=name == "rllm_step_reinforce")
+    assert_matches(got, batch, rows, want)
+    first = [v for row in rows for v in list(want.get(row["key"], {}).values())[:1]]
+    assert "rllm/turn/0/advantage_mean" in metrics and "rllm/turn/last/advantage_mean" in metrics
+    assert np.isfinite(first).all()
+
+
+def test_an_agent_loop_override_in_extra_fields_replaces_the_token_anchors(transfer_queue):
+    def states(row):
+        turns = sum(1 for t, m in enumerate(row["mask"]) if m and (t == 0 or not row["mask"][t - 1]))
+        return {"anchor_states": [f"room-{k % 2}" for k in range(turns)]}
+
+    rows = multi_turn_rows(np.random.default_rng(7), extra=states)
+    batch = store(rows)
+    got, _ = compute(trainer_for("algorithm.adv_estimator=rllm_gigpo"), batch)
+    assert_matches(got, batch, rows, reference(rows, gamma=1.0, w=1.0, anchors_of=lambda row: row["extra"]["anchor_states"]))
+
+
+def test_a_third_party_step_level_plugin_that_reads_anchors(transfer_queue):
+    """Registered in user code (the same registry entry points fill): the step reward minus its anchor group's mean."""
+    from rllm_verl.registration import register_estimators_into_verl
+
+    from rllm_plugins import register_rllm_adv_estimator
+
+    def anchor_mean_baseline(batch, /, **_):
+        means = np.bincount(batch.anchors, batch.step_rewards) / np.bincount(batch.anchors)
+        return batch.step_rewards - means[batch.anchors]
+
+    register_rllm_adv_estimator("anchor_mean_baseline", batched=anchor_mean_baseline, level="step", needs_anchors=True)(lambda *a, **k: None)
+    register_estimators_into_verl()
+    rows = multi_turn_rows(np.random.default_rng(8), outputs=(1, 2))
+    batch = store(rows)
+    got, _ = compute(trainer_for("algorithm.adv_estimator=rllm_anchor_mean_baseline"), batch)
+    # the reference: every step's own reward minus the mean step reward of its (task, anchor) group
+    sessions = defaultdict(list)
+    for row in rows:
+        sessions[(row["uid"], row["key"].rsplit("_", 2)[1])].append(row)
+    members, steps = defaultdict(list), []
+    for (uid, _), outs in sessions.items():
+        outs.sort(key=lambda r: int(r["key"].rsplit("_", 1)[1]))
+        for row in outs:
+            for k, (positions, reward, anchor) in enumerate(turns_of(row)):
+                anchor = ("prompt", *row["prompt"]) if k == 0 else anchor
+                members[(uid, anchor)].append(reward)
+                steps.append((row["key"], positions, reward, (uid, anchor)))
+    want = defaultdict(dict)
+    for key, positions, reward, group in steps:
+        want[key].update(dict.fromkeys(positions, reward - statistics.fmean(members[group])))
+    assert_matches(got, batch, rows, want)
+
+
+def test_gdpo_reward_keys_reach_rllm_estimators_on_v1_from_reward_extra_info(transfer_queue):
+    rng = np.random.default_rng(9)
+
+    def scores(_row):
+        return {"reward_extra_info": {"acc": float(rng.integers(0, 2)), "fmt": 0.5 * float(rng.integers(0, 3))}}
+
+    rows = multi_turn_rows(rng, uids=("k_1", "k_2"), sessions=4, extra=scores)
+    batch = store(rows)
+    keys = ["+algorithm.gdpo_reward_keys=[acc,fmt]", "+algorithm.rllm_multi_objective_aggregation=sum_then_normalize"]
+    got, _ = compute(trainer_for("algorithm.adv_estimator=rllm_rloo", *keys), batch)
+    want = {}
+    for uid in ("k_1", "k_2"):
+        members = [row for row in rows if row["uid"] == uid]
+        r = np.array([row["extra"]["reward_extra_info"]["acc"] + row["extra"]["reward_extra_info"]["fmt"] for row in members])
+        a = np.array([r[i] - np.delete(r, i).mean() for i in range(r.size)])
+        for row, value in zip(members, a, strict=True):
+            want[row["key"]] = {p: value for p, m in enumerate(row["mask"]) if m}
+    assert_matches(got, batch, rows, want)
+
+
+def test_with_the_extension_off_a_step_level_estimator_that_needs_anchors_says_what_to_set(transfer_queue, monkeypatch):
+    import verl.trainer.ppo.v1.trainer_base as trainer_base
+
+    rows = multi_turn_rows(np.random.default_rng(10))
+    batch = store(rows, pad=0)
+    trainer = trainer_for("algorithm.adv_estimator=rllm_gigpo")
+    monkeypatch.setattr(trainer_base.PPOTrainer, "_compute_advantage", trainer_base.PPOTrainer._compute_advantage.__wrapped__)  # as if opted out
+    with pytest.raises(ValueError, match=r"needs `responses` to form anchor states.*RLLM_PLUGINS_VERL_V1_BATCH"):
+        trainer._compute_advantage(batch, metrics={})
+
+
+def test_the_recipes_agent_loop_sets_anchor_states_that_reach_rllm_gigpo_on_v1(transfer_queue):
+    """examples/verl_multi_turn: the corridor agent loop's outputs, stored as v1 stores them, give GiGPO over its anchor states.
+
+    The rollout server is a stand-in (a GPU rollout cannot run here): a scripted policy that writes ``+`` or ``-``.
+    """
+    import asyncio
+    import importlib
+    import sys
+    from pathlib import Path
+
+    from verl.workers.rollout.replica import TokenOutput
+
+    from rllm_plugins.tiny import build_tiny_tokenizer
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "examples" / "verl_multi_turn"))
+    try:
+        recipe = importlib.import_module("anchored_agent_loop")
+    finally:
+        sys.path.pop(0)
+    tokenizer = build_tiny_tokenizer(["walk the corridor + - cell 0 1 2 3 4 ."] * 4)
+    rng = np.random.default_rng(11)
+
+    class ScriptedServer:
+        async def generate(self, *, request_id, prompt_ids, sampling_params, **_):
+            return TokenOutput(token_ids=tokenizer.encode(str(rng.choice(["+", "-", "++"])), add_special_tokens=False))
+
+    loop = recipe.CorridorAgentLoop.__new__(recipe.CorridorAgentLoop)  # run() reads only these two
+    loop.server_manager, loop.tokenizer = ScriptedServer(), tokenizer
+    rows = []
+    for uid in ("walk_a", "walk_b"):
+        for session in range(6):
+            output = asyncio.run(loop.run({}, raw_prompt=[{"role": "user", "content": "walk the corridor"}]))
+            rows.append(
+                {
+                    "key": f"{uid}_{session}_0",
+                    "uid": uid,
+                    "prompt": output.prompt_ids,
+                    "response": output.response_ids,
+                    "mask": output.response_mask,
+                    "reward": output.reward_score,
+                    "extra": output.extra_fields,
+                }
+            )
+    assert len({s for row in rows for s in row["extra"]["anchor_states"]}) > 2, "episodes must reach several cells"
+    assert len({row["reward"] for row in rows}) == 2, "some episodes must reach the goal"
+    batch = store(rows)
+    got, _ = compute(trainer_for("algorithm.adv_estimator=rllm_gigpo", "algorithm.gamma=0.95"), batch)
+    assert_matches(got, batch, rows, reference(rows, gamma=0.95, w=1.0, anchors_of=lambda row: row["extra"]["anchor_states"]))
