@@ -323,3 +323,35 @@ def test_an_unhashable_anchor_override_is_named_by_row_uid_and_turn():
     config = OmegaConf.create({"adv_estimator": "rllm_gigpo", "gamma": 1.0, "norm_adv_by_std_in_grpo": True})
     with pytest.raises(ValueError, match=rf"row {row} \(uid '{index[row]}'\), turn {len(turns[row]) - 1}: anchor state list \['s'\] is unhashable"):
         compute_advantage(data, adv_estimator="rllm_gigpo", config=config)
+
+
+def test_compute_advantage_without_config_discounts_with_its_gamma_argument():
+    """Before: gamma=0.5 without config silently discounted with 1.0."""
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(12))
+    data = DataProto.from_dict(tensors={"responses": responses, "response_mask": mask, "token_level_rewards": rewards}, non_tensors={"uid": index})
+    got = compute_advantage(data, adv_estimator="rllm_gigpo", gamma=0.5).batch["advantages"].numpy()
+    want = np.zeros_like(got)
+    discounted = reference_gigpo(reference_turns(responses, mask, rewards), index, gamma=0.5, w=1.0)
+    want[:, : discounted.shape[1]] = discounted
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-5)
+    undiscounted = reference_gigpo(reference_turns(responses, mask, rewards), index, gamma=1.0, w=1.0)
+    assert not np.allclose(got[:, : undiscounted.shape[1]], undiscounted)
+
+
+def test_verl_check_on_the_legacy_trainer_fails_when_the_extension_that_carries_responses_is_off():
+    """Before: OK, then the first real call failed ("needs `responses`"): the trial handed `responses` to the estimator itself."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import json; from rllm_verl.check import verl_check; "
+        "r = verl_check(['algorithm.adv_estimator=rllm_gigpo', 'trainer.use_v1=false']); print(json.dumps(r.as_dict()))"
+    )
+    env = {**os.environ, "RLLM_PLUGINS_VERL_REWARD_KEYS": "0"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not report["ok"]
+    assert "on verl's legacy trainer (trainer.use_v1=false)" in report["errors"][0] and "RLLM_PLUGINS_VERL_REWARD_KEYS" in report["errors"][0]

@@ -26,7 +26,8 @@ def test_a_plugin_returning_one_flat_list_fails_the_check_with_groups_of_one_con
     assert code == 1
     assert report["provider"] == "estimator 'flat_baseline' of plugin 'fixture_flat' (distribution rllm-fixture-flat 0.1.0)"
     assert report["trial_group_sizes"] == [1, 2]  # groups of one pass; the first larger size shows the mistake
-    assert report["errors"][0].startswith("'rllm_flat_baseline' fails on a toy batch of two groups of 2 with this config: ValueError: ")
+    trial = "'rllm_flat_baseline' fails on a toy batch of two groups of 2 with this config on verl's v1 trainer (trainer.use_v1=true)"
+    assert report["errors"][0].startswith(f"{trial}: ValueError: ")
 
 
 def test_the_same_plugin_is_flagged_by_the_contract_check(cli_env, mistakes_site):
