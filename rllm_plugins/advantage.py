@@ -26,6 +26,7 @@ from .registry import get_estimator, prepare_adv_estimator_input
 from .segments import GroupLayout, offsets_from_sizes
 from .spec import call_with_accepted_kwargs, flatten_groups, normalize_name
 from .step_inputs import step_batch_from_groups
+from .turn_diagnostics import turn_metrics
 from .types import Step, TrajectoryGroup
 
 __all__ = ["REWARDS_KEY", "collect_reward_and_advantage_from_trajectory_groups", "compute_role_metrics"]
@@ -234,6 +235,8 @@ def _call_step_estimator(role: str, batch: _RoleBatch, config: AlgorithmConfig) 
     per_traj = steps.steps.split(advantages)
     bounds = steps.traj_offsets.tolist()
     metrics: dict[str, float] = {}
+    for key, value in turn_metrics(advantages, steps.step_rewards, steps.step_offsets).items():
+        metrics[f"turn/{role}/{key.removeprefix('turn/')}"] = value
     if steps.anchors is not None and steps.num_steps:
         sizes = np.bincount(steps.anchors)
         metrics[f"batch/{role}/anchor_groups/mean_size"] = float(steps.num_steps / sizes.size)

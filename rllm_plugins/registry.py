@@ -139,6 +139,8 @@ def _unknown_message(name: Any, key: str) -> str:
     # a plugin that did not load may be the cause: then only a near-typo is worth suggesting
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.85 if because else 0.6)
     hint = f" Did you mean {close[0]!r}?" if close else ""
+    if key.startswith("rllm_") and key.removeprefix("rllm_") in names:  # verl's spelling of one of ours
+        hint = f" The 'rllm_' prefix is verl's spelling (algorithm.adv_estimator=rllm_<name>); here the name is {key.removeprefix('rllm_')!r}."
     if namesake is not None and namesake.estimators:  # the plugin of that entry-point name loaded: name what it offers
         hint = f" {namesake.provider} is installed and offers: {', '.join(namesake.estimators)}.{hint}"
     return (

@@ -1,7 +1,9 @@
 """A role's trajectory groups as a :class:`~rllm_plugins.steps.StepBatch`: step rewards and anchor states, checked.
 
-Step reward: ``Step.reward``. Anchor state: ``Step.metadata["anchor_state"]`` when present, else
-``Step.observation``; None counts as missing. Errors name role, group, trajectory and step.
+Step reward: ``Step.reward``; a trajectory none of whose steps carries a reward (every ``Step.reward``
+0, the default) has its outcome on its last step, the rule verl (token rewards of an outcome-only reward
+manager) and TRL (no ``turn_rewards``) follow too. Anchor state: ``Step.metadata["anchor_state"]`` when
+present, else ``Step.observation``; None counts as missing. Errors name role, group, trajectory and step.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ def step_batch_from_groups(
         return f"{where(g, i - int(traj_offsets[g]))}, step {s - int(step_offsets[i])}"
 
     step_rewards = _checked_rewards(rewards, place)
+    flat_outcomes = np.concatenate(outcomes) if outcomes else np.zeros(0)
+    _outcome_on_silent_last_steps(step_rewards, step_offsets, flat_outcomes)
     anchors = None
     if with_anchors:
         if any(state is None for state in states):
@@ -70,12 +74,22 @@ def step_batch_from_groups(
         step_group = np.repeat(np.arange(len(groups)), np.diff(step_offsets[traj_offsets]))
         anchors = anchor_ids(states, step_group, place)
     return StepBatch(
-        outcomes=np.concatenate(outcomes) if outcomes else np.zeros(0),
+        outcomes=flat_outcomes,
         traj_offsets=traj_offsets,
         step_rewards=step_rewards,
         step_offsets=step_offsets,
         anchors=anchors,
     )
+
+
+def _outcome_on_silent_last_steps(step_rewards: np.ndarray, step_offsets: np.ndarray, outcomes: np.ndarray) -> None:
+    """In place: the last step of each trajectory whose steps carry no reward (all 0) gets the trajectory's outcome ``(N,)``."""
+    if step_rewards.size == 0:
+        return
+    carried = np.add.reduceat(step_rewards != 0, step_offsets[:-1])  # every trajectory has a step (checked above)
+    silent = carried == 0
+    if silent.any():
+        step_rewards[step_offsets[1:][silent] - 1] = outcomes[silent]
 
 
 def _checked_rewards(rewards: list[object], place: Callable[[int], str]) -> np.ndarray:

@@ -35,6 +35,16 @@ def test_unknown_name_lists_available_names_and_suggests_the_closest():
         get_rllm_adv_estimator("rlo")
 
 
+@pytest.mark.parametrize("name", ["rllm_gigpo", "rllm_rloo", "rllm_step_reinforce"])
+def test_verls_spelling_of_one_of_ours_names_the_bare_name(name):
+    """Before: 'rllm_gigpo' -> "Did you mean 'trl_grpo'?"."""
+    bare = name.removeprefix("rllm_")
+    with pytest.raises(ValueError, match=rf"The 'rllm_' prefix is verl's spelling .*; here the name is '{bare}'\."):
+        get_rllm_adv_estimator(name)
+    with pytest.raises(ValueError, match=rf"here the name is '{bare}'"):
+        collect_reward_and_advantage_from_trajectory_groups([TrajectoryGroup([Trajectory(reward=1.0)], group_id="t:a")], AlgorithmConfig(estimator=name))
+
+
 def test_other_is_a_placeholder_not_an_estimator():
     with pytest.raises(ValueError, match="OTHER"):
         get_rllm_adv_estimator(rLLMAdvantageEstimator.OTHER)

@@ -214,15 +214,48 @@ def test_spec_level_is_validated():
         AdvEstimatorSpec("x", fn=lambda rewards, **_: (rewards, rewards), needs_anchors=True)
 
 
-def test_all_zero_step_rewards_with_differing_outcomes_warn_that_the_step_part_is_empty():
-    trajectories = [Trajectory(steps=[Step(observation="a")], reward=1.0), Trajectory(steps=[Step(observation="a")], reward=0.0)]
-    groups = [TrajectoryGroup(trajectories, group_id="t:agent")]
-    with pytest.warns(UserWarning, match=r"estimator 'gigpo': every step reward is 0 while the trajectory rewards differ"):
-        collect_reward_and_advantage_from_trajectory_groups(groups, AlgorithmConfig(estimator="gigpo"))
-    groups[0].trajectories[0].steps[0].reward = 1.0
+def test_a_trajectory_with_only_an_outcome_has_it_on_its_last_step_as_in_verl_and_trl():
+    """Before: step rewards 0, so gigpo = grpo with a warning; verl (outcome on the last token) and TRL (no turn_rewards) differed."""
+
+    def groups(step_rewards):
+        trajectories = [
+            Trajectory(steps=[Step(observation="a", reward=r) for r in rewards], reward=outcome)
+            for rewards, outcome in zip(step_rewards, [1.0, 0.0, 0.5], strict=True)
+        ]
+        return [TrajectoryGroup(trajectories, group_id="t:agent")]
+
+    only_outcomes = groups([[0.0, 0.0], [0.0], [0.0, 0.0, 0.0]])
+    on_last_steps = groups([[0.0, 1.0], [0.0], [0.0, 0.0, 0.5]])
+    config = AlgorithmConfig(estimator="gigpo", estimator_kwargs={"gamma": 0.9})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        collect_reward_and_advantage_from_trajectory_groups(groups, AlgorithmConfig(estimator="gigpo"))
+        collect_reward_and_advantage_from_trajectory_groups(only_outcomes, config)
+    collect_reward_and_advantage_from_trajectory_groups(on_last_steps, config)
+    got = [[s.advantage for s in t.steps] for t in only_outcomes[0].trajectories]
+    assert got == [[s.advantage for s in t.steps] for t in on_last_steps[0].trajectories]
+    assert [s.reward for s in only_outcomes[0].trajectories[0].steps] == [0.0, 0.0]  # the steps themselves are not changed
+
+
+def test_steps_that_carry_a_reward_are_read_as_given():
+    given = [
+        TrajectoryGroup(
+            [Trajectory(steps=[Step(observation="a", reward=1.0), Step(observation="b")], reward=5.0), Trajectory(steps=[Step(observation="a")], reward=0.0)],
+            group_id="t:agent",
+        )
+    ]
+    moved = [
+        TrajectoryGroup(
+            [
+                Trajectory(steps=[Step(observation="a", reward=1.0), Step(observation="b", reward=5.0)], reward=5.0),
+                Trajectory(steps=[Step(observation="a")], reward=0.0),
+            ],
+            group_id="t:agent",
+        )
+    ]
+    config = AlgorithmConfig(estimator="step_reinforce")
+    collect_reward_and_advantage_from_trajectory_groups(given, config)
+    collect_reward_and_advantage_from_trajectory_groups(moved, config)
+    assert [s.advantage for s in given[0].trajectories[0].steps] != [s.advantage for s in moved[0].trajectories[0].steps]
 
 
 def test_the_contract_checker_calls_an_estimator_without_anchors_unless_it_declares_them():
