@@ -355,3 +355,42 @@ def test_verl_check_on_the_legacy_trainer_fails_when_the_extension_that_carries_
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert not report["ok"]
     assert "on verl's legacy trainer (trainer.use_v1=false)" in report["errors"][0] and "RLLM_PLUGINS_VERL_REWARD_KEYS" in report["errors"][0]
+
+
+def test_rows_that_are_all_single_turn_warn_once_naming_what_to_do():
+    """Before: rllm_gigpo on single-turn rows was silently 2 x rllm_grpo."""
+    import warnings
+
+    from rllm_verl import step_bridge
+
+    step_bridge._warned_single_turn.discard("gigpo")
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(13))
+    single = torch.zeros_like(mask)
+    single[:, :3] = 1
+    with pytest.warns(UserWarning, match=r"every row of this batch has at most one turn .* only rescales an outcome-level one"):
+        run("rllm_gigpo", responses, single, rewards, index)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run("rllm_gigpo", responses, single, rewards, index)  # once
+        run("rllm_gigpo", responses, mask, rewards, index)  # multi-turn rows: no warning
+
+
+def test_verl_check_shows_the_discount_and_step_weight_it_resolved_and_where_they_came_from():
+    from rllm_verl.check import verl_check
+
+    multi_turn = "actor_rollout_ref.rollout.multi_turn.enable=true"
+    from_algorithm = verl_check(["algorithm.adv_estimator=rllm_gigpo", "algorithm.gamma=0.9", multi_turn])
+    assert "gamma=0.9 (from algorithm.gamma), step_advantage_w=1.0 (from the default)" in str(from_algorithm)
+    assert not from_algorithm.warnings
+    overridden = verl_check(
+        [
+            "algorithm.adv_estimator=rllm_gigpo",
+            "algorithm.gamma=0.9",
+            multi_turn,
+            "+algorithm.rllm_estimator_kwargs.gamma=0.5",
+            "+algorithm.rllm_estimator_kwargs.step_advantage_w=0.25",
+        ]
+    )
+    assert "gamma=0.5 (from algorithm.rllm_estimator_kwargs.gamma), step_advantage_w=0.25 (from algorithm.rllm_estimator_kwargs)" in str(overridden)
+    single_turn = verl_check(["algorithm.adv_estimator=rllm_step_reinforce"])
+    assert single_turn.ok and "this config is single-turn" in single_turn.warnings[0]
