@@ -1,8 +1,8 @@
 """verl's own v1 ``PPOTrainer._compute_advantage`` with a real TransferQueue on a local Ray, for ``rllm_*`` estimators.
 
 Rows are stored as verl's v1 agent loop stores them (``AgentLoopOutput.as_dict()`` per output, keys
-``{uid}_{session}_{index}``, ``list_of_dict_to_tensordict``, partition ``train``), the batch is padded by verl's
-own ``upsample_batch_to_divisible_size`` (rows with ``response_mask`` all 0, uid ``pad…``), the trainer is
+``{uid}_{session}_{index}``, ``list_of_dict_to_tensordict``, partition ``train``), the batch goes through verl's own
+``_balance_batch`` (padding rows with ``response_mask`` all 0 and uid ``pad…``, then rows reordered), the trainer is
 verl's ``PPOTrainerSync`` with verl's composed Hydra config (nothing else is built: ``_compute_advantage``
 reads only the config and TransferQueue), and the advantages are read back from TransferQueue. The
 reference is written plainly here: turns token by token, GiGPO's formulas with dicts.
@@ -62,12 +62,14 @@ def episode(rng, turns: int, vocab: int = 2):
 def store(rows, partition="train", pad=3):
     """Put ``rows`` (dicts: key, uid, prompt, response, mask, reward, extra) into TransferQueue as verl's v1 agent loop does.
 
-    Returns verl's ``KVBatchMeta``, padded with ``pad`` rows by verl's ``upsample_batch_to_divisible_size`` (as
-    ``_balance_batch`` does when the row count does not divide the data-parallel and mini-batch sizes).
+    Returns verl's ``KVBatchMeta`` after verl's own ``PPOTrainer._balance_batch`` (``pad`` > 0): padded with ``pad`` rows
+    (``upsample_batch_to_divisible_size``: the data-parallel size is set to the row count plus ``pad``) and reordered
+    into balanced partitions, as the trainer does before computing advantages.
     """
+    from types import SimpleNamespace
+
     from transfer_queue import KVBatchMeta
     from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
-    from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
     fields, tags = [], []
@@ -87,11 +89,20 @@ def store(rows, partition="train", pad=3):
         field["loss_mask"] = field["response_mask"]
         field["old_log_probs"] = torch.zeros(len(row["response"]))  # as PPOTrainer._compute_old_log_prob leaves it
         fields.append(field)
-        tags.append({"status": "success", "prompt_len": len(row["prompt"]), "response_len": len(row["response"]), "seq_len": 0})
+        length = len(row["prompt"]) + len(row["response"])
+        tags.append({"status": "success", "prompt_len": len(row["prompt"]), "response_len": len(row["response"]), "seq_len": length})
     keys = [row["key"] for row in rows]
     tq.kv_batch_put(keys=keys, partition_id=partition, fields=list_of_dict_to_tensordict(fields), tags=tags)
     batch = KVBatchMeta(keys=keys, tags=tags, partition_id=partition)
-    return upsample_batch_to_divisible_size(batch, len(rows) + pad, EOS) if pad else batch
+    if not pad:
+        return batch
+    balancer = trainer_for()
+    balancer.actor_rollout_wg = SimpleNamespace(_dispatch_info={"actor": list(range(len(rows) + pad))})  # data-parallel ranks
+    balancer.use_critic, balancer.global_steps = False, -1  # before critic warm-up: no mini-batch multiple, the ranks alone
+    balancer.tokenizer = SimpleNamespace(eos_token_id=EOS)
+    balanced = balancer._balance_batch(batch, metrics={})
+    assert balanced.keys[: len(keys)] != keys or len(keys) < 3, "balancing reorders the rows"
+    return balanced
 
 
 def advantages_of(batch):
