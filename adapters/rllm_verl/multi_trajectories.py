@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .extension import Extension
+from .reward_keys import gamma_argument
 from .sessions import Sessions, first_outputs_only, parse_sessions, session_advantages
 
 __all__ = ["SESSIONS", "SESSIONS_ENV", "extend", "session_compute"]
@@ -152,7 +153,8 @@ def extend(original: Callable[..., Any]) -> Callable[..., Any]:
             from verl.trainer.ppo.ray_trainer import compute_response_mask
 
             data.batch["response_mask"] = compute_response_mask(data)
-        return session_compute(name, data, sessions, config)
+        with gamma_argument(gamma):
+            return session_compute(name, data, sessions, config)
 
     compute_advantage_for_multi_trajectories.__doc__ = (
         f"{original.__doc__ or ''}\n\n    rllm-plugins: for ``rllm_*`` estimators, a session with several outputs is one "

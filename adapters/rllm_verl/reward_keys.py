@@ -15,15 +15,16 @@ guarded by verl 0.9's signature, once, never raising); opt out with
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .extension import Extension
 
-__all__ = ["REWARD_KEYS", "REWARD_KEYS_ENV", "current_gamma", "current_non_tensor_batch", "current_tensor"]
+__all__ = ["REWARD_KEYS", "REWARD_KEYS_ENV", "current_gamma", "current_non_tensor_batch", "current_tensor", "gamma_argument"]
 
 REWARD_KEYS_ENV = "RLLM_PLUGINS_VERL_REWARD_KEYS"
 
@@ -33,8 +34,19 @@ _gamma: contextvars.ContextVar[Any] = contextvars.ContextVar("rllm_verl_gamma", 
 
 
 def current_gamma() -> Any:
-    """The ``gamma`` argument ``compute_advantage`` was called with (None outside a call, or when the caller left it out)."""
+    """The ``gamma`` argument ``compute_advantage`` (or v1's ``compute_advantage_for_multi_trajectories``) was called with;
+    None outside a call, or when the caller left it out."""
     return _gamma.get()
+
+
+@contextlib.contextmanager
+def gamma_argument(gamma: Any) -> Iterator[None]:
+    """Make ``gamma`` (the argument verl gives only to ``gae``) what :func:`current_gamma` returns for the duration of a call."""
+    token = _gamma.set(gamma)
+    try:
+        yield
+    finally:
+        _gamma.reset(token)
 
 
 def current_non_tensor_batch(index: Any) -> dict[str, Any] | None:
@@ -68,12 +80,12 @@ def extend(original: Callable[..., Any]) -> Callable[..., Any]:
             gamma = signature.bind(data, *args, **kwargs).arguments.get("gamma")
         except TypeError:  # verl's own function will say what is wrong with the call
             gamma = None
-        token, gamma_token = _batch.set(data), _gamma.set(gamma)
+        token = _batch.set(data)
         try:
-            return original(data, *args, **kwargs)
+            with gamma_argument(gamma):
+                return original(data, *args, **kwargs)
         finally:
             _batch.reset(token)
-            _gamma.reset(gamma_token)
 
     return compute_advantage
 

@@ -6,8 +6,8 @@ anchors: the ``responses`` token ids of the environment segment before a turn, t
 first). Rows are grouped by ``uid``; the outcome of a row is its total reward. Every model token of
 turn k gets that turn's advantage, every other token 0. A row without model tokens (``response_mask``
 all 0, as the rows verl's v1 ``_balance_batch`` pads a batch with) has no turn: it gets 0 and stays out
-of every statistic. ``gamma``: ``algorithm.rllm_estimator_kwargs.gamma``, else the ``gamma`` verl's
-``compute_advantage`` was called with, else ``algorithm.gamma`` (:func:`resolve_gamma`).
+of every statistic. ``gamma``: ``algorithm.rllm_estimator_kwargs.gamma``, else ``algorithm.gamma``, else the
+``gamma`` verl's ``compute_advantage`` was called with (:func:`resolve_gamma`).
 
 verl passes estimators no ``responses``: on the legacy trainer they are read from the DataProto that
 ``compute_advantage`` is processing (the ``reward_keys`` extension makes it visible); on the v1 trainer,
@@ -44,12 +44,11 @@ ANCHOR_STATES_KEY = "anchor_states"  # non_tensor_batch[ANCHOR_STATES_KEY]: per 
 @dataclass(frozen=True)
 class StepSources:
     """Where a step-level estimator's token ids come from: ``responses`` (B, T), ``anchor_states`` (B,) rows of states
-    (overrides ``responses``), ``prompts`` (B rows of prompt ids, for sessions), and ``origin`` (said in errors)."""
+    (overrides ``responses``), ``prompts`` (B rows of prompt ids, for sessions)."""
 
     responses: torch.Tensor | None = None
     anchor_states: Any = None
     prompts: Any = None
-    origin: str = "the DataProto"
 
 
 def step_sources(index: np.ndarray, length: int, where: str, responses: Any = None, non_tensor_batch: Any = None, prompts: Any = None) -> StepSources:
@@ -74,19 +73,20 @@ def step_sources(index: np.ndarray, length: int, where: str, responses: Any = No
     if any(given):
         override = np.empty(len(given), dtype=object)
         override[:] = [extra[ANCHOR_STATES_KEY] for extra in rows.extra_fields]
-    return StepSources(padded, override, rows.prompts, "TransferQueue (verl's v1 batch)")
+    return StepSources(padded, override, rows.prompts)
 
 
 def resolve_gamma(options: dict[str, Any], config: Any) -> tuple[Any, str]:
-    """The discount and where it came from: ``rllm_estimator_kwargs.gamma``, the ``gamma`` argument of verl's
-    ``compute_advantage`` (when it was passed), ``algorithm.gamma``, else the estimator's default (None)."""
+    """The discount and where it came from: ``rllm_estimator_kwargs.gamma``, else ``algorithm.gamma``, else the ``gamma``
+    argument verl's ``compute_advantage`` was called with (verl's trainers pass ``algorithm.gamma``), else the estimator's
+    default (None)."""
     if "gamma" in options:
         return options["gamma"], "algorithm.rllm_estimator_kwargs.gamma"
-    passed = current_gamma()
-    if passed is not None:
-        return passed, "the gamma argument of compute_advantage (algorithm.gamma in verl's trainers)"
     if config is not None and config.get("gamma", None) is not None:
         return config.get("gamma"), "algorithm.gamma"
+    passed = current_gamma()
+    if passed is not None:
+        return passed, "the gamma argument of compute_advantage"
     return None, "the estimator's default"
 
 
@@ -227,7 +227,7 @@ def compute_rllm_step_advantage(
     if estimator.spec.needs_anchors:
         states = _anchor_states(where, index, turns, sources.responses, sources.anchor_states)
         if sources.anchor_states is None:
-            _anchor_later_outputs(where, index, turns, episodes, sources, states)
+            _anchor_outputs_at_their_prompts(where, index, turns, episodes, sources, states)
         group_of_row = np.empty(index.size, dtype=np.int64)
         episode_sizes = np.diff(episodes.row_offsets)
         group_of_row[rows] = np.repeat(np.repeat(np.arange(episodes.traj_offsets.size - 1), np.diff(episodes.traj_offsets)), episode_sizes)
@@ -266,7 +266,7 @@ def compute_rllm_step_advantage(
     return torch.from_numpy(spread).to(device=token_level_rewards.device, dtype=dtype)
 
 
-def _anchor_later_outputs(where: str, index: np.ndarray, turns: Turns, episodes: Episodes, sources: StepSources, states: list[Hashable]) -> None:
+def _anchor_outputs_at_their_prompts(where: str, index: np.ndarray, turns: Turns, episodes: Episodes, sources: StepSources, states: list[Hashable]) -> None:
     """In a batch of sessions with several outputs, anchor each output's first turn at its own prompt ids (in place).
 
     The row rule gives every row's first turn the task prompt's state; a session's later output starts from
