@@ -35,6 +35,7 @@ class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
     PRPO = "prpo"
     RLOO = "rloo"
     ECHO = "echo"
+    PKPO = "pkpo"  # rLLM PR #743
     OTHER = "other"
 
     @classmethod
