@@ -36,6 +36,7 @@ class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
     RLOO = "rloo"
     ECHO = "echo"
     PKPO = "pkpo"  # rLLM PR #743
+    MINUS_LENGTH_WEIGHTED_MEAN = "minus_length_weighted_mean"  # rLLM PR #757
     OTHER = "other"
 
     @classmethod

@@ -1,4 +1,5 @@
-"""``rllm_pkpo`` (rLLM PR #743) through verl's own ``compute_advantage``, and ``k`` checked against ``rollout.n``."""
+"""rLLM's open-PR estimators through verl's own ``compute_advantage``: ``rllm_pkpo`` (PR #743, ``k`` checked against
+``rollout.n``) and ``rllm_minus_length_weighted_mean`` (PR #757, outcome mode)."""
 
 from __future__ import annotations
 
@@ -48,3 +49,13 @@ def test_k_is_checked_against_the_rollout_group_size():
     assert good.ok, good
     same = verl_check(["algorithm.adv_estimator=rllm_pkpo", "+algorithm.rllm_estimator_kwargs.k=8", "actor_rollout_ref.rollout.n=8"])
     assert not same.ok and "estimator 'pkpo': k=8 is not below the group size 8" in same.errors[0]
+
+
+def test_rllm_minus_length_weighted_mean_uses_one_baseline_per_batch_weighted_by_the_mask(ref, algorithm_config):
+    data = ref.make_batch(REWARDS, LENGTHS, UIDS)
+    out = compute_advantage(data, adv_estimator="rllm_minus_length_weighted_mean", config=algorithm_config(adv_estimator="rllm_minus_length_weighted_mean"))
+    mask = data.batch["response_mask"]
+    tokens = sum(LENGTHS)
+    baseline = sum(r * n for r, n in zip(REWARDS, LENGTHS, strict=True)) / tokens
+    expected = ref.broadcast(np.array([r - baseline for r in REWARDS]), mask)
+    np.testing.assert_allclose(out.batch["advantages"].numpy(), expected, rtol=1e-6, atol=1e-6)

@@ -1,4 +1,5 @@
-"""``pkpo`` (rLLM PR #743) by name in TRL: a real ``RLLMGRPOTrainer`` step, and the config-time check of ``k``."""
+"""rLLM's open-PR estimators by name in TRL: ``pkpo`` (PR #743) in a real ``RLLMGRPOTrainer`` step, with the config-time
+check of ``k``, and ``minus_length_weighted_mean`` (PR #757, outcome mode) on gathered rewards."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from rllm_trl import RLLMGRPOConfig
+import torch
+from rllm_trl import RLLMGRPOConfig, compute_advantages, prepare_batch
 
 BASE = {"output_dir": "unused", "use_cpu": True, "bf16": False}
 REWARDS = [0.0, None, 1.0, 0.5, 1.0, 0.0, 0.0, 2.0]  # groups of 4; row 1 unscorable, so group 0 keeps three rows
@@ -50,3 +52,13 @@ def test_k_not_below_num_generations_is_refused_when_the_config_is_built():
         RLLMGRPOConfig(**BASE, adv_estimator="pkpo", adv_estimator_kwargs={"k": 8}, num_generations=8)
     with pytest.raises(ValueError, match=r"estimator 'pkpo': k must be at least 1, got 0"):
         RLLMGRPOConfig(**BASE, adv_estimator="pkpo", adv_estimator_kwargs={"k": 0}, num_generations=8)
+
+
+def test_minus_length_weighted_mean_has_one_baseline_for_the_gathered_batch_weighted_by_completion_length():
+    rewards = torch.tensor([[1.0], [0.0], [0.5], [2.0], [1.0], [float("nan")], [0.0], [3.0]])
+    lengths = torch.tensor([3, 1, 4, 2, 5, 7, 1, 2])
+    advantages = compute_advantages(prepare_batch(rewards, torch.tensor([1.0]), 4, lengths=lengths), "minus_length_weighted_mean")
+    scorable = [i for i in range(8) if i != 5]  # row 5 is unscorable: out of the baseline, advantage 0
+    baseline = sum(float(rewards[i, 0]) * int(lengths[i]) for i in scorable) / sum(int(lengths[i]) for i in scorable)
+    expected = [0.0 if i == 5 else float(rewards[i, 0]) - baseline for i in range(8)]
+    np.testing.assert_allclose(advantages, expected, rtol=0, atol=1e-6)
