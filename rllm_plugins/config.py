@@ -238,8 +238,9 @@ class AlgorithmConfig:
           both are set; verl's ``algorithm.norm_adv_by_std_in_grpo`` is the fallback).
 
         The algorithm node may also hold ``estimator_map``, ``estimator_kwargs``, ``multi_objective_aggregation``
-        and ``reward_weights``; a key of it that
-        ``AlgorithmConfig`` does not know raises ``ValueError`` (with the closest known key).
+        and ``reward_weights``. A key of it that ``AlgorithmConfig`` does not know is rLLM's trainer's: kept in
+        ``trainer_fields`` and said once; a near miss of a key the estimator reads raises ``ValueError`` with the
+        closest one (:mod:`rllm_plugins.trainer_fields`).
         """
         whole = _get(config, "rllm", plain=False) is not None or _is_mapping(_get(config, "algorithm", plain=False))
         node = _get(config, "rllm.algorithm") if whole else config

@@ -117,3 +117,35 @@ def test_k_not_below_the_configured_group_size_is_refused_at_config_time():
         check_group_size(spec, {"k": 4}, 4)
     with pytest.raises(ValueError, match="k=9 is not below the group size 8"):
         check_group_size(spec, {"k": 9}, 8)
+
+
+# the worked example of docs/semantics.md: g0 = [1, 0, 0.5, 0], g1 = [1, 0], g2 = [1], response lengths 4, 2, 3, 1, 1, 3, 2
+WORKED = [np.array([1.0, 0.0, 0.5, 0.0]), np.array([1.0, 0.0]), np.array([1.0])]
+WORKED_LENGTHS = np.array([4.0, 2.0, 3.0, 1.0, 1.0, 3.0, 2.0])
+
+
+def semantics_row(label: str) -> list[float]:
+    from pathlib import Path
+
+    page = (Path(__file__).parents[2] / "docs" / "semantics.md").read_text()
+    section = page.split("## The worked example", 1)[1].split("\n## ", 1)[0]
+    (line,) = [line for line in section.splitlines() if line.startswith(f"| {label} |")]
+    return [float(cell) for cell in line.strip("|").split("|")[1:]]
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_the_worked_example_rows_of_the_semantics_page(k):
+    advantages, _ = calculate_pkpo_advantages(WORKED, k=k)
+    assert semantics_row(f"`pkpo` (`k = {k}`)") == [round(float(a), 4) for a in np.concatenate(advantages)]
+    exact = [a for g in WORKED for a in by_subsets([Fraction(float(r)) for r in g], k)]
+    assert semantics_row(f"`pkpo` (`k = {k}`)") == pytest.approx([float(a) for a in exact], abs=5.1e-5)
+
+
+def test_the_worked_example_row_of_minus_length_weighted_mean():
+    from rllm_plugins.estimators import calculate_minus_length_weighted_mean_advantages
+
+    rewards = [float(r) for g in WORKED for r in g]
+    baseline = sum(r * n for r, n in zip(rewards, WORKED_LENGTHS.tolist(), strict=True)) / float(WORKED_LENGTHS.sum())  # 8.5 / 16
+    assert semantics_row("`minus_length_weighted_mean`") == pytest.approx([r - baseline for r in rewards], abs=5.1e-5)
+    advantages, _ = calculate_minus_length_weighted_mean_advantages(WORKED, lengths=WORKED_LENGTHS)
+    assert semantics_row("`minus_length_weighted_mean`") == [round(float(a), 4) for a in np.concatenate(advantages)]
