@@ -70,14 +70,15 @@ def _credit_weights(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _pkpo_rows(rows: np.ndarray, k: int) -> np.ndarray:
     """PKPO advantages of ``rows`` ``(G, n)``, every group of size ``n``, ``1 <= k <= n``."""
-    n = rows.shape[1]
-    order = np.argsort(rows, axis=1, kind="stable")
+    g, n = rows.shape
+    order = np.argsort(rows, axis=1)  # any order of ties: tied rewards get the same credit
     ordered = np.take_along_axis(rows, order, axis=1)
     own, shared = _credit_weights(n, k)
-    later = np.cumsum((ordered * shared)[:, ::-1], axis=1)[:, ::-1]  # sum over q >= p
-    later = np.concatenate([later[:, 1:], np.zeros((rows.shape[0], 1))], axis=1)  # q > p
-    credit = np.empty_like(ordered)
-    np.put_along_axis(credit, order, own * ordered + later, axis=1)
+    upto = np.cumsum(ordered * shared, axis=1)
+    credit_sorted = own * ordered + (upto[:, -1:] - upto)  # + sum over q > p
+    credit = np.empty(g * n)
+    credit[(order + np.arange(0, g * n, n)[:, None]).ravel()] = credit_sorted.ravel()
+    credit = credit.reshape(g, n)
     return credit - credit.mean(axis=1, keepdims=True)
 
 
@@ -88,6 +89,9 @@ def pkpo(values: np.ndarray, offsets: np.ndarray, /, *, k: int | None = None, al
         k = getattr(algorithm_config, "pass_at_k", None) or 1
     k = _check_k(k)
     values = np.asarray(values, dtype=np.float64)
+    size = layout.uniform_size
+    if size is not None:  # equal groups: one (G, n) block, no gather
+        return _pkpo_rows(values.reshape(-1, size), min(k, size)).reshape(-1) if size > 1 else np.zeros_like(values)
     out = np.zeros_like(values)
     starts = np.asarray(offsets[:-1], dtype=np.int64)
     for size in np.unique(layout.sizes).tolist():
