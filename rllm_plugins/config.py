@@ -290,7 +290,7 @@ _ICEPOP_KEYS = ("icepop_mode", "icepop_alpha", "icepop_beta")  # rLLM terminal-r
 
 
 def _read_algorithm_node(node: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """AlgorithmConfig keyword arguments from rLLM's algorithm node (plain mapping); unknown keys raise."""
+    """AlgorithmConfig keyword arguments from rLLM's algorithm node (plain mapping); unknown keys: :func:`split_trainer_fields`."""
     if not isinstance(node, Mapping):
         raise ValueError(f"{where} must be a mapping, got {type(node).__name__} {node!r}")
     trainer_fields = split_trainer_fields(node, [*_NODE_KEYS, "rollout_correction"], where)
