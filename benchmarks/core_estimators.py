@@ -125,6 +125,34 @@ def loop_passk_training(rewards: list[np.ndarray], lengths: list[np.ndarray]) ->
     return out
 
 
+def loop_pkpo(rewards: list[np.ndarray], lengths: list[np.ndarray]) -> list[np.ndarray]:
+    """rLLM PR #743's per-group way: sort, then each sorted position's credit with ``math.comb`` (k = half the group)."""
+    out = []
+    for r in rewards:
+        n, k = len(r), passk_k(len(r))
+        order = np.argsort(r, kind="stable")
+        ordered = r[order]
+        credit = np.empty(n)
+        later = 0.0
+        for p in range(n - 1, -1, -1):
+            credit[p] = (math.comb(p, k - 1) * ordered[p] + later) / math.comb(n, k)
+            later += (math.comb(p - 1, k - 2) if p >= 1 and k >= 2 else 0) * ordered[p]
+        advantages = np.empty(n)
+        advantages[order] = credit - credit.mean()
+        out.append(advantages)
+    return out
+
+
+def loop_minus_length_weighted_mean(rewards: list[np.ndarray], lengths: list[np.ndarray]) -> list[np.ndarray]:
+    """One pooled baseline, summed group by group (rLLM PR #757's way: a pass over the groups, then one over them again)."""
+    weighted = tokens = 0.0
+    for r, n in zip(rewards, lengths, strict=True):
+        weighted += float(np.dot(r, n))
+        tokens += float(n.sum())
+    baseline = weighted / tokens if tokens > 0 else 0.0
+    return [r - baseline for r in rewards]
+
+
 def loop_gpg(rewards: list[np.ndarray], lengths: list[np.ndarray]) -> list[np.ndarray]:
     alpha = sum(len(r) for r in rewards) / max(sum(int(np.count_nonzero(r)) for r in rewards), 1)
     return [alpha * (r - (np.mean(r) if len(r) > 1 else 0.0)) for r in rewards]
@@ -168,13 +196,18 @@ LOOPS: dict[str, Callable[[list[np.ndarray], list[np.ndarray]], list[np.ndarray]
     "dr_grpo": loop_dr_grpo,
     "maxrl": loop_maxrl,
     "passk_training": loop_passk_training,
+    "pkpo": loop_pkpo,
+    "minus_length_weighted_mean": loop_minus_length_weighted_mean,
     "gpg": loop_gpg,
     "verl_grpo": loop_verl_grpo,
     "verl_rloo_vectorized": loop_verl_rloo_vectorized,
     "verl_reinforce_plus_plus_baseline": loop_verl_reinforce_plus_plus_baseline,
 }
 # estimators whose target at the largest size is >= 20x at every group size (>= 50x is kept for the original built-ins)
-LATER_BUILTINS = ("dr_grpo", "maxrl", "passk_training", "gpg", "verl_grpo", "verl_rloo_vectorized", "verl_reinforce_plus_plus_baseline")
+LATER_BUILTINS = (
+    *("dr_grpo", "maxrl", "passk_training", "pkpo", "minus_length_weighted_mean", "gpg"),
+    *("verl_grpo", "verl_rloo_vectorized", "verl_reinforce_plus_plus_baseline"),
+)
 
 PLOTTED = ("grpo", "rloo")
 PLOT_GROUP_SIZE = 8
@@ -185,9 +218,9 @@ TARGET_OVERHEAD_S = 2e-6
 
 def _kwargs(name: str, lengths: np.ndarray, group_size: int) -> dict[str, Any]:
     """The options each estimator is benchmarked with (response lengths where it reads them, pass@k's k)."""
-    if name in ("opo", "verl_reinforce_plus_plus_baseline"):
+    if name in ("opo", "verl_reinforce_plus_plus_baseline", "minus_length_weighted_mean"):
         return {"lengths": lengths}
-    if name == "passk_training":
+    if name in ("passk_training", "pkpo"):
         return {"k": passk_k(group_size)}
     return {}
 

@@ -1,8 +1,10 @@
 """``rLLMAdvantageEstimator`` and ``AlgorithmConfig``: which estimator each role uses, and how.
 
-Both generations of rLLM's configuration are read: the spec-era one (``use_rllm``, a whole-config
-``from_config``) and rLLM main's (``estimator_map`` pairs with a per-role loss, the loss and
-optimiser fields, ``from_config(algorithm_node, stepwise_advantage_mode=..., estimator_map=...)``).
+Every generation of rLLM's configuration is read: the spec-era one (``use_rllm``, a whole-config
+``from_config``), rLLM main's (``estimator_map`` pairs with a per-role loss, the loss and
+optimiser fields, ``from_config(algorithm_node, stepwise_advantage_mode=..., estimator_map=...)``),
+its ``terminal-rl`` branch's (``loss_params``, ``token-sum``) and PR #743's ``pass_at_k``. Keys of
+the algorithm node this version does not know follow :mod:`.trainer_fields`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .names import normalize_name
+from .trainer_fields import split_trainer_fields
 
 __all__ = ["AlgorithmConfig", "RolloutCorrectionConfig", "build_algorithm_config", "refuse_per_role_losses", "rLLMAdvantageEstimator"]
 
@@ -32,6 +35,8 @@ class rLLMAdvantageEstimator(str, Enum):  # noqa: N801 - rLLM's public name
     PRPO = "prpo"
     RLOO = "rloo"
     ECHO = "echo"
+    PKPO = "pkpo"  # rLLM PR #743
+    MINUS_LENGTH_WEIGHTED_MEAN = "minus_length_weighted_mean"  # rLLM PR #757
     OTHER = "other"
 
     @classmethod
@@ -57,7 +62,7 @@ _FLAGS = ("norm_adv_by_std_in_grpo", "use_precomputed_advantage")
 _CHOICES: dict[str, tuple[Any, ...]] = {
     "lr_schedule": ("linear", "cosine", "constant"),
     "mu_source": ("inference", "proximal"),
-    "loss_agg_mode": ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", None),
+    "loss_agg_mode": ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", None),
     "router_replay": ("disabled", "R2", "R3"),
 }
 
@@ -75,11 +80,16 @@ _KNOWN = frozenset(m.value for m in rLLMAdvantageEstimator)
 
 @dataclass
 class RolloutCorrectionConfig:
-    """rLLM main's rollout correction (TIS) settings; stored for rLLM code, not applied by the adapters."""
+    """rLLM main's rollout correction (TIS) settings; stored for rLLM code, not applied by the adapters.
+
+    ``extra`` keeps keys of newer rLLM versions as given (IcePop's ``icepop_mode``, ``icepop_alpha``,
+    ``icepop_beta``): the whole section is the trainer's.
+    """
 
     tis_mode: str | None = None
     bypass_mode: bool | None = None
     tis_cap: float = 5.0
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _split_estimator_map(estimator_map: Mapping[Any, Any], loss_fn_map: Mapping[Any, Any]) -> tuple[dict[str, EstimatorName], dict[str, str]]:
@@ -108,6 +118,8 @@ _MAPPINGS = {
     "estimator_map": "role -> estimator name or (estimator, loss_fn), e.g. {'judge': 'rloo'}",
     "loss_fn_map": "role -> policy loss name",
     "estimator_kwargs": "option name -> value, e.g. {'epsilon': 1e-4}",
+    "loss_params": "loss parameter -> value, e.g. {'env_loss_coef': 0.05}",
+    "trainer_fields": "field name -> value, for rLLM's trainer",
 }
 
 
@@ -131,6 +143,11 @@ class AlgorithmConfig:
     fields (``loss_fn``, ``loss_fn_map``, ``kl_beta``, ``eps_clip``, ...) are stored for rLLM code
     that reads them; the verl and TRL adapters train with their framework's own settings.
     ``use_rllm`` is deprecated (rLLM main): setting it warns, and it changes nothing.
+    ``loss_params`` (rLLM ``terminal-rl``) is kept as given; its ``env_loss_coef`` is ``echo``'s
+    coefficient as well as the older ``env_loss_coef`` field (they must agree when both are set).
+    ``pass_at_k`` (rLLM PR #743) is ``pkpo``'s ``k`` unless ``estimator_kwargs`` gives one.
+    ``trainer_fields`` holds algorithm-node keys this version does not know, for rLLM's trainer
+    (see :mod:`rllm_plugins.trainer_fields`).
     ``stepwise_advantage_mode`` changes no number: an estimator's level decides (outcome-level:
     broadcast; step-level: one advantage per step). ``"per_step"`` with an outcome-level estimator
     warns (``DeprecationWarning``) when advantages are collected.
@@ -161,12 +178,15 @@ class AlgorithmConfig:
     kl_beta: float = 0.0
     eps_clip: float = 0.2
     eps_clip_high: float | None = None
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] | None = None
+    loss_agg_mode: Literal["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean"] | None = None
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     router_replay: Literal["disabled", "R2", "R3"] = "disabled"
     estimator_kwargs: dict[str, Any] = field(default_factory=dict)
     multi_objective_aggregation: Literal["sum_then_normalize", "normalize_then_sum"] = "sum_then_normalize"
     reward_weights: dict[str, float] = field(default_factory=dict)
+    loss_params: dict[str, Any] = field(default_factory=dict)
+    pass_at_k: int | None = None
+    trainer_fields: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.use_rllm is not None:
@@ -182,13 +202,14 @@ class AlgorithmConfig:
         _check_mappings(self)
         self.estimator_map, self.loss_fn_map = _split_estimator_map(self.estimator_map, self.loss_fn_map)
         self.estimator_kwargs = dict(self.estimator_kwargs)
+        self.loss_params, self.trainer_fields = dict(self.loss_params), dict(self.trainer_fields)
+        self.pass_at_k = _check_pass_at_k(self.pass_at_k, self.estimator_kwargs)
         for name, choices in _CHOICES.items():
             if getattr(self, name) not in choices:
                 raise ValueError(f"AlgorithmConfig.{name} must be one of {list(choices)}, got {getattr(self, name)!r}")
         if isinstance(self.rollout_correction, Mapping) or hasattr(self.rollout_correction, "keys"):
             self.rollout_correction = _rollout_correction(self.rollout_correction, default_cap=5.0)
-        if self.env_loss_coef is None:  # rLLM main: 0.05 for its `echo` estimator, else off
-            self.env_loss_coef = 0.05 if normalize_name(self.estimator) == "echo" else 0.0
+        self.env_loss_coef = _env_loss_coef(self.env_loss_coef, self.loss_params, self.estimator)
         from .aggregation import check_aggregation  # aggregation is only needed with several rewards
 
         check_aggregation(self.multi_objective_aggregation, "AlgorithmConfig.multi_objective_aggregation")
@@ -217,8 +238,9 @@ class AlgorithmConfig:
           both are set; verl's ``algorithm.norm_adv_by_std_in_grpo`` is the fallback).
 
         The algorithm node may also hold ``estimator_map``, ``estimator_kwargs``, ``multi_objective_aggregation``
-        and ``reward_weights``; a key of it that
-        ``AlgorithmConfig`` does not know raises ``ValueError`` (with the closest known key).
+        and ``reward_weights``. A key of it that ``AlgorithmConfig`` does not know is rLLM's trainer's: kept in
+        ``trainer_fields`` and said once; a near miss of a key the estimator reads raises ``ValueError`` with the
+        closest one (:mod:`rllm_plugins.trainer_fields`).
         """
         whole = _get(config, "rllm", plain=False) is not None or _is_mapping(_get(config, "algorithm", plain=False))
         node = _get(config, "rllm.algorithm") if whole else config
@@ -260,24 +282,21 @@ _NODE_KEYS: dict[str, tuple[str, Any]] = {
     "estimator_kwargs": ("estimator_kwargs", {}),
     "multi_objective_aggregation": ("multi_objective_aggregation", "sum_then_normalize"),
     "reward_weights": ("reward_weights", {}),
+    "loss_params": ("loss_params", {}),
+    "pass_at_k": ("pass_at_k", None),
 }
 _ROLLOUT_CORRECTION_KEYS = tuple(f.name for f in fields(RolloutCorrectionConfig))
+_ICEPOP_KEYS = ("icepop_mode", "icepop_alpha", "icepop_beta")  # rLLM terminal-rl's IcePop (PR #740): known, kept in `extra`
 
 
 def _read_algorithm_node(node: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """AlgorithmConfig keyword arguments from rLLM's algorithm node (plain mapping); unknown keys raise."""
+    """AlgorithmConfig keyword arguments from rLLM's algorithm node (plain mapping); unknown keys: :func:`split_trainer_fields`."""
     if not isinstance(node, Mapping):
         raise ValueError(f"{where} must be a mapping, got {type(node).__name__} {node!r}")
-    unknown = [k for k in node if k not in _NODE_KEYS and k != "rollout_correction"]
-    if unknown:
-        import difflib  # only on this error path
-
-        known = sorted([*_NODE_KEYS, "rollout_correction"])
-        close = difflib.get_close_matches(str(unknown[0]), known, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"{where}: unknown key(s) {unknown}.{hint} AlgorithmConfig reads: {', '.join(known)}")
+    trainer_fields = split_trainer_fields(node, [*_NODE_KEYS, "rollout_correction"], where)
     values = {name: copy.copy(default) if node.get(key) is None else node[key] for key, (name, default) in _NODE_KEYS.items()}
     values["rollout_correction"] = _rollout_correction(node.get("rollout_correction") or {}, default_cap=2.0, where=f"{where}.rollout_correction")
+    values["trainer_fields"] = trainer_fields
     return values
 
 
@@ -286,11 +305,37 @@ def _rollout_correction(section: Any, *, default_cap: float, where: str = "rollo
     section = _plain(section)
     if not isinstance(section, Mapping):
         raise ValueError(f"{where} must be a mapping of {list(_ROLLOUT_CORRECTION_KEYS)}, got {type(section).__name__} {section!r}")
-    unknown = [k for k in section if k not in _ROLLOUT_CORRECTION_KEYS]
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; known: {list(_ROLLOUT_CORRECTION_KEYS)}")
+    extra = {**_plain(section.get("extra") or {}), **{key: section[key] for key in _ICEPOP_KEYS if key in section}}
+    extra.update(split_trainer_fields(section, (*_ROLLOUT_CORRECTION_KEYS, *_ICEPOP_KEYS), where, estimator_keys=()))
     cap = section.get("tis_cap")
-    return RolloutCorrectionConfig(section.get("tis_mode"), section.get("bypass_mode"), default_cap if cap is None else cap)
+    return RolloutCorrectionConfig(section.get("tis_mode"), section.get("bypass_mode"), default_cap if cap is None else cap, extra)
+
+
+def _check_pass_at_k(pass_at_k: Any, estimator_kwargs: Mapping[str, Any]) -> int | None:
+    """``pass_at_k`` (rLLM PR #743): None or an int >= 1, agreeing with ``estimator_kwargs['k']`` when both are set."""
+    if pass_at_k is None:
+        return None
+    if isinstance(pass_at_k, (bool, np.bool_)) or not isinstance(pass_at_k, numbers.Integral) or pass_at_k < 1:
+        raise ValueError(f"AlgorithmConfig.pass_at_k must be an int >= 1 (the k of pass@k), got {type(pass_at_k).__name__} {pass_at_k!r}")
+    if "k" in estimator_kwargs and estimator_kwargs["k"] != pass_at_k:
+        raise ValueError(f"AlgorithmConfig.pass_at_k={pass_at_k!r} but estimator_kwargs['k']={estimator_kwargs['k']!r}; set k in one place")
+    return int(pass_at_k)
+
+
+def _env_loss_coef(coef: Any, loss_params: Mapping[str, Any], estimator: EstimatorName) -> float:
+    """ECHO's coefficient: ``env_loss_coef`` (rLLM main) or ``loss_params.env_loss_coef`` (``terminal-rl``); 0.05 for ``echo``, else 0."""
+    in_params = loss_params.get("env_loss_coef")
+    if coef is not None and in_params is not None and coef != in_params:
+        raise ValueError(
+            f"AlgorithmConfig.env_loss_coef={coef!r} but loss_params['env_loss_coef']={in_params!r}; "
+            "set it in one place (rLLM's terminal-rl branch reads loss_params.env_loss_coef)"
+        )
+    chosen = coef if coef is not None else in_params
+    if chosen is None:  # rLLM: 0.05 for its `echo` estimator, else off
+        return 0.05 if normalize_name(estimator) == "echo" else 0.0
+    if isinstance(chosen, bool) or not isinstance(chosen, numbers.Real) or not math.isfinite(chosen):
+        raise ValueError(f"ECHO's env_loss_coef must be a finite number, got {type(chosen).__name__} {chosen!r}")
+    return float(chosen)
 
 
 def _read_spec_era(config: Any, node_values: dict[str, Any]) -> dict[str, Any]:

@@ -162,8 +162,8 @@ def get_rllm_adv_estimator(name: Any) -> ListEstimator:
     return get_estimator(name).list_form
 
 
-register_adv_estimator = register_rllm_adv_estimator  # rLLM main's name
-get_adv_estimator = get_rllm_adv_estimator  # rLLM main's name
+register_adv_estimator = register_rllm_adv_estimator  # the short name of rLLM's terminal-rl branch (a5fa9aa1)
+get_adv_estimator = get_rllm_adv_estimator  # the short name of rLLM's terminal-rl branch (a5fa9aa1)
 
 
 def available_estimators() -> list[str]:

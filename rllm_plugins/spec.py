@@ -81,7 +81,8 @@ def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_arg
 
     ``fn(rewards, *spec_args, **kw)`` (the spec's) and ``fn(rewards, algorithm_config, *main_args, **kw)``
     (rLLM main's) both work, positionally or by keyword. ``algorithm_config.norm_adv_by_std_in_grpo``
-    is used unless ``norm_adv_by_std_in_grpo`` is given explicitly (the explicit keyword wins).
+    is used unless ``norm_adv_by_std_in_grpo`` is given explicitly (the explicit keyword wins); a batched
+    form with a named ``algorithm_config`` parameter is handed the config.
     """
     func_name = name or getattr(batched, "__name__", "estimator")
     who = f"estimator {func_name!r}"
@@ -104,6 +105,8 @@ def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_arg
             lengths = _lengths_from_groups(traj_groups)
             if lengths is not None and lengths.size == values.size:
                 kwargs["lengths"] = lengths
+        if config is not None and "algorithm_config" in accepted_keywords(batched)[0]:  # a batched form that reads the config (pkpo)
+            kwargs["algorithm_config"] = config
         advantages = as_advantages(batched(values, offsets, **kwargs), who)
         by_group = GroupLayout.from_offsets(offsets, values.size).split(advantages)
         return by_group, list(by_group)

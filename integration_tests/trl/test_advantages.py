@@ -14,7 +14,8 @@ from rllm_plugins import AlgorithmConfig
 G = 8
 ESTIMATORS = [
     *("grpo", "reinforce", "reinforce_plus_plus_baseline", "rloo", "prpo", "opo", "grpo_passk", "trl_grpo", "trl_grpo_batch", "median_baseline"),
-    *("dr_grpo", "maxrl", "passk_training", "gpg", "verl_grpo", "verl_rloo_vectorized", "verl_reinforce_plus_plus_baseline"),
+    *("dr_grpo", "maxrl", "passk_training", "pkpo", "minus_length_weighted_mean", "gpg", "verl_grpo", "verl_rloo_vectorized"),
+    "verl_reinforce_plus_plus_baseline",
 ]
 
 

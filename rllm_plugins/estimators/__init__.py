@@ -13,8 +13,10 @@ from .gpg import calculate_gpg_advantages, gpg
 from .grpo import calculate_grpo_advantages, grpo
 from .grpo_passk import calculate_grpo_passk_advantages, grpo_passk
 from .maxrl import calculate_maxrl_advantages, maxrl
+from .minus_length_weighted_mean import calculate_minus_length_weighted_mean_advantages, minus_length_weighted_mean
 from .opo import calculate_opo_advantages, opo
 from .passk_training import calculate_passk_training_advantages, check_passk_group_size, passk_training
+from .pkpo import calculate_pkpo_advantages, check_pkpo_group_size, check_pkpo_options, pkpo
 from .prpo import calculate_prpo_advantages, calculate_prpo_std_optional_advantages, prpo, prpo_std_optional
 from .reinforce import calculate_reinforce_advantages, reinforce
 from .reinforce_plus_plus_baseline import calculate_reinforce_plus_plus_baseline_advantages, reinforce_plus_plus_baseline
@@ -41,6 +43,8 @@ BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
     AdvEstimatorSpec("dr_grpo", calculate_dr_grpo_advantages, dr_grpo, options=()),
     AdvEstimatorSpec("maxrl", calculate_maxrl_advantages, maxrl, options=()),
     AdvEstimatorSpec("passk_training", calculate_passk_training_advantages, passk_training, options=(), check_group_size=check_passk_group_size),
+    AdvEstimatorSpec("pkpo", calculate_pkpo_advantages, pkpo, options=(), check_group_size=check_pkpo_group_size, check_options=check_pkpo_options),
+    AdvEstimatorSpec("minus_length_weighted_mean", calculate_minus_length_weighted_mean_advantages, minus_length_weighted_mean, options=()),
     AdvEstimatorSpec("gpg", calculate_gpg_advantages, gpg, options=()),
     AdvEstimatorSpec("verl_grpo", calculate_verl_grpo_advantages, verl_grpo, options=()),
     AdvEstimatorSpec("verl_rloo_vectorized", calculate_verl_rloo_vectorized_advantages, verl_rloo_vectorized, options=()),
@@ -72,8 +76,10 @@ __all__ = [
     "calculate_grpo_advantages",
     "calculate_grpo_passk_advantages",
     "calculate_maxrl_advantages",
+    "calculate_minus_length_weighted_mean_advantages",
     "calculate_opo_advantages",
     "calculate_passk_training_advantages",
+    "calculate_pkpo_advantages",
     "calculate_prpo_advantages",
     "calculate_prpo_std_optional_advantages",
     "calculate_reinforce_advantages",

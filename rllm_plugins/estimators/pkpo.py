@@ -1,0 +1,105 @@
+"""PKPO, Pass@K Policy Optimization (Walder & Karkhanis, 2025, https://arxiv.org/abs/2505.15201), as rLLM PR #743 adds it.
+
+Each of a group's ``n`` trajectories is credited with the max reward of every ``k``-subset that
+contains it, summed and divided by the number of ``k``-subsets ``C(n, k)`` (the unbiased estimator of
+the max@k / pass@k gradient), and the credits are centred on their group mean::
+
+    s_i = (1 / C(n, k)) * sum over k-subsets S with i in S of max_{j in S} r_j
+    A_i = s_i - mean_g(s)
+
+With the rewards sorted ascending (``g_0 <= ... <= g_{n-1}``), the trajectory at sorted position ``p``
+is the max of ``C(p, k-1)`` of its subsets and shares the ``C(q-1, k-2)`` subsets whose max is
+``g_q`` for each ``q > p``, so ``s_p = (C(p, k-1) g_p + sum_{q>p} C(q-1, k-2) g_q) / C(n, k)``: exact for
+ties, which have equal credit. ``k = 1`` gives ``(r_i - mean_g) / n``; 0/1 rewards give a success
+``k/n`` (PR #743's example: ``n = 4``, two successes, ``k = 2`` gives ``+-1/12``). Rewards are used as
+they are (max@k), not thresholded. No std: ``norm_adv_by_std_in_grpo`` does not apply.
+
+``k`` is the option ``k``, else ``AlgorithmConfig.pass_at_k`` (rLLM's field), else 1. As in the PR, ``k``
+is clamped to the group size (``k >= n`` gives every credit the group max, so 0), and a group of one
+gets 0; ``k`` below 1 or not an int is a ``ValueError``, and :func:`check_pkpo_group_size` refuses
+``k >= group size`` at config time.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..segments import GroupLayout
+from ..spec import list_form_of
+
+__all__ = ["calculate_pkpo_advantages", "check_pkpo_group_size", "check_pkpo_options", "pkpo"]
+
+
+def _check_k(k: object) -> int:
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Integral):
+        raise ValueError(f"estimator 'pkpo': k must be an int (the k of pass@k), got {type(k).__name__} {k!r}")
+    if k < 1:
+        raise ValueError(f"estimator 'pkpo': k must be at least 1, got {k}")
+    return int(k)
+
+
+def check_pkpo_options(options: Mapping[str, Any]) -> None:
+    """Option ``k``, when given: an int >= 1."""
+    if options.get("k") is not None:
+        _check_k(options["k"])
+
+
+def check_pkpo_group_size(options: Mapping[str, Any], group_size: int) -> int:
+    """Config-time check: option ``k`` (default 1) below the configured group size, where it gives a signal."""
+    k = _check_k(1 if options.get("k") is None else options["k"])
+    if k >= group_size > 1:
+        raise ValueError(
+            f"estimator 'pkpo': k={k} is not below the group size {group_size} (trajectories per prompt): every "
+            f"trajectory would get the group's max as credit, so advantage 0; choose k < {group_size} or sample more per prompt"
+        )
+    return k
+
+
+def _credit_weights(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``C(p, k-1) / C(n, k)`` and ``C(p-1, k-2) / C(n, k)`` for sorted positions ``p < n`` (exact integers, one rounding)."""
+    total = math.comb(n, k)
+    own = np.array([math.comb(p, k - 1) / total for p in range(n)])
+    shared = np.array([math.comb(p - 1, k - 2) / total if p >= 1 and k >= 2 else 0.0 for p in range(n)])
+    return own, shared
+
+
+def _pkpo_rows(rows: np.ndarray, k: int) -> np.ndarray:
+    """PKPO advantages of ``rows`` ``(G, n)``, every group of size ``n``, ``1 <= k <= n``."""
+    g, n = rows.shape
+    order = np.argsort(rows, axis=1)  # any order of ties: tied rewards get the same credit
+    ordered = np.take_along_axis(rows, order, axis=1)
+    own, shared = _credit_weights(n, k)
+    upto = np.cumsum(ordered * shared, axis=1)
+    credit_sorted = own * ordered + (upto[:, -1:] - upto)  # + sum over q > p
+    credit = np.empty(g * n)
+    credit[(order + np.arange(0, g * n, n)[:, None]).ravel()] = credit_sorted.ravel()
+    credit = credit.reshape(g, n)
+    return credit - credit.mean(axis=1, keepdims=True)
+
+
+def pkpo(values: np.ndarray, offsets: np.ndarray, /, *, k: int | None = None, algorithm_config: Any = None, **_: Any) -> np.ndarray:
+    """PKPO (option k, else ``algorithm_config.pass_at_k``, else 1): mean-centred pass@k credit per group."""
+    layout = GroupLayout.from_offsets(offsets, len(values))
+    if k is None:
+        k = getattr(algorithm_config, "pass_at_k", None) or 1
+    k = _check_k(k)
+    values = np.asarray(values, dtype=np.float64)
+    size = layout.uniform_size
+    if size is not None:  # equal groups: one (G, n) block, no gather
+        return _pkpo_rows(values.reshape(-1, size), min(k, size)).reshape(-1) if size > 1 else np.zeros_like(values)
+    out = np.zeros_like(values)
+    starts = np.asarray(offsets[:-1], dtype=np.int64)
+    for size in np.unique(layout.sizes).tolist():
+        if size <= 1:
+            continue  # a group of one: 0
+        rows = starts[layout.sizes == size][:, None] + np.arange(size)
+        out[rows] = _pkpo_rows(values[rows], min(k, size))
+    return out
+
+
+calculate_pkpo_advantages = list_form_of(pkpo, "calculate_pkpo_advantages")
