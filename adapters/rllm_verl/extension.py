@@ -1,9 +1,9 @@
 """Guarded extension of one verl function where verl offers no hook.
 
-An :class:`Extension` names a function (``module.attribute``), the exact signature it was written
+An :class:`Extension` names a function (``module.attribute``; ``attribute`` may be ``Class.method``), the exact signature it was written
 for, the modules that bound the name by ``from module import attribute``, an opt-out environment
 variable (``RLLM_PLUGINS_VERL_<NAME>``), and ``make(original) -> replacement``. The extensions:
-``multi_trajectories.SESSIONS`` and ``reward_keys.REWARD_KEYS``, installed by ``verl_plugin``. :func:`install` applies it:
+``multi_trajectories.SESSIONS``, ``reward_keys.REWARD_KEYS`` and ``estimator_state.CHECKPOINTS``, installed by ``verl_plugin``. :func:`install` applies it:
 
 - lazily: if the module is not imported yet, a finder on ``sys.meta_path`` applies it right after
   the module first executes (so ``import verl`` stays as cheap as before, and a later
@@ -90,11 +90,21 @@ def _signature_mismatch(extension: Extension, fn: Any) -> str | None:
     return None
 
 
+def _owner_of(module: ModuleType, attribute: str) -> tuple[Any, str]:
+    """The object holding ``attribute`` (the module, or its class for ``Class.method``; None if absent) and the last name."""
+    *path, name = attribute.split(".")
+    owner: Any = module
+    for part in path:
+        owner = getattr(owner, part, None)
+    return owner, name
+
+
 def _apply(extension: Extension, module: ModuleType) -> None:
     """Replace ``module.attribute`` (and the names bound to it in ``bound_in``) by the extension, if it fits."""
     with _lock:
         try:
-            original = getattr(module, extension.attribute, None)
+            owner, name = _owner_of(module, extension.attribute)
+            original = None if owner is None else getattr(owner, name, None)
             if original is None:
                 _status[extension.name] = "not applied: verl has no such function"
                 _warn_once(extension, f"{extension.module} has no {extension.attribute!r}")
@@ -110,7 +120,7 @@ def _apply(extension: Extension, module: ModuleType) -> None:
                 replacement = extension.make(original)
                 replacement.rllm_extension = extension.name  # type: ignore[attr-defined]
                 replacement.__wrapped__ = original  # type: ignore[attr-defined]
-                setattr(module, extension.attribute, replacement)
+                setattr(owner, name, replacement)
             wrapped = replacement.__wrapped__
             for name in extension.bound_in:
                 other = sys.modules.get(name)
