@@ -110,3 +110,24 @@ def test_key_by_task_keys_the_baseline_by_prompt(make_trainer, tmp_path):
     trainer.train()
     (state,) = trainer.estimator_state.state_dict()["estimators"]["rae"].values()
     assert sorted(state["task_baselines"]) == ["1+1=", "2+3="]
+
+
+def test_the_docs_trl_snippet_builds_its_config(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from rllm_trl import RLLMGRPOConfig
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "running_baselines.md").read_text()
+    code = doc.split("## In TRL", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    namespace = {"RLLMGRPOConfig": RLLMGRPOConfig}
+    exec(compile(code.replace("RLLMGRPOConfig(", "RLLMGRPOConfig(use_cpu=True, per_device_train_batch_size=2, "), "docs", "exec"), namespace)
+    args = namespace["args"]
+    assert (args.adv_estimator, args.adv_estimator_kwargs, args.num_generations) == ("rae", {"decay": 0.95}, 2)
+
+
+def test_normalize_then_sum_and_bad_options_are_refused_when_the_trainer_is_built(make_trainer):
+    with pytest.raises(ValueError, match=r"stateful.*normalize_then_sum"):
+        make_trainer(adv_estimator="rae", multi_objective_aggregation="normalize_then_sum")
+    with pytest.raises(ValueError, match="0 <= decay < 1"):
+        make_trainer(adv_estimator="rae", adv_estimator_kwargs={"decay": 1.5})

@@ -205,3 +205,19 @@ def test_the_opt_out_env_var_leaves_verl_untouched():
     assert done.returncode == 0, done.stderr[-2000:]
     wrapped, status = json.loads(done.stdout.splitlines()[-1])
     assert not wrapped and status == f"off ({ENV}=0)"
+
+
+def test_the_docs_verl_command_checks_ok_and_verl_check_names_the_state_file():
+    from pathlib import Path
+
+    from rllm_verl.check import verl_check
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "running_baselines.md").read_text()
+    command = doc.split("## In verl", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    overrides = [word for word in command.split() if "=" in word]
+    assert overrides == ["algorithm.adv_estimator=rllm_rae", "+algorithm.rllm_estimator_kwargs.decay=0.95"]
+    report = verl_check(overrides)
+    assert report.ok, str(report)
+    assert f"global_step_<N>/{STATE_FILE}" in str(report) and report.estimator_state.startswith("active")
+    bad = verl_check(["algorithm.adv_estimator=rllm_rae", "+algorithm.rllm_estimator_kwargs.key_by=task"])
+    assert not bad.ok and "key_by='task'" in str(bad)
