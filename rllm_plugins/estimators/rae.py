@@ -28,6 +28,7 @@ import numpy as np
 
 KEY_BY = ("role", "task")
 _SCALE_LIMIT = 200.0 * math.log(10.0)  # d^(-q) stays below 1e200 within a chunk
+_MAX_CHUNK = 1024  # trajectories of one key per chunk (the padding of a grid is at most one chunk per key)
 
 
 def check_rae_options(options: Mapping[str, Any]) -> None:
@@ -46,47 +47,87 @@ def ema_scan(values: np.ndarray, codes: np.ndarray, initial: np.ndarray, decay: 
     ``values`` float64 ``(N,)`` rewards in scan order, ``codes`` int64 ``(N,)`` key of each row in
     ``[0, K)``, ``initial`` float64 ``(K,)`` baselines before the scan. Returns ``before`` ``(N,)``
     (the baseline row i reads) and ``final`` ``(K,)`` (after every row updated its key's).
+
+    Keys are processed in classes of similar length (within 2x), each as a ``(keys, chunks, C)`` grid:
+    a cumulative sum along the chunk, then the carry from chunk to chunk (a loop over chunks, at most N / C).
     """
     n, k = values.size, initial.size
     before = np.empty(n, dtype=np.float64)
     final = np.array(initial, dtype=np.float64)
     if n == 0:
         return before, final
-    order = np.argsort(codes, kind="stable")
-    sorted_codes = codes[order]
+    grouped = bool(np.all(codes[1:] >= codes[:-1]))  # rows of a key already contiguous (one key, say): no sort
+    order = None if grouped else np.argsort(codes, kind="stable")
     counts = np.bincount(codes, minlength=k)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    position = np.arange(n) - starts[sorted_codes]  # index of each (sorted) row within its key
-    r = values[order]
+    r = values if order is None else values[order]
+    out = before if order is None else np.empty(n)
+    present = np.flatnonzero(counts)
+    last = starts[present] + counts[present] - 1
     if decay == 0.0:  # b = the key's previous reward
-        previous = np.empty(n)
-        previous[1:] = r[:-1]
-        first = position == 0
-        previous[first] = initial[sorted_codes[first]]
-        before[order] = previous
-        present = counts > 0
-        final[present] = r[starts[present] + counts[present] - 1]
-        return before, final
-    chunk = max(1, int(_SCALE_LIMIT / -math.log(decay)))
-    out = np.empty(n)
-    rounds = int(counts.max() + chunk - 1) // chunk
-    for c in range(rounds):
-        rows = np.flatnonzero((position >= c * chunk) & (position < (c + 1) * chunk))
-        keys, row_key = np.unique(sorted_codes[rows], return_inverse=True)
-        q = position[rows] - c * chunk
-        width = int(q.max()) + 1
-        scaled = np.zeros((keys.size, width))
-        scaled[row_key, q] = r[rows] * decay ** (-q.astype(np.float64))
-        exclusive = np.zeros_like(scaled)
-        np.cumsum(scaled[:, :-1], axis=1, out=exclusive[:, 1:])  # sum_{j<q} r_j d^(-j), no cancellation
-        b_in = final[keys]
-        qf = q.astype(np.float64)
-        out[rows] = decay**qf * b_in[row_key] + np.where(q > 0, (1.0 - decay) * decay ** (qf - 1.0) * exclusive[row_key, q], 0.0)
-        last = np.zeros(keys.size, dtype=np.int64)
-        np.maximum.at(last, row_key, np.arange(rows.size))
-        final[keys] = decay * out[rows[last]] + (1.0 - decay) * r[rows[last]]
-    before[order] = out
+        out[1:] = r[:-1]
+        out[starts[present]] = initial[present]
+    else:
+        _scan_by_length_class(r, counts, starts, present, final, decay, out)
+    if order is not None:
+        before[order] = out
+    final[present] = decay * out[last] + (1.0 - decay) * r[last]
     return before, final
+
+
+def _scan_by_length_class(
+    r: np.ndarray, counts: np.ndarray, starts: np.ndarray, present: np.ndarray, initial: np.ndarray, decay: float, out: np.ndarray
+) -> None:
+    """``out[rows of key]`` = the baselines read, for rows grouped by key (``r`` in that order); ``initial`` per key, read only."""
+    chunk = max(1, min(_MAX_CHUNK, int(_SCALE_LIMIT / -math.log(decay))))
+    grow = decay ** -np.arange(chunk, dtype=np.float64)  # d^-q, at most 1e200
+    shrink = decay ** np.arange(chunk + 1, dtype=np.float64)  # d^q
+    length_class = np.ceil(np.log2(counts[present])).astype(np.int64)
+    for value in np.unique(length_class):
+        keys = present[length_class == value]
+        sizes = counts[keys]
+        chunks = int(sizes.max() - 1) // chunk + 1
+        width = chunk if chunks > 1 else int(sizes.max())
+        if keys.size == 1:  # one key (the role): its rows are one slice, the grid a reshape of them
+            start, size = int(starts[keys[0]]), int(sizes[0])
+            out[start : start + size] = _scan_one_key(r[start : start + size], float(initial[keys[0]]), decay, chunks, width, grow, shrink)
+            continue
+        key_of_row = np.repeat(np.arange(keys.size), sizes)
+        position = np.arange(key_of_row.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        rows = np.repeat(starts[keys], sizes) + position
+        q = position % chunk
+        cell = key_of_row * (chunks * width) + position  # flat index into the (keys, chunks, width) grid
+        grid = np.zeros((keys.size, chunks, width))
+        grid.reshape(-1)[cell] = r[rows] * grow[q]
+        inclusive = np.cumsum(grid, axis=2)  # sum_{j<=q} r_j d^-j within each chunk
+        carry = np.empty((keys.size, chunks))
+        b = initial[keys]
+        for i in range(chunks):  # chunks before a key's last are full
+            carry[:, i] = b
+            b = shrink[width] * b + (1.0 - decay) * shrink[width - 1] * inclusive[:, i, -1]
+        previous = np.maximum(q - 1, 0)
+        exclusive = np.where(q > 0, inclusive.reshape(-1)[cell - (q > 0)], 0.0)
+        out[rows] = shrink[q] * carry.reshape(-1)[key_of_row * chunks + position // chunk] + (1.0 - decay) * shrink[previous] * exclusive
+
+
+def _scan_one_key(r: np.ndarray, b0: float, decay: float, chunks: int, width: int, grow: np.ndarray, shrink: np.ndarray) -> np.ndarray:
+    """The baselines read by the rows ``r`` (N,) of one key starting from ``b0``: the grid is ``r`` padded and reshaped."""
+    grid = np.zeros(chunks * width)
+    grid[: r.size] = r
+    grid = grid.reshape(chunks, width)
+    grid *= grow[:width]
+    np.cumsum(grid, axis=1, out=grid)  # sum_{j<=q} r_j d^-j within each chunk
+    carry = np.empty(chunks)
+    b = b0
+    for i in range(chunks):
+        carry[i] = b
+        b = shrink[width] * b + (1.0 - decay) * shrink[width - 1] * grid[i, -1]
+    out = np.empty((chunks, width))
+    out[:, 1:] = grid[:, :-1]  # exclusive sums
+    out[:, 1:] *= (1.0 - decay) * shrink[: width - 1]
+    out[:, 0] = 0.0
+    out += shrink[:width] * carry[:, None]
+    return out.reshape(-1)[: r.size]
 
 
 def rae(
@@ -114,17 +155,23 @@ def rae(
             f"rae: key_by='task' needs a stable task id per trajectory (task_ids), got {got}; the core takes it from "
             "TrajectoryGroup.group_id ('<task>:<role>'), TRL from the prompt. verl's estimator path has none (uid is new every step): use key_by='role'"
         )
-    ids = [str(t) if isinstance(t, str) else None for t in task_ids]
-    if None in ids:
-        i = ids.index(None)
-        raise ValueError(f"rae: key_by='task': trajectory {i} has task id {task_ids[i]!r} ({type(task_ids[i]).__name__}); task ids must be non-empty str")
-    if "" in ids:
-        raise ValueError(f"rae: key_by='task': trajectory {ids.index('')} has an empty task id; give every group a group_id '<task>:<role>'")
+    code_of: dict[Any, int] = {}
+    try:  # one dict lookup per trajectory: the only per-row Python work
+        codes = np.array([code_of.setdefault(t, len(code_of)) for t in task_ids], dtype=np.int64)
+    except TypeError:
+        i = next(i for i, t in enumerate(task_ids) if not isinstance(t, str))
+        raise ValueError(
+            f"rae: key_by='task': trajectory {i} has task id {task_ids[i]!r} ({type(task_ids[i]).__name__}); task ids must be non-empty str"
+        ) from None
+    names = list(code_of)
+    bad = next((t for t in names if not isinstance(t, str) or not t), None)
+    if bad is not None:
+        i = next(i for i, t in enumerate(task_ids) if t is bad or t == bad)
+        if isinstance(bad, str):
+            raise ValueError(f"rae: key_by='task': trajectory {i} has an empty task id; give every group a group_id '<task>:<role>'")
+        raise ValueError(f"rae: key_by='task': trajectory {i} has task id {bad!r} ({type(bad).__name__}); task ids must be non-empty str")
     known: dict[str, float] = dict(state.get("task_baselines", {}))
-    names = list(dict.fromkeys(ids))
-    code_of = {name: i for i, name in enumerate(names)}
-    codes = np.fromiter((code_of[t] for t in ids), dtype=np.int64, count=len(ids))
     initial = np.array([float(known.get(name, 0.0)) for name in names])
     before, final = ema_scan(values, codes, initial, decay)
-    known.update(zip(names, final.tolist(), strict=True))
+    known.update(zip(map(str, names), final.tolist(), strict=True))
     return values - before, {"task_baselines": known}
