@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import core_estimators, multi_objective, startup, step_level, trl_advantage, verl_advantage
+from . import core_estimators, multi_objective, running_baseline, startup, step_level, trl_advantage, verl_advantage
 from .plot import save_plot
 from .report import Report, Target
 from .timing import machine_description
@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, Callable[[bool], Report]] = {
     "trl": trl_advantage.run,
     "verl": verl_advantage.run,
     "step_level": step_level.run,
+    "running_baseline": running_baseline.run,
 }
 
 

@@ -49,6 +49,7 @@ from .registry import (
 )
 from .rl_algo import calculate_grpo_advantages_per_group, calculate_rloo_advantages_per_group
 from .spec import AdvEstimatorSpec
+from .state import EstimatorState
 from .types import Step, Trajectory, TrajectoryGroup
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "AdvEstimatorSpec",
     "AlgorithmConfig",
     "EstimatorConflictError",
+    "EstimatorState",
     "RolloutCorrectionConfig",
     "Step",
     "Trajectory",

@@ -10,6 +10,7 @@ None); when a role's trajectories carry them, they replace ``Trajectory.reward``
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import numbers
@@ -25,6 +26,7 @@ from .outputs import as_advantages, as_groups
 from .registry import get_estimator, prepare_adv_estimator_input
 from .segments import GroupLayout, offsets_from_sizes
 from .spec import call_with_accepted_kwargs, flatten_groups, normalize_name
+from .state import call_stateful
 from .step_inputs import step_batch_from_groups
 from .turn_diagnostics import turn_metrics
 from .types import Step, TrajectoryGroup
@@ -109,6 +111,11 @@ def _aggregate(role: str, batch: _RoleBatch, config: AlgorithmConfig) -> list[np
     name = config.estimator_name(role)
     estimator = get_estimator(name)
     where = f"estimator {name!r} ({estimator.provider}) for role {role!r}"
+    if estimator.spec.stateful:
+        raise ValueError(
+            f"{where} is stateful (a running baseline over single rewards); several named rewards (metadata[{REWARDS_KEY!r}]) "
+            "and multi_objective_aggregation='normalize_then_sum' are not supported with it: give each trajectory one reward"
+        )
     if any(named is None for named in batch.named) and not all(named is None for named in batch.named):
         g = next(i for i, named in enumerate(batch.named) if named is None)
         where_g = _where(role, batch.indices[g], batch.groups[g])
@@ -181,13 +188,18 @@ def _precomputed(group: TrajectoryGroup, index: int, role: str) -> tuple[list[tu
     return writes, flat, mismatches
 
 
-def _call_estimator(role: str, batch: _RoleBatch, config: AlgorithmConfig) -> list[np.ndarray]:
-    """Run the role's estimator and check its output against the groups."""
+def _call_estimator(role: str, batch: _RoleBatch, config: AlgorithmConfig, new_states: dict[tuple[str, str], dict[str, Any]]) -> list[np.ndarray]:
+    """Run the role's estimator and check its output against the groups; a stateful one's new state goes into ``new_states``."""
     name = config.estimator_name(role)
     estimator = get_estimator(name)
     kwargs = prepare_adv_estimator_input(batch.rewards, config, batch.groups)
-    result = call_with_accepted_kwargs(estimator.list_form, **kwargs)
     who = f"estimator {name!r} ({estimator.provider}) for role {role!r}"
+    if estimator.spec.stateful:
+        kwargs["task_ids"] = np.array([group.task_id for group in batch.groups for _ in group.trajectories], dtype=object)
+        form = functools.partial(call_with_accepted_kwargs, estimator.list_form)
+        result, new_states[(estimator.spec.name, role)] = call_stateful(form, config.estimator_state.get(estimator.spec.name, role), who, **kwargs)
+    else:
+        result = call_with_accepted_kwargs(estimator.list_form, **kwargs)
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         raise ValueError(f"{who} must return (advantages_by_group, returns_by_group), got {type(result).__name__}")
     advantages_by_group = as_groups(result[0], who)
@@ -334,6 +346,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
     broadcast_writes: list[tuple[TrajectoryGroup, np.ndarray]] = []
     step_writes: list[tuple[TrajectoryGroup, list[np.ndarray]]] = []
     step_metrics: dict[str, float] = {}
+    new_states: dict[tuple[str, str], dict[str, Any]] = {}  # stateful estimators: committed once every role succeeded
     for role, batch in role_batches.items():
         estimator = get_estimator(algorithm_config.estimator_name(role))
         if estimator.spec.level == "outcome" and algorithm_config.stepwise_advantage_mode == "per_step":
@@ -350,7 +363,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
         if algorithm_config.multi_objective_aggregation == "normalize_then_sum" or any(named is not None for named in batch.named):
             advantages_by_group = _aggregate(role, batch, algorithm_config)
         else:
-            advantages_by_group = _call_estimator(role, batch, algorithm_config)
+            advantages_by_group = _call_estimator(role, batch, algorithm_config, new_states)
         for group, advantages in zip(batch.groups, advantages_by_group, strict=True):
             broadcast_writes.append((group, advantages))
             advantages_by_role.setdefault(role, []).extend(advantages.tolist())
@@ -366,6 +379,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
                 step.advantage = advantage
     for step, tokens in token_writes:
         step.advantage = tokens
+    algorithm_config.estimator_state.commit(new_states)
 
     metrics = compute_role_metrics(rewards_by_role, "reward")
     metrics.update(compute_role_metrics(named_by_role, "reward"))

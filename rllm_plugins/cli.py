@@ -107,6 +107,7 @@ def estimator_rows() -> list[dict[str, Any]]:
                 "distribution": provider.distribution,
                 "version": provider.version,
                 "level": estimator.spec.level,
+                "stateful": estimator.spec.stateful,
                 "description": estimator.spec.description,
             }
         )
@@ -123,6 +124,7 @@ def estimator_rows() -> list[dict[str, Any]]:
                 "distribution": None,
                 "version": None,
                 "level": None,
+                "stateful": None,
                 "description": f"unusable: offered by {len(providers)} plugins; disable all but one with {plugins.DISABLE_ENV}",
             }
         )

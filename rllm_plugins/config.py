@@ -21,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .names import normalize_name
+from .state import EstimatorState
 from .trainer_fields import split_trainer_fields
 
 __all__ = ["AlgorithmConfig", "RolloutCorrectionConfig", "build_algorithm_config", "refuse_per_role_losses", "rLLMAdvantageEstimator"]
@@ -157,6 +158,10 @@ class AlgorithmConfig:
     ``reward_weights`` (name -> weight, default 1): ``"sum_then_normalize"`` runs the estimator on
     the weighted sum, ``"normalize_then_sum"`` (GDPO) on each reward, sums the weighted
     advantages and whitens them over the role (see :mod:`rllm_plugins.aggregation`).
+
+    The config also keeps the state of its stateful estimators (``rae``'s running baselines; see
+    :mod:`rllm_plugins.state`), one per estimator and role: calls with the same config continue it, a
+    fresh config starts from nothing. ``state_dict()`` / ``load_state_dict()`` save and restore it.
     """
 
     use_rllm: bool | None = None
@@ -220,6 +225,21 @@ class AlgorithmConfig:
             if not isinstance(name, str) or isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight):
                 raise ValueError(f"AlgorithmConfig.reward_weights[{name!r}] must be a finite number keyed by a reward name, got {weight!r}")
         self.reward_weights = {name: float(weight) for name, weight in self.reward_weights.items()}
+
+    @property
+    def estimator_state(self) -> EstimatorState:
+        """The states of this config's stateful estimators (kept across collector calls)."""
+        if "_estimator_state" not in self.__dict__:  # built without __post_init__ (copy.copy keeps it shared)
+            self.__dict__["_estimator_state"] = EstimatorState()
+        return self.__dict__["_estimator_state"]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stateful estimators' states, JSON-serialisable (see :meth:`EstimatorState.state_dict`)."""
+        return self.estimator_state.state_dict()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned; the next collector call continues from it."""
+        self.estimator_state.load_state_dict(state_dict)
 
     def estimator_name(self, role: str) -> str:
         """Registry name of the estimator ``role`` uses."""

@@ -31,7 +31,19 @@ from .spec import AdvEstimatorSpec, is_plain_real
 __all__ = ["CONTEXT_KEYS", "EstimatorOptions", "check_estimator_kwargs", "estimator_options_of", "spec_options"]
 
 CONTEXT_KEYS = frozenset(
-    {"rewards", "values", "offsets", "algorithm_config", "traj_groups", "lengths", "norm_adv_by_std_in_grpo", "step_rewards", "anchor_states"}
+    {
+        "rewards",
+        "values",
+        "offsets",
+        "algorithm_config",
+        "traj_groups",
+        "lengths",
+        "norm_adv_by_std_in_grpo",
+        "step_rewards",
+        "anchor_states",
+        "state",
+        "task_ids",
+    }
 )
 """Arguments the collector and the adapters pass themselves; never set through estimator kwargs."""
 

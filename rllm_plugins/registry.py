@@ -46,18 +46,22 @@ def register_rllm_adv_estimator(
     aliases: tuple[str, ...] = (),
     level: str = "outcome",
     needs_anchors: bool = False,
+    stateful: bool = False,
 ) -> Callable[[ListEstimator], ListEstimator]:
     """Decorator: register a list-form estimator under ``name`` (a str or ``rLLMAdvantageEstimator``).
 
     ``batched`` optionally gives the fast ``(values, offsets) -> advantages`` form the adapters
-    use; ``level="step"`` registers a step-level estimator (:mod:`.step_forms`). In user code this
+    use; ``level="step"`` registers a step-level estimator (:mod:`.step_forms`), ``stateful=True`` one
+    with memory across calls (:mod:`.state`). In user code this
     may override a built-in or plugin name, with a warning naming both; inside a module loaded
     through the ``rllm_plugins`` entry point it registers for that plugin.
     """
     key = validate_name(name)
 
     def decorator(func: ListEstimator) -> ListEstimator:
-        spec = AdvEstimatorSpec(key, fn=func, batched=batched, description=description, aliases=aliases, level=level, needs_anchors=needs_anchors)
+        spec = AdvEstimatorSpec(
+            key, fn=func, batched=batched, description=description, aliases=aliases, level=level, needs_anchors=needs_anchors, stateful=stateful
+        )
         if plugins.loading_provider() is not None:
             plugins.capture(spec)
             return func

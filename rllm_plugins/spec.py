@@ -4,7 +4,8 @@
 both sequences aligned with ``rewards``. Functions written for either rLLM generation,
 ``(rewards, norm_adv_by_std_in_grpo, episilon, **kw)`` or ``(rewards, algorithm_config, **kw)``, fit.
 
-Step-level estimators (``level="step"``) have forms of their own: :mod:`.step_forms`.
+Step-level estimators (``level="step"``) have forms of their own: :mod:`.step_forms`; estimators with
+memory (``stateful=True``) take a ``state`` and return it updated: :mod:`.state`.
 
 **Batched form** (used by the adapters): ``batched(values, offsets, **kwargs) -> advantages`` with
 ``values`` float64 ``(N,)``, ``offsets`` int64 ``(G + 1,)`` (see :mod:`.segments`) and
@@ -157,6 +158,63 @@ def batched_form_of(fn: ListEstimator, name: str | None = None) -> BatchedEstima
     return batched
 
 
+def stateful_list_form_of(batched: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """The list form of a stateful batched estimator: ``fn(rewards, *, state, **kw) -> ((adv_by_group, returns_by_group), new_state)``.
+
+    An empty ``rewards`` leaves the state as it was.
+    """
+
+    def list_form(rewards: Sequence[Any], *args: Any, state: Mapping[str, Any] | None = None, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        before = dict(state or {})
+        after: dict[str, Any] = {}
+
+        def step(values: np.ndarray, offsets: np.ndarray, /, **options: Any) -> np.ndarray:
+            advantages, new_state = batched(values, offsets, state=before, **options)
+            after["state"] = new_state
+            return advantages
+
+        step.__name__ = getattr(batched, "__name__", name)
+        result = list_form_of(step, name)(rewards, *args, **kwargs)
+        return result, after.get("state", before)
+
+    list_form.__doc__ = batched.__doc__
+    list_form.__name__ = list_form.__qualname__ = name
+    return list_form
+
+
+def stateful_batched_form_of(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """The batched form of a stateful list estimator: ``batched(values, offsets, /, *, state, **kw) -> (advantages, new_state)``."""
+
+    def batched(values: np.ndarray, offsets: np.ndarray, /, *, state: Mapping[str, Any] | None = None, **kwargs: Any) -> tuple[np.ndarray, Any]:
+        after: dict[str, Any] = {}
+
+        def step(rewards: Sequence[Any], **options: Any) -> Any:
+            out = fn(rewards, state=dict(state or {}), **options)
+            if not isinstance(out, tuple) or len(out) != 2:
+                raise ValueError(f"estimator {name!r} is stateful and must return ((advantages_by_group, returns_by_group), new_state)")
+            after["state"] = out[1]
+            return out[0]
+
+        step.__signature__ = _without_state(fn)  # type: ignore[attr-defined]
+        advantages = batched_form_of(step, name)(values, offsets, **kwargs)
+        return advantages, after.get("state", dict(state or {}))
+
+    batched.__doc__ = fn.__doc__
+    batched.__name__ = getattr(fn, "__name__", name)
+    return batched
+
+
+def _without_state(fn: Callable[..., Any]) -> Any:
+    """``fn``'s signature without its ``state`` parameter (so keyword filtering sees the estimator's own)."""
+    import inspect
+
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    return signature.replace(parameters=[p for p in signature.parameters.values() if p.name != "state"])
+
+
 @dataclass(frozen=True)
 class AdvEstimatorSpec:
     """One estimator a plugin contributes.
@@ -175,6 +233,9 @@ class AdvEstimatorSpec:
     step-level estimator reads anchor states. ``check_options(options)``, when given, raises
     ``ValueError`` for option values its types cannot express (ranges, choices), wherever options
     are checked.
+
+    ``stateful=True`` declares an estimator with memory across calls (a running baseline): its
+    forms take ``state`` and return ``(result, new_state)`` (:mod:`.state`); outcome level only.
     """
 
     name: str
@@ -188,6 +249,7 @@ class AdvEstimatorSpec:
     level: str = "outcome"
     needs_anchors: bool = False
     check_options: Callable[[Mapping[str, Any]], object] | None = field(default=None, compare=False)
+    stateful: bool = False
     list_form: ListEstimator = field(init=False, repr=False, compare=False)
     batched_form: BatchedEstimator = field(init=False, repr=False, compare=False)
 
@@ -217,7 +279,22 @@ class AdvEstimatorSpec:
             raise TypeError(f"estimator {self.name!r}: batched must be callable, got {type(self.batched).__name__}")
         description = self.description or _first_line(self.fn or self.batched)
         object.__setattr__(self, "description", description)
-        to_list, to_batched = (step_list_form_of, step_batched_form_of) if self.level == "step" else (list_form_of, batched_form_of)
+        if not isinstance(self.stateful, bool):
+            raise TypeError(f"estimator {self.name!r}: stateful must be a bool, got {type(self.stateful).__name__} {self.stateful!r}")
+        if self.stateful:
+            if self.level != "outcome":
+                raise ValueError(f"estimator {self.name!r}: stateful=True is supported for level='outcome' only, got level={self.level!r}")
+            for form in (self.fn, self.batched):
+                if form is not None and "state" not in accepted_keywords(form)[0]:
+                    raise ValueError(
+                        f"estimator {self.name!r} is declared stateful=True, so its forms must take a `state` keyword parameter; {form!r} does not"
+                    )
+        if self.stateful:
+            to_list, to_batched = stateful_list_form_of, stateful_batched_form_of
+        elif self.level == "step":
+            to_list, to_batched = step_list_form_of, step_batched_form_of
+        else:
+            to_list, to_batched = list_form_of, batched_form_of
         object.__setattr__(self, "list_form", self.fn if self.fn is not None else to_list(self.batched, self.name))  # type: ignore[arg-type]
         object.__setattr__(self, "batched_form", self.batched if self.batched is not None else to_batched(self.fn, self.name))  # type: ignore[arg-type]
 

@@ -34,6 +34,7 @@ from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.spec import accepted_keywords
+from rllm_plugins.state import EstimatorState, call_stateful
 from rllm_plugins.types import TrajectoryGroup
 
 __all__ = [
@@ -61,7 +62,8 @@ class RewardBatch:
     appearance first), ``group_roles`` int64 ``(N // G,)`` index into ``roles`` of each group,
     ``lengths`` float64 ``(N,)`` completion lengths or None; ``rewards_per_func`` float64 ``(N, F)``
     (NaN where a function returned None), ``reward_weights`` float64 ``(F,)`` and ``reward_names``
-    (F distinct names, see :func:`unique_names`, or empty) for per-function aggregation and metrics.
+    (F distinct names, see :func:`unique_names`, or empty) for per-function aggregation and metrics;
+    ``task_ids`` object ``(N,)`` each row's prompt as a stable task id (str), for stateful estimators, or None.
     """
 
     rewards: np.ndarray
@@ -73,6 +75,7 @@ class RewardBatch:
     rewards_per_func: np.ndarray | None = None
     reward_weights: np.ndarray | None = None
     reward_names: tuple[str, ...] = ()
+    task_ids: np.ndarray | None = None
 
     @property
     def num_groups(self) -> int:
@@ -142,6 +145,7 @@ def prepare_batch(
     roles: Sequence[str] | None = None,
     lengths: torch.Tensor | np.ndarray | Sequence[int] | None = None,
     reward_names: Sequence[str] | None = None,
+    task_ids: Sequence[str] | None = None,
 ) -> RewardBatch:
     """Validate and combine a gathered batch: ``(N, F)`` rewards -> :class:`RewardBatch`."""
     if isinstance(num_generations, bool) or not isinstance(num_generations, int) or num_generations < 1:
@@ -168,7 +172,10 @@ def prepare_batch(
         raise ValueError(f"reward_names has {len(names)} names for {rewards_per_func.shape[1]} reward functions")
     per_func = np.asfortranarray(rewards_per_func.detach().to("cpu", torch.float64).numpy())  # columns contiguous
     weights = torch.as_tensor(reward_weights).detach().to("cpu", torch.float64).numpy().reshape(-1)
-    return RewardBatch(rewards, scorable, num_generations, role_names, group_roles, length_array, per_func, weights, names)
+    ids = None if task_ids is None else np.array(list(task_ids), dtype=object)
+    if ids is not None and ids.shape != (num_rows,):
+        raise ValueError(f"task_ids has {len(ids)} entries for {num_rows} completions")
+    return RewardBatch(rewards, scorable, num_generations, role_names, group_roles, length_array, per_func, weights, names, ids)
 
 
 def unique_names(names: Sequence[Any]) -> tuple[str, ...]:
@@ -193,9 +200,18 @@ def takes_keyword(name: str, keyword: str) -> bool:
 
 
 def _estimate_role(
-    batch: RewardBatch, role: int, name: str, options: Mapping[str, Any], trl_settings: Mapping[str, Any]
+    batch: RewardBatch,
+    role: int,
+    name: str,
+    options: Mapping[str, Any],
+    trl_settings: Mapping[str, Any],
+    state: EstimatorState | None = None,
+    new_states: dict[tuple[str, str], dict[str, Any]] | None = None,
 ) -> tuple[np.ndarray | slice, np.ndarray]:
-    """Run estimator ``name`` over the scorable rows of role ``role``'s groups: (rows, advantages of those rows)."""
+    """Run estimator ``name`` over the scorable rows of role ``role``'s groups: (rows, advantages of those rows).
+
+    A stateful estimator starts from ``state`` (nothing when None) and puts its new state into ``new_states``.
+    """
     estimator = get_estimator(name)
     G = batch.num_generations  # noqa: N806 - the paper's name
     single_role = len(batch.roles) == 1
@@ -215,7 +231,16 @@ def _estimate_role(
     if batch.lengths is not None:
         kwargs.setdefault("lengths", batch.lengths.copy() if isinstance(rows, slice) else batch.lengths[rows])
     who = f"estimator {name!r} ({estimator.provider}) for role {batch.roles[role]!r}"
-    advantages = as_advantages(estimator.batched_form(values, offsets, **kwargs), who)
+    if estimator.spec.stateful:  # scan order: the role's scorable rows in the gathered batch's order
+        if batch.task_ids is not None:
+            kwargs["task_ids"] = batch.task_ids[rows]
+        current = state.get(estimator.spec.name, batch.roles[role]) if state is not None else {}
+        result, new_state = call_stateful(estimator.batched_form, current, who, values, offsets, **kwargs)
+        if new_states is not None:
+            new_states[(estimator.spec.name, batch.roles[role])] = new_state
+        advantages = as_advantages(result, who)
+    else:
+        advantages = as_advantages(estimator.batched_form(values, offsets, **kwargs), who)
     if advantages.size != values.size:
         raise ValueError(f"{who} returned {advantages.size} advantages for {values.size} scorable completions")
     if not np.isfinite(advantages).all():
@@ -229,6 +254,11 @@ def _normalize_then_sum_role(batch: RewardBatch, role: int, name: str, options: 
     if batch.rewards_per_func is None:
         raise ValueError("normalize_then_sum needs the per-function rewards: build the batch with prepare_batch")
     estimator = get_estimator(name)
+    if estimator.spec.stateful:
+        raise ValueError(
+            f"estimator {name!r} ({estimator.provider}) is stateful (a running baseline over the combined reward); "
+            "multi_objective_aggregation='normalize_then_sum' is not supported with it: use 'sum_then_normalize'"
+        )
     G = batch.num_generations  # noqa: N806 - the paper's name
     rows: np.ndarray | slice = slice(None) if len(batch.roles) == 1 else np.flatnonzero(np.repeat(batch.group_roles == role, G))
     per_func = np.array(batch.rewards_per_func[rows], order="F")  # a copy: an estimator editing its input leaves the logged rewards alone
@@ -257,6 +287,7 @@ def compute_advantages(
     estimator_kwargs: Mapping[str, Any] | None = None,
     trl_settings: Mapping[str, Any] | None = None,
     aggregation: str = "sum_then_normalize",
+    state: EstimatorState | None = None,
 ) -> np.ndarray:
     """Advantages float64 ``(N,)`` of a :class:`RewardBatch`: 0 on unscorable rows.
 
@@ -265,7 +296,8 @@ def compute_advantages(
     ``aggregation="normalize_then_sum"`` once per reward function, then summed and whitened.
     ``trl_settings`` (e.g. ``{"scale_rewards": "batch"}``) go only to the estimators that name
     them as keyword parameters, and only when summing first. Nothing is returned unless every
-    role's estimator succeeded.
+    role's estimator succeeded. Stateful estimators (``rae``) continue ``state`` (one per estimator
+    and role), updated only when every role succeeded; with ``state=None`` they start from nothing.
     """
     gdpo = check_aggregation(aggregation) == "normalize_then_sum"
     options = {**(estimator_kwargs or {}), "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo}
@@ -277,10 +309,16 @@ def compute_advantages(
     advantages = np.zeros(batch.rewards.size, dtype=np.float64)
     if batch.rewards.size == 0:
         return advantages
+    new_states: dict[tuple[str, str], dict[str, Any]] = {}
     for role, role_name in enumerate(batch.roles):
         name = estimator_map.get(role_name, estimator)
-        rows, values = _normalize_then_sum_role(batch, role, name, options) if gdpo else _estimate_role(batch, role, name, options, trl_settings)
+        if gdpo:
+            rows, values = _normalize_then_sum_role(batch, role, name, options)
+        else:
+            rows, values = _estimate_role(batch, role, name, options, trl_settings, state, new_states)
         advantages[rows] = values
+    if state is not None:
+        state.commit(new_states)
     return advantages
 
 

@@ -235,6 +235,12 @@ def advantage_settings(args: Any) -> AdvantageSettings:
     scale_rewards = trl_scaling(getattr(args, "scale_rewards", "group"))
     aggregation = check_aggregation(getattr(args, "multi_objective_aggregation", "sum_then_normalize"))
     step_level = _check_step_level(estimator, estimator_map, aggregation)
+    stateful = [name for name in in_use if get_estimator(name).spec.stateful]
+    if stateful and aggregation == "normalize_then_sum":
+        raise ValueError(
+            f"estimator {stateful[0]!r} is stateful (a running baseline over the combined reward): "
+            "multi_objective_aggregation='normalize_then_sum' is not supported with it; use 'sum_then_normalize'"
+        )
     if aggregation == "normalize_then_sum":
         scale_rewards = "group"  # TRL's GDPO path ignores scale_rewards: it has no effect to follow or override
 

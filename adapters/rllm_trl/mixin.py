@@ -9,6 +9,10 @@ Two private TRL methods are overridden (pinned by :func:`check_trl_compatibility
   so groups straddling processes are whole), puts this process's rows into
   ``output["advantages"]`` and logs the rLLM metrics and the advantages used.
 
+A stateful estimator (``rae``) keeps its state in ``estimator_state``, the same on every process, saved
+with each checkpoint and restored on resume (``_save_checkpoint``, ``_load_optimizer_and_scheduler``;
+:mod:`.estimator_state`); evaluation does not change it.
+
 A step-level estimator (``gigpo``, ``step_reinforce``) gives one advantage per turn of a multi-turn
 completion instead, and ``output["advantages"]`` becomes ``(B, T)``: see :mod:`.turn_advantages`.
 """
@@ -17,18 +21,22 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from typing import Any
 
 import numpy as np
 import torch
 import trl
 from accelerate.utils import gather_object
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from rllm_plugins.registry import get_estimator
+from rllm_plugins.state import EstimatorState
 
 from .advantages import RewardBatch, compute_advantages, compute_metrics, prepare_batch, role_name
 from .config import AdvantageSettings, check_trainer_setup
+from .estimator_state import load_state, save_state, task_id
 from .turn_advantages import (
     ANCHOR_STATES_KEY,
     TURN_REWARDS_KEY,
@@ -48,6 +56,8 @@ logger = logging.getLogger(__name__)
 OVERRIDDEN_METHODS: dict[str, tuple[str, ...]] = {
     "_calculate_rewards": ("self", "inputs", "prompts", "completions", "completion_ids_list"),
     "_generate_and_score_completions": ("self", "inputs"),
+    "_save_checkpoint": ("self", "model", "trial"),
+    "_load_optimizer_and_scheduler": ("self", "checkpoint"),
 }
 
 
@@ -85,6 +95,9 @@ class RLLMAdvantageMixin:
         self._rllm_pending: dict[str, Any] | None = None
         self._rllm_single_turn_noted = False
         self.advantage_settings: AdvantageSettings = check_trainer_setup(self.args, self.train_dataset, self.eval_dataset)
+        settings = self.advantage_settings
+        self._rllm_stateful = any(get_estimator(name).spec.stateful for name in (settings.estimator, *settings.estimator_map.values()))
+        self.estimator_state = EstimatorState()  # stateful estimators' state: the same on every process
         logger.info("%s: %s", type(self).__name__, self.advantage_settings.describe())
 
     def _calculate_rewards(
@@ -105,7 +118,8 @@ class RLLMAdvantageMixin:
         overrides = None
         if self.advantage_settings.step_level:  # the rollout_func's extra keys, merged into the inputs by TRL
             overrides = [{key: example[key] for key in (TURN_REWARDS_KEY, ANCHOR_STATES_KEY) if key in example} for example in inputs]
-        self._rllm_pending = {"rewards_per_func": rewards_per_func, "lengths": lengths, "roles": roles, "overrides": overrides}
+        task_ids = gather_object([task_id(p) for p in prompts]) if self._rllm_stateful else None
+        self._rllm_pending = {"rewards_per_func": rewards_per_func, "lengths": lengths, "roles": roles, "overrides": overrides, "task_ids": task_ids}
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -122,6 +136,7 @@ class RLLMAdvantageMixin:
             roles=pending["roles"],
             lengths=pending["lengths"],
             reward_names=self.reward_func_names,
+            task_ids=pending["task_ids"],
         )
         if settings.step_level:
             self._step_level_advantages(output, batch, pending["overrides"], mode)
@@ -134,6 +149,7 @@ class RLLMAdvantageMixin:
             estimator_kwargs=settings.estimator_kwargs,
             trl_settings=settings.trl_settings,
             aggregation=settings.aggregation,
+            state=self.estimator_state if mode == "train" else EstimatorState.from_json(self.estimator_state.to_json()),  # eval: a copy
         )
         local = output["advantages"]
         start = self.accelerator.process_index * local.shape[0]
@@ -141,6 +157,17 @@ class RLLMAdvantageMixin:
         self.last_reward_batch, self.last_advantages = batch, advantages
         self._log_rllm(mode, batch, advantages)
         return output
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            save_state(self.estimator_state, folder)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            load_state(self.estimator_state, checkpoint)
 
     def _step_level_advantages(self, output: dict[str, Any], batch: RewardBatch, overrides: list[dict[str, Any]] | None, mode: str) -> None:
         """Per-turn advantages of the gathered batch; this process's rows go into ``output["advantages"]``, ``(B, T)`` on multi-turn rows."""

@@ -56,6 +56,12 @@ def extension_status_of(name: str) -> str:
     return extension_status().get(extension.name, "not installed")
 
 
+def _checkpoint_status() -> str:
+    from .estimator_state import checkpoint_status
+
+    return checkpoint_status()
+
+
 @dataclass
 class VerlCheckReport:
     """Outcome of :func:`verl_check`: whether ``adv_estimator`` resolves, the ``rllm_*`` names verl knows, each extension's status."""
@@ -73,6 +79,7 @@ class VerlCheckReport:
     session_extension: str = field(default_factory=lambda: extension_status_of("sessions"))
     reward_key_extension: str = field(default_factory=lambda: extension_status_of("reward_keys"))
     v1_batch_extension: str = field(default_factory=lambda: extension_status_of("v1_batch"))
+    estimator_state: str = field(default_factory=lambda: _checkpoint_status())
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -90,6 +97,7 @@ class VerlCheckReport:
         lines.append(f"  session extension (rllm_* over v1 multi-output sessions): {self.session_extension}")
         lines.append(f"  reward-key extension (algorithm.gdpo_reward_keys for rllm_* in ray_trainer.compute_advantage): {self.reward_key_extension}")
         lines.append(f"  v1-batch extension (token ids and reward keys of v1 rows from TransferQueue): {self.v1_batch_extension}")
+        lines.append(f"  stateful estimators' state (rllm_rae's baselines): {self.estimator_state}")
         return "\n".join(lines)
 
 

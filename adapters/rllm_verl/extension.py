@@ -3,7 +3,8 @@
 An :class:`Extension` names a function (``module.attribute``; ``Class.method`` for a method), the exact
 signature it was written for, the modules that bound the name by ``from module import attribute``, an opt-out environment
 variable (``RLLM_PLUGINS_VERL_<NAME>``), and ``make(original) -> replacement``. The extensions:
-``multi_trajectories.SESSIONS``, ``reward_keys.REWARD_KEYS`` and ``v1_batch.V1_BATCH``, installed by ``verl_plugin``. :func:`install` applies it:
+``multi_trajectories.SESSIONS``, ``reward_keys.REWARD_KEYS``, ``v1_batch.V1_BATCH`` and ``estimator_state.CHECKPOINTS``,
+installed by ``verl_plugin``. :func:`install` applies it:
 
 - lazily: if the module is not imported yet, a finder on ``sys.meta_path`` applies it right after
   the module first executes (so ``import verl`` stays as cheap as before, and a later

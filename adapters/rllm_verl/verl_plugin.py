@@ -5,8 +5,9 @@ process (driver, TaskRunner actor, workers), and swallows errors at DEBUG level.
 does its work at import time, as that contract requires, and never raises: a failure is logged as
 a warning naming the cause, and verl keeps working without the ``rllm_*`` names. The extensions
 (:mod:`rllm_verl.extension`) of verl's v1 ``compute_advantage_for_multi_trajectories``
-(``multi_trajectories``, sessions), of ``ray_trainer.compute_advantage`` (``reward_keys``) and of the v1
-``PPOTrainer._compute_advantage`` (``v1_batch``) are installed lazily: each applies when verl imports the module it extends, not here.
+(``multi_trajectories``, sessions), of ``ray_trainer.compute_advantage`` (``reward_keys``), of the v1
+``PPOTrainer._compute_advantage`` (``v1_batch``) and of the trainers' checkpoint methods (``estimator_state``,
+the state of stateful estimators) are installed lazily: each applies when verl imports the module it extends, not here.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ except Exception as error:  # verl would hide it; say it once, loudly enough
     logger.warning("rllm-plugins: could not register the rllm_* advantage estimators into verl: %s: %s", type(error).__name__, error)
 
 try:
+    from .estimator_state import CHECKPOINTS
     from .extension import install
     from .multi_trajectories import SESSIONS
     from .reward_keys import REWARD_KEYS
     from .v1_batch import V1_BATCH
 
-    for _extension in (SESSIONS, REWARD_KEYS, V1_BATCH):
+    for _extension in (SESSIONS, REWARD_KEYS, V1_BATCH, *CHECKPOINTS):
         install(_extension)  # lazy, guarded, never raising itself; see rllm_verl.extension
 except Exception as error:  # this guards the imports
     logger.warning("rllm-plugins: could not install the verl extensions: %s: %s", type(error).__name__, error)

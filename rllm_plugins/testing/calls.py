@@ -82,6 +82,7 @@ class Subject:
     group_order_invariant: bool
     level: str = "outcome"
     needs_anchors: bool = False  # a step-level estimator reads anchor states (else it is called without them)
+    stateful: bool = False  # forms take ``state`` and return (result, new_state): see .state_contract
 
 
 @dataclass(frozen=True)
@@ -96,14 +97,14 @@ def subject_of(name_or_fn: Any) -> Subject:
     """A registered name, an :class:`AdvEstimatorSpec` or a list-form function, as a :class:`Subject`."""
     if isinstance(name_or_fn, AdvEstimatorSpec):
         spec = name_or_fn
-        return Subject(repr(spec.name), spec.list_form, spec.batched_form, spec.group_order_invariant, spec.level, spec.needs_anchors)
+        return Subject(repr(spec.name), spec.list_form, spec.batched_form, spec.group_order_invariant, spec.level, spec.needs_anchors, spec.stateful)
     if callable(name_or_fn):
         label = getattr(name_or_fn, "__qualname__", repr(name_or_fn))
         return Subject(label, name_or_fn, batched_form_of(name_or_fn), True)
     estimator = get_estimator(name_or_fn)
     spec = estimator.spec
     label = f"{spec.name!r} ({estimator.provider})"
-    return Subject(label, estimator.list_form, estimator.batched_form, spec.group_order_invariant, spec.level, spec.needs_anchors)
+    return Subject(label, estimator.list_form, estimator.batched_form, spec.group_order_invariant, spec.level, spec.needs_anchors, spec.stateful)
 
 
 def _traj_groups(case: Case) -> list[TrajectoryGroup]:

@@ -111,11 +111,21 @@ def check_estimator(name_or_fn: Any, *, seed: int = 0) -> ContractReport:
         verdicts, found = check_step_rules(subject, seed)
         violations = [Violation(rule, message, example) for rule, message, example in found]
         return ContractReport(f"{subject.label} (step-level)", verdicts, violations, {name: text for name, (text, _) in STEP_RULES.items()})
-    report = ContractReport(subject.label)
     cases = synthetic_cases(seed)
+    stateful = subject.stateful
+    if stateful:  # the outcome rules with the state held fixed, then the rules of the state itself
+        from .state_contract import STATE_RULES, bind_state, check_state_rules, warm_state
+
+        state = warm_state(subject)
+        state_verdicts, state_found = check_state_rules(subject, cases, state)
+        subject = bind_state(subject, state)
+    report = ContractReport(subject.label + (" (stateful)" if stateful else ""))
     for rule in ALL_RULES:
         if rule.name == "group_order_invariant" and not subject.group_order_invariant:
             report.verdicts[rule.name] = "skipped: declared group_order_invariant=False"
+            continue
+        if rule.name == "permutation_equivariant" and stateful and not subject.group_order_invariant:
+            report.verdicts[rule.name] = "skipped: stateful with group_order_invariant=False (the scan order of trajectories matters)"
             continue
         if rule.compares and report.verdicts.get("deterministic") == "FAIL":
             report.verdicts[rule.name] = "skipped: not deterministic"
@@ -131,6 +141,10 @@ def check_estimator(name_or_fn: Any, *, seed: int = 0) -> ContractReport:
                 break
         else:
             report.verdicts[rule.name] = "pass" if applicable else "skipped: no usable output (see the other rules)"
+    if stateful:
+        report.rules = {**report.rules, **STATE_RULES}
+        report.verdicts.update(state_verdicts)
+        report.violations += [Violation(rule, message, example) for rule, message, example in state_found]
     return report
 
 

@@ -18,7 +18,7 @@ from rllm_plugins import (
 from rllm_plugins.estimators import BUILTIN_SPECS
 
 EPS = 1e-6
-BUILTINS = [spec.name for spec in BUILTIN_SPECS if spec.level == "outcome"]  # step-level ones: tests/steps
+BUILTINS = [spec.name for spec in BUILTIN_SPECS if spec.level == "outcome" and not spec.stateful]  # step-level: tests/steps; stateful: test_rae_*
 GROUPS = [np.array([1.0, 0.0, 0.0, 1.0]), np.array([0.3]), np.array([2.0, 2.0, 2.0]), np.array([-1.5, 4.0])]
 
 

@@ -9,7 +9,7 @@ from rllm_plugins.estimators import BUILTIN_SPECS
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
 
-BUILTINS = [spec.name for spec in BUILTIN_SPECS if spec.level == "outcome"]  # step-level ones: tests/steps
+BUILTINS = [spec.name for spec in BUILTIN_SPECS if spec.level == "outcome" and not spec.stateful]  # step-level: tests/steps; stateful: test_rae_*
 reward = st.floats(min_value=-100, max_value=100, allow_nan=False).map(lambda x: round(x, 3))
 groups_of = st.lists(st.lists(reward, min_size=1, max_size=12), min_size=1, max_size=8)
 

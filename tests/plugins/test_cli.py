@@ -34,6 +34,7 @@ def test_plugins_json_reports_every_status(cli_env, plugin_site):
         "fixture_dup_b": "conflict",
         "fixture_good": "active",
         "fixture_step": "active",
+        "fixture_stateful": "active",
         "fixture_grpo_taker": "conflict",
         "fixture_legacy": "active",
         "fixture_raises": "active",
@@ -87,8 +88,10 @@ def test_estimators_json_lists_names_aliases_providers_and_conflicts(cli_env):
         "distribution": "rllm-fixture-good",
         "version": "1.2.0",
         "level": "outcome",
+        "stateful": False,
         "description": "Twice the reward minus the group mean.",
     }
+    assert (rows["rae"]["stateful"], rows["running_mean_baseline"]["stateful"], rows["shared_baseline"]["stateful"]) == (True, True, None)
     assert (rows["gigpo"]["level"], rows["step_reinforce"]["level"], rows["shared_baseline"]["level"]) == ("step", "step", None)
     assert rows["median_baseline"]["description"] == "r - group median (robust to outlier rewards)"
     assert rows["legacy_max_baseline"]["plugin"] == "fixture_legacy"
@@ -98,7 +101,15 @@ def test_estimators_json_lists_names_aliases_providers_and_conflicts(cli_env):
         "plugin 'fixture_dup_a' (distribution rllm-fixture-dup-a 1.0.0); plugin 'fixture_dup_b' (distribution rllm-fixture-dup-b 2.0.0)"
     )
     assert "scaled" not in rows  # aliases are folded into their estimator's row
-    plugin_names = ["always_fails", "last_turn_baseline", "legacy_max_baseline", "median_baseline", "scaled_baseline", "shared_baseline"]
+    plugin_names = [
+        "always_fails",
+        "last_turn_baseline",
+        "legacy_max_baseline",
+        "median_baseline",
+        "running_mean_baseline",
+        "scaled_baseline",
+        "shared_baseline",
+    ]
     assert list(rows) == sorted([spec.name for spec in BUILTIN_SPECS] + plugin_names)
 
 

@@ -69,6 +69,7 @@ def test_every_entry_point_is_recorded_with_distribution_version_status_and_esti
         "fixture_dup_b": ("rllm-fixture-dup-b", "2.0.0", "conflict", ["shared_baseline"]),
         "fixture_good": ("rllm-fixture-good", "1.2.0", "active", ["scaled_baseline"]),
         "fixture_step": ("rllm-fixture-step", "0.3.0", "active", ["last_turn_baseline"]),
+        "fixture_stateful": ("rllm-fixture-stateful", "0.2.0", "active", ["running_mean_baseline"]),
         "fixture_grpo_taker": ("rllm-fixture-grpo-taker", "0.1.0", "conflict", ["grpo"]),
         "fixture_legacy": ("rllm-fixture-legacy", "0.5.0", "active", ["legacy_max_baseline"]),
         "fixture_raises": ("rllm-fixture-raises", "0.2.0", "active", ["always_fails"]),

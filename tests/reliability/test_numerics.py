@@ -9,7 +9,7 @@ import pytest
 from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups, get_rllm_adv_estimator
 from rllm_plugins.estimators import BUILTIN_SPECS
 
-BUILTINS = [spec.name for spec in BUILTIN_SPECS if spec.level == "outcome"]  # step-level ones: tests/steps
+BUILTINS = [spec.name for spec in BUILTIN_SPECS if spec.level == "outcome" and not spec.stateful]  # step-level: tests/steps; stateful: test_rae_*
 EPS = 1e-6
 
 
