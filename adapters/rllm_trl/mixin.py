@@ -38,6 +38,7 @@ from .turn_advantages import (
     row_turns,
     spread_local,
     step_advantages,
+    without_rows,
 )
 
 __all__ = ["OVERRIDDEN_METHODS", "RLLMAdvantageMixin", "check_trl_compatibility"]
@@ -149,8 +150,17 @@ class RLLMAdvantageMixin:
         tool_mask = output.get("tool_mask")
         turns = local_turns(completion_mask, None if tool_mask is None else tool_mask.detach().cpu().numpy())
         with_anchors = get_estimator(settings.estimator).spec.needs_anchors
-        local = row_turns(output["completion_ids"].detach().cpu().numpy(), completion_mask, turns, overrides, with_anchors=with_anchors)
+        local = row_turns(
+            output["completion_ids"].detach().cpu().numpy(),
+            completion_mask,
+            turns,
+            overrides,
+            with_anchors=with_anchors,
+            prompt_ids=output["prompt_ids"].detach().cpu().numpy(),
+            prompt_mask=output["prompt_mask"].detach().cpu().numpy(),
+        )
         rows = gather_object(local)  # every process needs the turns (and anchor states) of the rows of its groups
+        batch = without_rows(batch, np.array([row.idle for row in rows], dtype=bool))  # no model token: nothing to train
         options = {**settings.estimator_kwargs, "norm_adv_by_std_in_grpo": settings.norm_adv_by_std_in_grpo}
         result = step_advantages(rows, batch.rewards, batch.num_generations, settings.estimator, options)
         device = output["advantages"].device
