@@ -29,6 +29,7 @@ from rllm_plugins.registry import get_estimator
 
 from .advantages import RewardBatch, compute_advantages, compute_metrics, prepare_batch, role_name
 from .config import AdvantageSettings, check_trainer_setup
+from .rollout_checks import checked_rollout_func
 from .turn_advantages import (
     ANCHOR_STATES_KEY,
     TURN_REWARDS_KEY,
@@ -83,6 +84,8 @@ class RLLMAdvantageMixin:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_trl_compatibility(next((c for c in type(self).__mro__[1:] if "_calculate_rewards" in c.__dict__ and c is not RLLMAdvantageMixin), GRPOTrainer))
         super().__init__(*args, **kwargs)
+        if getattr(self, "rollout_func", None) is not None:  # its env_mask checked before TRL pads it
+            self.rollout_func = checked_rollout_func(self.rollout_func)
         self._rllm_pending: dict[str, Any] | None = None
         self._rllm_single_turn_noted = False
         self.advantage_settings: AdvantageSettings = check_trainer_setup(self.args, self.train_dataset, self.eval_dataset)

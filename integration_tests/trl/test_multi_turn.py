@@ -489,3 +489,59 @@ def test_turn_0_is_anchored_at_each_completions_own_prompt(tokenizer, tmp_path, 
     # completion 1 (prompt 21) is alone in its anchor group: step part 0; completion 2 (prompt 20): -1
     assert trainer.outputs[0]["advantages"][1].item() == pytest.approx((0 - 1 / 3) / ((2 / 9) ** 0.5 + EPS), abs=1e-5)
     assert trainer.outputs[0]["advantages"][2].item() == pytest.approx((0 - 1 / 3) / ((2 / 9) ** 0.5 + EPS) - step, abs=1e-5)
+
+
+@pytest.mark.parametrize("change, lengths", [(lambda m: m[:-1], "{n_minus_1} entries for {n}"), (lambda m: [*m, 1], "{n_plus_1} entries for {n}")])
+def test_an_env_mask_shorter_or_longer_than_its_completion_names_the_row_and_lengths(multi_turn_trainer, tokenizer, change, lengths):
+    env = ToyEnvironment(tokenizer)
+    seen: dict[str, int] = {}
+
+    def rollout(prompts: list[str], trainer: Any) -> dict[str, Any]:
+        out = env.rollout(prompts, trainer)
+        seen["n"] = len(out["completion_ids"][2])
+        out["env_mask"][2] = change(out["env_mask"][2])
+        return out
+
+    trainer = multi_turn_trainer(rollout, adv_estimator="gigpo", max_steps=1)
+    with pytest.raises(ValueError, match=r"completion 2 of this process's batch: env_mask has \d+ entries for \d+ completion_ids") as raised:
+        trainer.train()
+    n = seen["n"]
+    assert lengths.format(n=n, n_minus_1=n - 1, n_plus_1=n + 1) in str(raised.value)
+    assert "1 on the model's tokens, 0 on the environment's" in str(raised.value)
+
+
+def test_an_env_mask_that_looks_inverted_is_warned_about_once(multi_turn_trainer, tokenizer, caplog):
+    env = ToyEnvironment(tokenizer)
+
+    def inverted(prompts: list[str], trainer: Any) -> dict[str, Any]:
+        out = env.rollout(prompts, trainer)
+        out["env_mask"] = [[1 - m for m in mask] for mask in out["env_mask"]]  # the mistake: 1 on the environment's tokens
+        return out
+
+    trainer = multi_turn_trainer(inverted, adv_estimator="gigpo", max_steps=2)
+    with caplog.at_level(logging.WARNING, logger="rllm_trl.rollout_checks"):
+        trainer.train()
+    warnings = [r.getMessage() for r in caplog.records if "env_mask is 0 on the first token of every completion" in r.getMessage()]
+    assert len(warnings) == 1 and "[1 - m for m in mask]" in warnings[0]
+
+
+def test_a_correct_env_mask_gives_no_warning(multi_turn_trainer, caplog):
+    trainer = multi_turn_trainer(adv_estimator="gigpo", max_steps=1)
+    with caplog.at_level(logging.WARNING, logger="rllm_trl.rollout_checks"):
+        trainer.train()
+    assert not [r for r in caplog.records if r.name == "rllm_trl.rollout_checks"]
+
+
+@pytest.mark.parametrize(
+    "output, message",
+    [
+        ({"completion_ids": [[1, 2], [3]], "env_mask": [[1, 0]]}, r"env_mask has 1 rows for 2 completions"),
+        ({"completion_ids": [[1, 2], [3]], "env_mask": [[1, 0], [2]]}, r"completion 1 of this process's batch: env_mask holds 2; use 1 on the model's tokens"),
+        ({"completion_ids": [[1, 2], [3]], "env_mask": [[1, 0], 1]}, r"completion 1 of this process's batch: env_mask must be a list of one entry per token"),
+    ],
+)
+def test_rollout_output_checks_name_the_row(output, message):
+    from rllm_trl.rollout_checks import check_rollout_output
+
+    with pytest.raises(ValueError, match=message):
+        check_rollout_output(output)
