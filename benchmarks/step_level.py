@@ -247,6 +247,8 @@ def _trl(report: Report, quick: bool) -> None:
     completion_mask = (np.arange(length)[None, :] < ends[:, None]).astype(np.int64)  # the completion: model and environment tokens
     rewards = torch.from_numpy(np.random.default_rng(1).integers(0, 2, (rows, 1)).astype(np.float32))
     weights = torch.ones(1)
+    prompt_ids = np.repeat(np.arange(rows // n), n)[:, None] * np.ones((1, 64), dtype=np.int64)  # 64-token prompts, one per group
+    prompt_mask = np.ones_like(prompt_ids)
 
     def outcome() -> object:
         batch = prepare_batch(rewards, weights, n)
@@ -259,7 +261,7 @@ def _trl(report: Report, quick: bool) -> None:
     def step() -> object:
         batch = prepare_batch(rewards, weights, n)
         turns = local_turns(completion_mask, tool_mask)
-        described = row_turns(completion_ids, completion_mask, turns, None, with_anchors=True)
+        described = row_turns(completion_ids, completion_mask, turns, None, with_anchors=True, prompt_ids=prompt_ids, prompt_mask=prompt_mask)
         result = step_advantages(described, batch.rewards, n, "gigpo", {"gamma": 0.95, "norm_adv_by_std_in_grpo": True})
         return torch.from_numpy(spread_local(result, described, 0, turns))
 

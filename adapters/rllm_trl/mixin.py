@@ -37,6 +37,7 @@ from rllm_plugins.state import EstimatorState
 from .advantages import RewardBatch, compute_advantages, compute_metrics, prepare_batch, role_name
 from .config import AdvantageSettings, check_trainer_setup
 from .estimator_state import load_state, save_state, task_id
+from .rollout_checks import checked_rollout_func
 from .turn_advantages import (
     ANCHOR_STATES_KEY,
     TURN_REWARDS_KEY,
@@ -46,6 +47,7 @@ from .turn_advantages import (
     row_turns,
     spread_local,
     step_advantages,
+    without_rows,
 )
 
 __all__ = ["OVERRIDDEN_METHODS", "RLLMAdvantageMixin", "check_trl_compatibility"]
@@ -92,6 +94,8 @@ class RLLMAdvantageMixin:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_trl_compatibility(next((c for c in type(self).__mro__[1:] if "_calculate_rewards" in c.__dict__ and c is not RLLMAdvantageMixin), GRPOTrainer))
         super().__init__(*args, **kwargs)
+        if getattr(self, "rollout_func", None) is not None:  # its env_mask checked before TRL pads it
+            self.rollout_func = checked_rollout_func(self.rollout_func)
         self._rllm_pending: dict[str, Any] | None = None
         self._rllm_single_turn_noted = False
         self.advantage_settings: AdvantageSettings = check_trainer_setup(self.args, self.train_dataset, self.eval_dataset)
@@ -176,8 +180,17 @@ class RLLMAdvantageMixin:
         tool_mask = output.get("tool_mask")
         turns = local_turns(completion_mask, None if tool_mask is None else tool_mask.detach().cpu().numpy())
         with_anchors = get_estimator(settings.estimator).spec.needs_anchors
-        local = row_turns(output["completion_ids"].detach().cpu().numpy(), completion_mask, turns, overrides, with_anchors=with_anchors)
+        local = row_turns(
+            output["completion_ids"].detach().cpu().numpy(),
+            completion_mask,
+            turns,
+            overrides,
+            with_anchors=with_anchors,
+            prompt_ids=output["prompt_ids"].detach().cpu().numpy(),
+            prompt_mask=output["prompt_mask"].detach().cpu().numpy(),
+        )
         rows = gather_object(local)  # every process needs the turns (and anchor states) of the rows of its groups
+        batch = without_rows(batch, np.array([row.idle for row in rows], dtype=bool))  # no model token: nothing to train
         options = {**settings.estimator_kwargs, "norm_adv_by_std_in_grpo": settings.norm_adv_by_std_in_grpo}
         result = step_advantages(rows, batch.rewards, batch.num_generations, settings.estimator, options)
         device = output["advantages"].device

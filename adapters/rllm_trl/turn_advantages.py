@@ -6,9 +6,10 @@ TRL marks the latter with ``tool_mask == 0`` (from its tool loop, or from the ``
 
 - a **turn** is a maximal run of ``completion_mask * tool_mask == 1``; without ``tool_mask`` every
   completion is one turn;
-- the **anchor state** of turn 0 is the prompt (shared by the group), of turn k >= 1 the token ids
-  of the tool/environment segment right before it; a ``rollout_func`` may override them with the
-  extra key :data:`ANCHOR_STATES_KEY` (one hashable per turn of each completion);
+- the **anchor state** of turn 0 is the completion's own prompt ids (shared by a group whose
+  completions have one prompt; a ``rollout_func`` may return different ``prompt_ids`` within a group),
+  of turn k >= 1 the token ids of the tool/environment segment right before it; a ``rollout_func``
+  may override them with the extra key :data:`ANCHOR_STATES_KEY` (one hashable per turn of each completion);
 - the **step rewards** are 0 for every turn but the last, whose reward is the completion's reward
   (the weighted sum of the reward functions); a ``rollout_func`` may give them with the extra key
   :data:`TURN_REWARDS_KEY` (one number per turn). The **outcome** is the completion's reward;
@@ -16,8 +17,10 @@ TRL marks the latter with ``tool_mask == 0`` (from its tool loop, or from the ``
   the outcome path; an unscorable row (every reward function returned None) is left out and gets 0.
 
 A row TRL masked entirely (``completion_mask`` all 0: ``mask_truncated_completions`` on a truncated
-completion) counts as one turn anchored at the prompt with the row's reward, so its outcome joins its
+completion) counts as one turn anchored at its prompt with the row's reward, so its outcome joins its
 group's statistics as in the outcome path; its advantage reaches no token and its overrides are ignored.
+A row with tokens but no model token (``tool_mask``/``env_mask`` 0 on every completion token) has
+nothing to train: it gets advantage 0 and stays out of every statistic, as an unscorable row.
 
 The work is split so that processes agree: :func:`row_turns` describes this process's rows (cheap,
 picklable), every process gathers all rows' descriptions, and :func:`step_advantages` computes the
@@ -29,7 +32,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -38,7 +41,9 @@ from rllm_plugins.advantage import compute_role_metrics
 from rllm_plugins.anchors import anchor_ids
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
+from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.steps import StepBatch
+from rllm_plugins.turn_diagnostics import turn_metrics
 from rllm_plugins.turns import PROMPT_ANCHOR, Turns, find_turns, spread_to_tokens, turn_anchor_states
 
 from .advantages import RewardBatch
@@ -50,9 +55,11 @@ __all__ = [
     "StepAdvantages",
     "compute_step_metrics",
     "local_turns",
+    "prompt_anchor_states",
     "row_turns",
     "spread_local",
     "step_advantages",
+    "without_rows",
 ]
 
 TURN_REWARDS_KEY = "turn_rewards"  # rollout_func extra key: per completion, one reward per turn
@@ -63,8 +70,8 @@ ANCHOR_STATES_KEY = "anchor_states"  # rollout_func extra key: per completion, o
 class RowTurns:
     """What every process needs to know about one completion: its turn count, anchor states and overrides.
 
-    ``num_turns`` the runs of model tokens (0 for a row TRL masked entirely: ``masked``); ``has_tokens``
-    whether ``completion_mask`` has any 1 (a row with tokens but no model token is refused);
+    ``num_turns`` the runs of model tokens (0 for a row TRL masked entirely: ``masked``, and for a row
+    without model tokens: ``idle``); ``has_tokens`` whether ``completion_mask`` has any 1;
     ``states`` the default anchor states (None when the estimator reads none); ``anchor_override``
     and ``reward_override`` the rollout's :data:`ANCHOR_STATES_KEY` and :data:`TURN_REWARDS_KEY` values, or None.
     """
@@ -81,8 +88,14 @@ class RowTurns:
         return self.num_turns == 0 and not self.has_tokens
 
     @property
+    def idle(self) -> bool:
+        """The completion has tokens but none of the model's (``tool_mask`` 0 on all): advantage 0, out of every statistic."""
+        return self.num_turns == 0 and self.has_tokens
+
+    @property
     def num_steps(self) -> int:
-        return 1 if self.masked else self.num_turns
+        """Values the row owns in :class:`StepAdvantages`: one per turn; one for a masked or idle row."""
+        return max(self.num_turns, 1)
 
 
 def local_turns(completion_mask: np.ndarray, tool_mask: np.ndarray | None) -> Turns:
@@ -93,6 +106,17 @@ def local_turns(completion_mask: np.ndarray, tool_mask: np.ndarray | None) -> Tu
     return find_turns(mask)
 
 
+def prompt_anchor_states(prompt_ids: np.ndarray, prompt_mask: np.ndarray) -> list[Hashable]:
+    """``(B,)`` turn-0 anchor state of each row: ``(PROMPT_ANCHOR, bytes of its prompt ids)``, padding (``prompt_mask`` 0) left out.
+
+    Equal prompts give equal states on every process (the ids are taken as int64 whatever the padding);
+    the tag keeps a prompt apart from an environment segment of the same ids.
+    """
+    ids = np.asarray(prompt_ids, dtype=np.int64)
+    keep = np.asarray(prompt_mask) != 0
+    return [(PROMPT_ANCHOR, ids[b][keep[b]].tobytes()) for b in range(ids.shape[0])]
+
+
 def row_turns(
     completion_ids: np.ndarray,
     completion_mask: np.ndarray,
@@ -100,17 +124,23 @@ def row_turns(
     overrides: Sequence[Mapping[str, Any]] | None,
     *,
     with_anchors: bool,
+    prompt_ids: np.ndarray,
+    prompt_mask: np.ndarray,
 ) -> list[RowTurns]:
-    """One :class:`RowTurns` per local row; ``overrides[b]`` is row ``b``'s input dict (the rollout's extra keys land there)."""
+    """One :class:`RowTurns` per local row; ``overrides[b]`` is row ``b``'s input dict (the rollout's extra keys land there).
+
+    ``prompt_ids``/``prompt_mask`` ``(B, P)``, left-padded as in TRL's batch: turn 0 is anchored at each row's own prompt.
+    """
     has_tokens = (np.asarray(completion_mask) != 0).any(axis=1).tolist()
     states = turn_anchor_states(completion_ids, turns) if with_anchors else None
+    first = prompt_anchor_states(prompt_ids, prompt_mask) if with_anchors else None
     counts = turns.per_row.tolist()
     offsets = turns.row_offsets.tolist()
     out = []
     for b, n in enumerate(counts):
         row_states = None
-        if states is not None:
-            row_states = (PROMPT_ANCHOR,) if n == 0 else tuple(states[offsets[b] : offsets[b + 1]])
+        if states is not None and first is not None:
+            row_states = (first[b], *states[offsets[b] + 1 : offsets[b + 1]])  # turn 0's PROMPT_ANCHOR -> the row's own prompt
         example = overrides[b] if overrides is not None else {}
         out.append(RowTurns(n, bool(has_tokens[b]), row_states, example.get(ANCHOR_STATES_KEY), example.get(TURN_REWARDS_KEY)))
     return out
@@ -147,11 +177,17 @@ def _checked_states(value: Any, n: int, where: str) -> list[Hashable]:
 
 @dataclass(frozen=True)
 class StepAdvantages:
-    """Per-turn advantages of the gathered batch: row ``i`` owns ``values[offsets[i]:offsets[i + 1]]`` (a masked row one value, 0 where unscorable)."""
+    """Per-turn advantages of the gathered batch: row ``i`` owns ``values[offsets[i]:offsets[i + 1]]`` (a masked or idle row one value).
+
+    ``step_rewards`` the turns' rewards, ``scored`` ``(N,)`` the rows in the statistics (scorable, with a
+    model token or masked by TRL); rows out of them have advantage and step reward 0.
+    """
 
     values: np.ndarray
     offsets: np.ndarray
-    anchors: np.ndarray | None  # (turns of scorable rows,) anchor-group ids, for metrics
+    anchors: np.ndarray | None  # (turns of scored rows,) anchor-group ids, for metrics
+    step_rewards: np.ndarray
+    scored: np.ndarray
 
     def per_row_mean(self) -> np.ndarray:
         """``(N,)`` mean of each row's turn advantages (what the completions table logs)."""
@@ -168,28 +204,23 @@ def step_advantages(
 ) -> StepAdvantages:
     """Run step-level estimator ``estimator_name`` on the gathered rows (``rewards`` ``(N,)`` float64, NaN: unscorable).
 
-    Raises ``ValueError`` naming the completion, its group and the turn for a row with tokens but no
-    model token, an override with the wrong number of turns or a bad value, and a non-finite advantage.
+    Unscorable rows (NaN reward) and idle rows (tokens but no model token) get 0 and stay out of the
+    statistics. Raises ``ValueError`` naming the completion, its group and the turn for an override
+    with the wrong number of turns or a bad value, and a non-finite advantage.
     """
     estimator = get_estimator(estimator_name)
     who = f"step-level estimator {estimator_name!r} ({estimator.provider})"
     G = num_generations  # noqa: N806 - the paper's name
     if len(rows) != rewards.size:
         raise ValueError(f"{len(rows)} completions described for {rewards.size} rewards")
-    for i, row in enumerate(rows):
-        if row.num_turns == 0 and row.has_tokens:
-            raise ValueError(
-                f"{_where(i, G)} has no model token (tool_mask/env_mask is 0 on every completion token); {who} gives one advantage "
-                "per model turn: mark the model's tokens with env_mask 1 in the rollout_func output"
-            )
     counts = np.array([row.num_steps for row in rows], dtype=np.int64)
     offsets = np.zeros(counts.size + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    scorable = ~np.isnan(rewards)
+    scorable = ~np.isnan(rewards) & ~np.array([row.idle for row in rows], dtype=bool)
     step_rewards = np.zeros(int(offsets[-1]))
     step_rewards[offsets[1:] - 1] = np.where(scorable, rewards, 0.0)
     for i, row in enumerate(rows):
-        if row.reward_override is not None and not row.masked and scorable[i]:
+        if row.reward_override is not None and row.num_turns and scorable[i]:
             step_rewards[offsets[i] : offsets[i + 1]] = _checked_rewards(row.reward_override, row.num_turns, _where(i, G))
 
     keep = np.repeat(scorable, counts)  # the steps of scorable rows, in row order (rows are already in group order)
@@ -204,7 +235,7 @@ def step_advantages(
             if not scorable[i]:
                 continue
             row_states: Sequence[Hashable] = row.states if row.states is not None else ()
-            if row.anchor_override is not None and not row.masked:
+            if row.anchor_override is not None and row.num_turns:
                 row_states = _checked_states(row.anchor_override, row.num_turns, _where(i, G))
             states.extend(row_states)  # one per step: the defaults by construction, an override checked above
         kept_rows = np.flatnonzero(scorable)
@@ -221,11 +252,12 @@ def step_advantages(
         raise ValueError(f"{who} returned {values.size} advantages for {batch.num_steps} turns")
     per_turn = np.zeros(step_rewards.size)
     per_turn[keep] = values
+    step_rewards[~keep] = 0.0
     if not np.isfinite(per_turn).all():
         s = int(np.flatnonzero(~np.isfinite(per_turn))[0])
         i = int(np.searchsorted(offsets, s, side="right") - 1)
         raise ValueError(f"{who} gave advantage {per_turn[s]} to {_where(i, G)}, turn {s - int(offsets[i])}; advantages must be finite")
-    return StepAdvantages(per_turn, offsets, anchors)
+    return StepAdvantages(per_turn, offsets, anchors, step_rewards, scorable)
 
 
 def spread_local(result: StepAdvantages, rows: Sequence[RowTurns], first_row: int, turns: Turns) -> np.ndarray:
@@ -236,34 +268,50 @@ def spread_local(result: StepAdvantages, rows: Sequence[RowTurns], first_row: in
     count = turns.row_offsets.size - 1
     local = rows[first_row : first_row + count]
     values = result.values[result.offsets[first_row] : result.offsets[first_row + count]]
-    real = np.repeat(np.array([not row.masked for row in local], dtype=bool), np.array([row.num_steps for row in local], dtype=np.int64))
+    real = np.repeat(np.array([row.num_turns > 0 for row in local], dtype=bool), np.array([row.num_steps for row in local], dtype=np.int64))
     return spread_to_tokens(values[real], turns, dtype=np.float32)
 
 
+def without_rows(batch: RewardBatch, out: np.ndarray) -> RewardBatch:
+    """``batch`` with the rows ``out`` ``(N,)`` bool made unscorable (NaN rewards), so every statistic leaves them out."""
+    if not out.any():
+        return batch
+    per_func = None
+    if batch.rewards_per_func is not None:
+        per_func = np.array(batch.rewards_per_func, order="F")
+        per_func[out] = np.nan
+    return replace(batch, rewards=np.where(out, np.nan, batch.rewards), scorable=batch.scorable & ~out, rewards_per_func=per_func)
+
+
 def compute_step_metrics(batch: RewardBatch, result: StepAdvantages) -> dict[str, float]:
-    """Per-turn metrics of the scorable completions, per role (the core collector's keys for steps):
+    """Per-turn metrics of the scored completions (``result.scored``), per role (the core collector's keys for steps):
 
     ``advantage/{role}/{mean,std,max,min,fraction_zero}`` over turns (one value per turn, not per
     token or completion), ``batch/{role}/turns/mean`` (turns per completion) and, with anchor states,
-    ``batch/{role}/anchor_groups/mean_size`` and ``batch/{role}/anchor_groups/fraction_singleton_steps``.
+    ``batch/{role}/anchor_groups/mean_size`` and ``batch/{role}/anchor_groups/fraction_singleton_steps``;
+    over all roles, where credit goes by turn index: ``turn/...`` of :func:`rllm_plugins.turn_diagnostics.turn_metrics`
+    (``turn/{t}/advantage_mean`` and ``turn/{t}/reward_mean``, the turn's step reward, for ``t < 3``; ``turn/last/...``;
+    ``turn/count_mean``), the keys the collector gives per role and verl's v1 trainer logs as ``rllm/turn/...``.
     """
     counts = np.diff(result.offsets)
     row_roles = np.repeat(batch.group_roles, batch.num_generations)
     turn_roles = np.repeat(row_roles, counts)
-    turn_scorable = np.repeat(batch.scorable, counts)
+    turn_scored = np.repeat(result.scored, counts)
     metrics = compute_role_metrics(
-        {name: result.values[turn_scorable & (turn_roles == r)] for r, name in enumerate(batch.roles)}, "advantage", with_fraction_zero=True
+        {name: result.values[turn_scored & (turn_roles == r)] for r, name in enumerate(batch.roles)}, "advantage", with_fraction_zero=True
     )
     for r, name in enumerate(batch.roles):
-        in_role = batch.scorable & (row_roles == r)
+        in_role = result.scored & (row_roles == r)
         if in_role.any():
             metrics[f"batch/{name}/turns/mean"] = float(counts[in_role].mean())
     if result.anchors is not None and result.anchors.size:
         sizes = np.bincount(result.anchors)
-        anchor_roles = turn_roles[turn_scorable]
+        anchor_roles = turn_roles[turn_scored]
         for r, name in enumerate(batch.roles):
             ids = result.anchors[anchor_roles == r]
             if ids.size:
                 metrics[f"batch/{name}/anchor_groups/mean_size"] = float(ids.size / np.unique(ids).size)
                 metrics[f"batch/{name}/anchor_groups/fraction_singleton_steps"] = float(np.mean(sizes[ids] == 1))
+    scored_offsets = offsets_from_sizes(counts[result.scored])
+    metrics.update(turn_metrics(result.values[turn_scored], result.step_rewards[turn_scored], scored_offsets))
     return metrics

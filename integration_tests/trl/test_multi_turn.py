@@ -129,7 +129,8 @@ def random_batch(rng: np.random.Generator, rows: int, length: int) -> tuple[np.n
 def run_functional(ids: np.ndarray, completion: np.ndarray, tool: np.ndarray, rewards: np.ndarray, group: int, options: dict[str, Any], **overrides: Any):
     turns = local_turns(completion, tool)
     extras = [{k: v[b] for k, v in overrides.items() if v[b] is not None} for b in range(ids.shape[0])]
-    rows = row_turns(ids, completion, turns, extras, with_anchors=True)
+    prompts = np.full((ids.shape[0], 2), 7)  # one prompt for every row: turn 0 shares one anchor state per group
+    rows = row_turns(ids, completion, turns, extras, with_anchors=True, prompt_ids=prompts, prompt_mask=np.ones_like(prompts))
     result = step_advantages(rows, rewards, group, "gigpo", options)
     return spread_local(result, rows, 0, turns), result
 
@@ -173,11 +174,15 @@ def test_wrong_number_of_turns_in_an_override_names_the_completion_and_the_fix()
         run_functional(ids, completion, tool, np.ones(4), 4, {}, anchor_states=[["a", [1]], None, None, None])
 
 
-def test_a_row_with_tokens_but_no_model_token_is_refused():
-    completion = np.ones((2, 3), dtype=np.int64)
-    tool = np.array([[1, 0, 1], [0, 0, 0]])
-    with pytest.raises(ValueError, match=r"completion 1 of the gathered batch \(group 0\) has no model token.*env_mask 1"):
-        run_functional(np.zeros((2, 3), dtype=np.int64), completion, tool, np.ones(2), 2, {})
+def test_a_row_with_tokens_but_no_model_token_gets_0_and_stays_out_of_the_group():
+    ids = np.array([[1, 2, 3], [1, 4, 3], [1, 2, 3], [5, 5, 5]])
+    completion = np.ones((4, 3), dtype=np.int64)
+    tool = np.array([[1, 0, 1], [1, 0, 1], [1, 0, 1], [0, 0, 0]])  # row 3: environment tokens only
+    rewards = np.array([1.0, 0.0, 0.5, 9.0])  # row 3's reward would move every number if it counted
+    got, result = run_functional(ids, completion, tool, rewards, 4, {"gamma": 0.5})
+    assert (got[3] == 0).all() and not result.scored[3] and result.values[result.offsets[3] :].tolist() == [0.0]
+    expected, _ = plain_gigpo(ids[:3], (completion * tool)[:3], rewards[:3].tolist(), 3, 0.5, 1.0)  # the group without row 3
+    np.testing.assert_allclose(got[:3], expected, rtol=0, atol=1e-5)
 
 
 def test_unscorable_and_fully_masked_rows():
@@ -404,3 +409,139 @@ def test_two_processes_hold_the_slices_of_one_per_turn_computation(tmp_path):
             np.testing.assert_allclose(used, expected[6 * k : 6 * k + 6, : used.shape[1]], rtol=0, atol=1e-5)
         assert np.abs(expected[4:8]).max() > 0, "the straddling group carries no signal"
         assert max(len(turns) for turns in per_turn[4:8]) > 1, "the straddling group has no multi-turn row"
+
+
+def test_per_turn_metrics_give_mean_advantage_and_reward_by_turn_index(multi_turn_trainer):
+    trainer = multi_turn_trainer(adv_estimator="gigpo", adv_estimator_kwargs={"gamma": 0.5}, max_steps=1)
+    trainer.train()
+    record = trainer.outputs[0]
+    ids, mask = record["completion_ids"].numpy(), (record["completion_mask"] * record["tool_mask"]).numpy()
+    rewards = record["rewards"].tolist()
+    _, per_turn = plain_gigpo(ids, mask, rewards, 4, 0.5, 1.0)
+    by_turn: dict[str, list[tuple[float, float]]] = {}
+    for b, turns in enumerate(per_turn):
+        for t, advantage in enumerate(turns):
+            step_reward = rewards[b] if t == len(turns) - 1 else 0.0  # the outcome on the last turn, 0 before
+            by_turn.setdefault(str(t), []).append((advantage, step_reward))
+        by_turn.setdefault("last", []).append((turns[-1], rewards[b]))
+    logged = next(e for e in trainer.state.log_history if "loss" in e)
+    assert {"turn/0/advantage_mean", "turn/last/advantage_mean", "turn/0/reward_mean", "turn/last/reward_mean"} <= set(logged)
+    assert "turn/3/advantage_mean" not in logged  # turns 0, 1, 2 and the last
+    for label, pairs in by_turn.items():
+        assert logged[f"turn/{label}/advantage_mean"] == pytest.approx(sum(a for a, _ in pairs) / len(pairs), abs=1e-5)
+        assert logged[f"turn/{label}/reward_mean"] == pytest.approx(sum(r for _, r in pairs) / len(pairs), abs=1e-6)
+    assert len(by_turn) > 2, "the batch had no second turn"
+
+
+def test_a_completion_without_model_tokens_gets_0_and_stays_out_of_every_metric(multi_turn_trainer, tokenizer):
+    env = ToyEnvironment(tokenizer)
+    observation = env.observations[0]
+
+    def rollout(prompts: list[str], trainer: Any) -> dict[str, Any]:
+        out = env.rollout(prompts, trainer)
+        out["completion_ids"][1] = [observation, observation]  # the environment spoke, the model never acted
+        out["logprobs"][1], out["env_mask"][1], out["score"][1] = [0.0, 0.0], [0, 0], 100.0
+        return out
+
+    trainer = multi_turn_trainer(rollout, adv_estimator="gigpo", adv_estimator_kwargs={"gamma": 0.9}, max_steps=1)
+    trainer.train()
+    record = trainer.outputs[0]
+    assert (record["advantages"][1] == 0).all()
+    ids, mask = record["completion_ids"].numpy(), (record["completion_mask"] * record["tool_mask"]).numpy()
+    rewards = record["rewards"].tolist()
+    assert np.isnan(rewards[1])  # out of the statistics, as an unscorable completion
+    kept = [0, 2, 3, 4, 5, 6, 7]
+    expected, _ = plain_gigpo(ids[[0, 2, 3]], mask[[0, 2, 3]], [rewards[b] for b in (0, 2, 3)], 3, 0.9, 1.0)
+    np.testing.assert_allclose(record["advantages"].numpy()[[0, 2, 3]], expected, rtol=0, atol=1e-5)
+    logged = next(e for e in trainer.state.log_history if "loss" in e)
+    assert logged["reward/all_groups/max"] < 100.0 and logged["reward/all_groups/mean"] == pytest.approx(np.mean([rewards[b] for b in kept]), abs=1e-6)
+
+
+def test_turn_0_is_anchored_at_each_completions_own_prompt(tokenizer, tmp_path, make_config):
+    """A rollout_func returning initial states 20/21/20/21 in one group: turn 0 meets only the completions of its own prompt."""
+
+    def rollout(prompts: list[str], trainer: Any) -> dict[str, Any]:
+        count = len(prompts)
+        return {
+            "prompt_ids": [[20 + b % 2] for b in range(count)],
+            "completion_ids": [[30 + b] for b in range(count)],
+            "logprobs": [[0.0] for _ in range(count)],
+            "score": [[1.0, 0.0, 0.0, None][b % 4] for b in range(count)],  # the fourth completion is unscorable
+        }
+
+    args = make_config(tmp_path, RLLMGRPOConfig, reward_weights=None, per_device_train_batch_size=4, max_steps=1, adv_estimator="gigpo")
+    trainer = RecordingTrainer(
+        model=build_tiny_model(tokenizer, seed=0),
+        reward_funcs=[score_reward],
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["go"] * 4}),
+        processing_class=tokenizer,
+        rollout_func=rollout,
+    )
+    trainer.train()
+    # By hand: scorable rewards 1, 0, 0 (prompts 20, 21, 20). Episode part: mean 1/3, population std sqrt(2/9), so
+    # (1 - 1/3) / sqrt(2/9) = sqrt(2). Step part, anchor group of prompt 20 = returns {1, 0}: (1 - 1/2) / (1/2) = 1.
+    # Completion 0: sqrt(2) + 1 = 2.414 (one anchor for the whole group would give sqrt(2) + sqrt(2) = 2.828).
+    episode = (1 - 1 / 3) / ((2 / 9) ** 0.5 + EPS)
+    step = (1 - 1 / 2) / (1 / 2 + EPS)
+    assert trainer.outputs[0]["advantages"][0].item() == pytest.approx(episode + step, abs=1e-5)
+    assert trainer.outputs[0]["advantages"][0].item() == pytest.approx(2.414, abs=1e-3)
+    # completion 1 (prompt 21) is alone in its anchor group: step part 0; completion 2 (prompt 20): -1
+    assert trainer.outputs[0]["advantages"][1].item() == pytest.approx((0 - 1 / 3) / ((2 / 9) ** 0.5 + EPS), abs=1e-5)
+    assert trainer.outputs[0]["advantages"][2].item() == pytest.approx((0 - 1 / 3) / ((2 / 9) ** 0.5 + EPS) - step, abs=1e-5)
+
+
+@pytest.mark.parametrize("change, lengths", [(lambda m: m[:-1], "{n_minus_1} entries for {n}"), (lambda m: [*m, 1], "{n_plus_1} entries for {n}")])
+def test_an_env_mask_shorter_or_longer_than_its_completion_names_the_row_and_lengths(multi_turn_trainer, tokenizer, change, lengths):
+    env = ToyEnvironment(tokenizer)
+    seen: dict[str, int] = {}
+
+    def rollout(prompts: list[str], trainer: Any) -> dict[str, Any]:
+        out = env.rollout(prompts, trainer)
+        seen["n"] = len(out["completion_ids"][2])
+        out["env_mask"][2] = change(out["env_mask"][2])
+        return out
+
+    trainer = multi_turn_trainer(rollout, adv_estimator="gigpo", max_steps=1)
+    with pytest.raises(ValueError, match=r"completion 2 of this process's batch: env_mask has \d+ entries for \d+ completion_ids") as raised:
+        trainer.train()
+    n = seen["n"]
+    assert lengths.format(n=n, n_minus_1=n - 1, n_plus_1=n + 1) in str(raised.value)
+    assert "1 on the model's tokens, 0 on the environment's" in str(raised.value)
+
+
+def test_an_env_mask_that_looks_inverted_is_warned_about_once(multi_turn_trainer, tokenizer, caplog):
+    env = ToyEnvironment(tokenizer)
+
+    def inverted(prompts: list[str], trainer: Any) -> dict[str, Any]:
+        out = env.rollout(prompts, trainer)
+        out["env_mask"] = [[1 - m for m in mask] for mask in out["env_mask"]]  # the mistake: 1 on the environment's tokens
+        return out
+
+    trainer = multi_turn_trainer(inverted, adv_estimator="gigpo", max_steps=2)
+    with caplog.at_level(logging.WARNING, logger="rllm_trl.rollout_checks"):
+        trainer.train()
+    warnings = [r.getMessage() for r in caplog.records if "env_mask is 0 on the first token of every completion" in r.getMessage()]
+    assert len(warnings) == 1 and "[1 - m for m in mask]" in warnings[0]
+
+
+def test_a_correct_env_mask_gives_no_warning(multi_turn_trainer, caplog):
+    trainer = multi_turn_trainer(adv_estimator="gigpo", max_steps=1)
+    with caplog.at_level(logging.WARNING, logger="rllm_trl.rollout_checks"):
+        trainer.train()
+    assert not [r for r in caplog.records if r.name == "rllm_trl.rollout_checks"]
+
+
+@pytest.mark.parametrize(
+    "output, message",
+    [
+        ({"completion_ids": [[1, 2], [3]], "env_mask": [[1, 0]]}, r"env_mask has 1 rows for 2 completions"),
+        ({"completion_ids": [[1, 2], [3]], "env_mask": [[1, 0], [2]]}, r"completion 1 of this process's batch: env_mask holds 2; use 1 on the model's tokens"),
+        ({"completion_ids": [[1, 2], [3]], "env_mask": [[1, 0], 1]}, r"completion 1 of this process's batch: env_mask must be a list of one entry per token"),
+    ],
+)
+def test_rollout_output_checks_name_the_row(output, message):
+    from rllm_trl.rollout_checks import check_rollout_output
+
+    with pytest.raises(ValueError, match=message):
+        check_rollout_output(output)
