@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..spec import AdvEstimatorSpec
+from .composite import calculate_composite_advantages, check_composite_options, composite
 from .dr_grpo import calculate_dr_grpo_advantages, dr_grpo
 from .echo import calculate_echo_advantages, echo
 from .gigpo import calculate_gigpo_advantages, check_gigpo_options, gigpo
@@ -52,6 +53,7 @@ BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
     AdvEstimatorSpec(
         "step_reinforce", calculate_step_reinforce_advantages, step_reinforce, options=(), level="step", check_options=check_step_reinforce_options
     ),
+    AdvEstimatorSpec("composite", calculate_composite_advantages, composite, options=(), level="step", check_options=check_composite_options),
     AdvEstimatorSpec("turn_grpo", calculate_turn_grpo_advantages, turn_grpo, options=(), level="step", check_options=check_turn_grpo_options),
 )
 
@@ -67,6 +69,7 @@ def check_group_size(spec: AdvEstimatorSpec, options: Mapping[str, Any], group_s
 
 __all__ = [
     "BUILTIN_SPECS",
+    "calculate_composite_advantages",
     "calculate_dr_grpo_advantages",
     "calculate_echo_advantages",
     "calculate_gigpo_advantages",
