@@ -80,7 +80,7 @@ def batch_from_lists(rewards: Sequence[Any], step_rewards: Sequence[Any], anchor
             return f"group {g}, trajectory {i - int(traj_offsets[g])}, step {s - int(step_offsets[i])}"
 
         anchors = anchor_ids(states, step_group, place)
-    return StepBatch(outcomes, traj_offsets, step_values, step_offsets, anchors)
+    return StepBatch(outcomes, traj_offsets, step_values, step_offsets, anchors, None if anchor_states is None else states)
 
 
 def step_list_form_of(batched: StepBatchedEstimator, name: str | None = None) -> StepListEstimator:
