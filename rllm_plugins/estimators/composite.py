@@ -8,7 +8,8 @@
 ``composite`` is step level: on single-turn data each trajectory is one step, so a composite of outcome
 terms gives each trajectory the weighted sum of their advantages. Each term runs with the call's
 ``norm_adv_by_std_in_grpo`` and its own options; a term that reads anchor states (``gigpo``) is refused,
-as ``composite`` declares none. The names resolve through the registry at each call, so plugins compose too:
+as ``composite`` declares none. ``gamma`` (None) is the discount of every term that takes one and does not
+set its own (verl's ``algorithm.gamma`` arrives here). The names resolve through the registry at each call, so plugins compose too:
 like a plugin, this module reaches the registry through the package's public API, imported at call time
 (the registry lists the built-ins, so a module-level import would be a cycle).
 """
@@ -21,10 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from ..calling import call_with_accepted_kwargs, check_call_options, closed_keywords, is_plain_real, refuse_unknown_options
+from ..calling import accepted_keywords, call_with_accepted_kwargs, check_call_options, closed_keywords, is_plain_real, refuse_unknown_options
 from ..outputs import as_advantages
 from ..step_forms import step_list_form_of
 from ..steps import StepBatch
+from .gigpo import check_discount
 
 __all__ = ["calculate_composite_advantages", "check_composite_options", "composite", "composite_terms"]
 
@@ -77,11 +79,13 @@ def _check_term_options(spec: Any, options: dict[str, Any], where: str) -> None:
 
 
 def check_composite_options(options: Mapping[str, Any]) -> None:
-    """Config-time check: ``terms`` is given and every term is a registered estimator with valid options."""
+    """Config-time check: ``terms`` is given and every term is a registered estimator with valid options; ``gamma`` in [0, 1]."""
+    if options.get("gamma") is not None:
+        check_discount("composite", options["gamma"])
     composite_terms(options.get("terms"))
 
 
-def composite(batch: StepBatch, /, *, norm_adv_by_std_in_grpo: bool = True, terms: Any = None, **_: Any) -> np.ndarray:
+def composite(batch: StepBatch, /, *, norm_adv_by_std_in_grpo: bool = True, terms: Any = None, gamma: float | None = None, **_: Any) -> np.ndarray:
     """Composite: the weighted sum of the terms' advantages, outcome-level terms broadcast to their trajectory's steps."""
     from .. import get_estimator_spec  # the public API, at call time (see the module docstring)
 
@@ -89,6 +93,8 @@ def composite(batch: StepBatch, /, *, norm_adv_by_std_in_grpo: bool = True, term
     for name, weight, options in composite_terms(terms):
         spec = get_estimator_spec(name)
         who = f"estimator 'composite', term {name!r}"
+        if gamma is not None and "gamma" not in options and "gamma" in accepted_keywords(spec.batched_form)[0]:
+            options = {**options, "gamma": gamma}
         stepped = spec.level == "step"
         inputs = (batch,) if stepped else (batch.outcomes, batch.traj_offsets)
         advantages = as_advantages(call_with_accepted_kwargs(spec.batched_form, *inputs, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, **options), who)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups
-from rllm_plugins.estimators import calculate_composite_advantages, calculate_step_reinforce_advantages
+from rllm_plugins.estimators import calculate_composite_advantages, calculate_step_reinforce_advantages, calculate_turn_grpo_advantages
 
 EPS = 1e-6
 
@@ -77,6 +77,7 @@ def test_the_collector_and_a_role_of_single_step_trajectories_give_the_outcome_n
 @pytest.mark.parametrize(
     "terms, message",
     [
+        ("gamma", r"estimator 'composite': gamma \(the discount of step returns\) must be a number in \[0, 1\]"),
         (None, r"terms must be a list of \[name, weight\] or \[name, weight, \{options\}\]"),
         ([], r"terms must be a list"),
         ("grpo", r"terms must be a list"),
@@ -99,7 +100,7 @@ def test_the_collector_and_a_role_of_single_step_trajectories_give_the_outcome_n
 )
 def test_bad_terms_are_refused_when_the_config_is_checked(terms, message):
     groups = [TrajectoryGroup([Trajectory(steps=[Step()], reward=1.0)], group_id="t:solver")]
-    options = {} if terms is None else {"terms": terms}
+    options = {} if terms is None else {"terms": [["grpo", 1.0]], "gamma": 1.5} if terms == "gamma" else {"terms": terms}
     with pytest.raises(ValueError, match=message):
         collect_reward_and_advantage_from_trajectory_groups(groups, AlgorithmConfig(estimator="composite", estimator_kwargs=options))
 
@@ -121,3 +122,13 @@ def test_an_installed_plugin_is_a_term_like_a_built_in():
     got, _ = calculate_composite_advantages([[0.0, 1.0, 5.0]], [[[0.0], [1.0], [5.0]]], terms=[["median_baseline", 1.0], ["grpo", 0.5]])
     grpo = plain_grpo([0.0, 1.0, 5.0])
     assert [t[0] for t in got[0]] == pytest.approx([-1.0 + 0.5 * grpo[0], 0.0 + 0.5 * grpo[1], 4.0 + 0.5 * grpo[2]], rel=1e-12)
+
+
+def test_gamma_is_the_discount_of_every_term_that_takes_one_unless_the_term_sets_its_own():
+    outcomes, rewards = CASE
+    got, _ = calculate_composite_advantages(outcomes, rewards, gamma=0.5, terms=[["step_reinforce", 1.0], ["turn_grpo", 1.0, {"gamma": 1.0}], ["grpo", 1.0]])
+    want = [calculate_step_reinforce_advantages(outcomes, rewards, gamma=0.5)[0], calculate_turn_grpo_advantages(outcomes, rewards, gamma=1.0)[0]]
+    grpo = [plain_grpo(o) for o in outcomes]
+    for g, group in enumerate(got):
+        for i, traj in enumerate(group):
+            assert traj.tolist() == pytest.approx((want[0][g][i] + want[1][g][i] + grpo[g][i]).tolist(), rel=1e-12)
