@@ -54,10 +54,13 @@ def turn_index(batch: StepBatch) -> np.ndarray:
 
 
 def _turn_ids(batch: StepBatch, turns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Dense ids of the ``(task group, turn)`` pairs ``(S,)``, and the task group of each id."""
+    """Ids of the ``(task group, turn)`` pairs ``(S,)`` (``group * longest + turn``, compacted when sparse), and the task group of each id."""
     longest = int(turns.max()) + 1
     keys = batch.step_group * longest + turns
-    unique, ids = np.unique(keys, return_inverse=True)
+    span = batch.num_groups * longest
+    if span <= 4 * keys.size:  # typical: every id a slot of one table, no sort
+        return keys, np.repeat(np.arange(batch.num_groups, dtype=np.int64), longest)
+    unique, ids = np.unique(keys, return_inverse=True)  # one very long trajectory: compact the ids
     return ids.reshape(-1).astype(np.int64, copy=False), unique // longest
 
 
@@ -68,7 +71,7 @@ def _normalize_absorbing(values: np.ndarray, ids: np.ndarray, size: np.ndarray, 
     a population of one gives 0; the mean takes one correction pass (equal values give exactly 0).
     """
     present = np.bincount(ids, minlength=size.size)
-    absent = size - present
+    absent = size - present  # ids without a step (a turn no trajectory of the group reached) have size - 0 absent, never read
     mean = np.bincount(ids, values, minlength=size.size) / size
     mean += (np.bincount(ids, values - mean[ids], minlength=size.size) - absent * mean) / size
     centred = values - mean[ids]
@@ -103,7 +106,8 @@ def turn_grpo(
     if ended == "present":
         per_turn = normalize_within(values, ids, **norm)
     else:
-        per_turn = _normalize_absorbing(values, ids, batch.trajectories.sizes[id_group].astype(np.float64), **norm)
+        sizes = np.maximum(batch.trajectories.sizes[id_group], 1).astype(np.float64)  # (an empty task group owns no step)
+        per_turn = _normalize_absorbing(values, ids, sizes, **norm)
     per_turn *= lam
     per_turn += episode
     return per_turn
