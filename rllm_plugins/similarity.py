@@ -19,6 +19,12 @@ import numpy as np
 __all__ = ["similar_anchor_ids"]
 
 
+def _similar(matcher: SequenceMatcher, state: Sequence[Hashable], threshold: float) -> bool:
+    """``SequenceMatcher(None, state, first).ratio() >= threshold``; the matcher keeps the first member's index, the two upper bounds skip most pairs."""
+    matcher.set_seq1(state)
+    return matcher.real_quick_ratio() >= threshold and matcher.quick_ratio() >= threshold and matcher.ratio() >= threshold
+
+
 def similar_anchor_ids(
     anchors: np.ndarray, states: Sequence[Hashable], step_group: np.ndarray, threshold: float, where: Callable[[int], str] = "step {}".format
 ) -> np.ndarray:
@@ -32,7 +38,7 @@ def similar_anchor_ids(
     ids, first = np.unique(anchors, return_index=True)  # first step of each anchor id
     order = np.argsort(first, kind="stable")  # anchor ids in order of first appearance
     cluster_of = np.empty(int(ids.max()) + 1, dtype=np.int64)
-    clusters: dict[int, list[tuple[Sequence[Hashable], int]]] = {}  # task group -> [(first member's state, cluster id)]
+    clusters: dict[int, list[tuple[SequenceMatcher, int]]] = {}  # task group -> [(matcher of the first member's state, cluster id)]
     count = 0
     for k in order.tolist():
         s = int(first[k])
@@ -45,12 +51,12 @@ def similar_anchor_ids(
                 f"got {type(state).__name__} {state!r:.60}; give text states or leave anchor_similarity None (equal states only)"
             )
         group = clusters.setdefault(int(step_group[s]), [])
-        for rep, cluster in group:
-            if type(rep) is type(comparable) and SequenceMatcher(None, comparable, rep).ratio() >= threshold:
+        for matcher, cluster in group:
+            if type(matcher.b) is type(comparable) and _similar(matcher, comparable, threshold):
                 cluster_of[int(ids[k])] = cluster
                 break
         else:
-            group.append((comparable, count))
+            group.append((SequenceMatcher(None, b=comparable), count))
             cluster_of[int(ids[k])] = count
             count += 1
     return cluster_of[anchors]
