@@ -5,6 +5,9 @@
   discounted returns per trajectory, then dicts from anchor state to the returns of its steps, mean
   and std per anchor group, one step at a time (its per-step work written in Python, as there).
   Both include building anchor ids from hashable states (the loop: its dicts; ours: ``anchor_ids``).
+- **catalogue**: the step-level built-ins' batched forms on one prebuilt :class:`~rllm_plugins.steps.StepBatch`
+  (anchor ids included), each against ``gigpo``: ``turn_grpo``, ``step_reinforce``, ``composite`` of batched
+  terms; and ``gigpo(anchor_similarity=0.95)`` on text observations (pairwise ``SequenceMatcher`` comparisons).
 - **collector**: ``collect_reward_and_advantage_from_trajectory_groups`` with ``gigpo`` on
   ``Trajectory``/``Step`` objects, per step.
 - **verl**: ``compute_advantage`` with ``rllm_gigpo`` vs ``rllm_grpo`` on one multi-turn CPU
@@ -34,6 +37,7 @@ __all__ = ["loop_gigpo", "make_steps", "run"]
 TARGET_VS_LOOP = 20.0
 TARGET_VERL_VS_GRPO = 3.0
 TARGET_VERL_MEMORY = 2.0
+TARGET_VS_GIGPO = 1.5
 EPS = 1e-6
 
 
@@ -73,6 +77,22 @@ def loop_gigpo(outcomes: np.ndarray, rewards: list[list[float]], states: list[li
                 step = 0.0 if size == 1 else (returns[i][t] - m) / (s + EPS)
                 out.append(episode + step)
     return out
+
+
+def step_batch(outcomes: np.ndarray, rewards: list[list[float]], states: list[list[str]], per_group: int) -> Any:
+    """The :class:`StepBatch` of :func:`make_steps`' output, anchor ids (and the states) included."""
+    from rllm_plugins.anchors import anchor_ids
+    from rllm_plugins.steps import StepBatch
+
+    lengths = np.fromiter(map(len, rewards), dtype=np.int64, count=len(rewards))
+    step_offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=step_offsets[1:])
+    step_group = np.repeat(np.arange(lengths.size) // per_group, lengths)
+    flat_states = list(itertools.chain.from_iterable(states))
+    anchors = anchor_ids(flat_states, step_group, str)
+    traj_offsets = np.arange(0, outcomes.size + 1, per_group, dtype=np.int64)
+    step_rewards = np.fromiter(itertools.chain.from_iterable(rewards), dtype=np.float64, count=int(step_offsets[-1]))
+    return StepBatch(outcomes, traj_offsets, step_rewards, step_offsets, anchors, flat_states)
 
 
 def batched_gigpo(outcomes: np.ndarray, rewards: list[list[float]], states: list[list[str]], per_group: int, gamma: float = 0.95) -> np.ndarray:
@@ -125,6 +145,66 @@ def _core(report: Report, quick: bool) -> None:
         Target(f"batched gigpo vs per-step loop at {groups:,} groups", f"{format_ratio(speedup)} faster", f"≥ {TARGET_VS_LOOP:g}x", speedup >= TARGET_VS_LOOP)
     )
     _collector(report, outcomes, rewards, states, per_group, quick)
+    _catalogue(report, step_batch(outcomes, rewards, states, per_group), quick)
+    _similarity(report, quick)
+
+
+def _catalogue(report: Report, batch: Any, quick: bool) -> None:
+    """Each step-level built-in's batched form on the same batch, against gigpo's."""
+    from rllm_plugins.estimators import composite, gigpo, step_reinforce, turn_grpo
+
+    terms = [["grpo", 0.5], ["turn_grpo", 0.5]]
+    impls = {
+        "gigpo": lambda: gigpo(batch, gamma=0.95),
+        "turn_grpo (ended='absorbing')": lambda: turn_grpo(batch, gamma=0.95),
+        "turn_grpo (ended='present')": lambda: turn_grpo(batch, gamma=0.95, ended="present"),
+        "step_reinforce": lambda: step_reinforce(batch, gamma=0.95),
+        "step_reinforce (ROLL's mean_std: std_ddof=1, min_std=1e-6)": lambda: step_reinforce(batch, gamma=0.95, std_ddof=1, min_std=1e-6),
+        "composite (0.5 grpo + 0.5 turn_grpo)": lambda: composite(batch, gamma=0.95, terms=terms),
+    }
+    times = measure_interleaved(impls, 1 if quick else 3, 0.0 if quick else 2.0, 1 if quick else 5)
+    table = Table(
+        f"catalogue: batched forms on one StepBatch of {batch.num_groups:,} task groups ({batch.num_steps:,} steps)",
+        ["estimator", "time", "per step", "vs gigpo"],
+    )
+    for name in impls:
+        table.add(name, format_time(times[name]), format_time(times[name] / batch.num_steps), format_ratio(times[name] / times["gigpo"]))
+    report.tables.append(table)
+    for name in ("turn_grpo (ended='absorbing')", "composite (0.5 grpo + 0.5 turn_grpo)"):
+        ratio = times[name] / times["gigpo"]
+        report.targets.append(Target(f"{name} vs gigpo", format_ratio(ratio), f"≤ {TARGET_VS_GIGPO:g}x", ratio <= TARGET_VS_GIGPO))
+
+
+def make_text_steps(groups: int, per_group: int, max_steps: int, seed: int = 0) -> tuple[np.ndarray, list[list[float]], list[list[str]]]:
+    """As :func:`make_steps`, with text observations (~80 characters) that differ from one of 6 per task by a few characters."""
+    outcomes, rewards, _ = make_steps(groups, per_group, max_steps, seed)
+    rng = np.random.default_rng(seed + 1)
+    rooms = [f"You are in room {r}. You see a table, a lamp and a closed door to the north. Turn {r}." for r in range(6)]
+    states = []
+    for traj in rewards:
+        picks = rng.integers(0, 6, len(traj))
+        noise = rng.integers(0, 4, len(traj))  # 0-3 characters replaced
+        states.append([rooms[int(p)][: 80 - int(k)] + "x" * int(k) for p, k in zip(picks, noise, strict=True)])
+    return outcomes, rewards, states
+
+
+def _similarity(report: Report, quick: bool) -> None:
+    """gigpo with anchor_similarity=0.95 (verl-agent's similarity grouping) vs equal states only, on text observations."""
+    from rllm_plugins.estimators import gigpo
+
+    groups, per_group, max_steps = (50, 8, 10) if quick else (1_000, 8, 10)
+    batch = step_batch(*make_text_steps(groups, per_group, max_steps), per_group)
+    impls = {"gigpo, equal states": lambda: gigpo(batch, gamma=0.95), "gigpo, anchor_similarity=0.95": lambda: gigpo(batch, gamma=0.95, anchor_similarity=0.95)}
+    times = measure_interleaved(impls, 1, 0.0 if quick else 1.0, 1 if quick else 3)
+    distinct = int(np.unique(batch.anchors).size)
+    table = Table(
+        f"similarity anchors: {groups:,} task groups x {per_group} trajectories x 1-{max_steps} steps ({batch.num_steps:,} steps, "
+        f"{distinct:,} distinct states, ~80 characters)",
+        ["anchors", "time", "per task group", "vs equal states"],
+    )
+    for name in impls:
+        table.add(name, format_time(times[name]), format_time(times[name] / groups), format_ratio(times[name] / times["gigpo, equal states"]))
+    report.tables.append(table)
 
 
 def _collector(report: Report, outcomes: np.ndarray, rewards: list[list[float]], states: list[list[str]], per_group: int, quick: bool) -> None:

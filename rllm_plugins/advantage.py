@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .config import PER_STEP_DEPRECATION, AlgorithmConfig
-from .options import check_estimator_kwargs
+from .options import check_estimator_kwargs, spec_options
 from .outputs import as_advantages, as_groups
 from .registry import get_estimator, prepare_adv_estimator_input
 from .segments import GroupLayout, offsets_from_sizes
@@ -193,6 +193,9 @@ def _call_estimator(role: str, batch: _RoleBatch, config: AlgorithmConfig, new_s
     name = config.estimator_name(role)
     estimator = get_estimator(name)
     kwargs = prepare_adv_estimator_input(batch.rewards, config, batch.groups)
+    options = spec_options(estimator.spec)
+    if not options.open:  # options meant for another role's estimator (estimator_map) stay out of this call
+        kwargs = {k: v for k, v in kwargs.items() if k in options.defaults or k not in config.estimator_kwargs}
     who = f"estimator {name!r} ({estimator.provider}) for role {role!r}"
     if estimator.spec.stateful:
         kwargs["task_ids"] = np.array([group.task_id for group in batch.groups for _ in group.trajectories], dtype=object)

@@ -13,7 +13,34 @@ import numpy as np
 from .outputs import _is_tensor
 from .segments import offsets_from_sizes
 
-__all__ = ["accepted_keywords", "call_with_accepted_kwargs", "check_call_options", "flatten_groups", "is_plain_real"]
+__all__ = [
+    "FRAMEWORK_KEYWORDS",
+    "accepted_keywords",
+    "call_with_accepted_kwargs",
+    "check_call_options",
+    "closed_keywords",
+    "flatten_groups",
+    "is_plain_real",
+    "refuse_unknown_options",
+]
+
+FRAMEWORK_KEYWORDS = frozenset(
+    {
+        "rewards",
+        "values",
+        "offsets",
+        "algorithm_config",
+        "traj_groups",
+        "lengths",
+        "norm_adv_by_std_in_grpo",
+        "step_rewards",
+        "anchor_states",
+        "state",
+        "task_ids",
+    }
+)
+"""Arguments the collector, the adapters and rLLM's callers pass themselves (never estimator options)."""
+_RLLM_SPELLINGS = frozenset({"episilon", "epsilon"})  # every estimator of the spec takes one (spelt episilon there)
 
 
 def accepted_keywords(fn: Callable[..., Any]) -> tuple[frozenset[str], bool]:
@@ -42,6 +69,47 @@ def call_with_accepted_kwargs(fn: Callable[..., Any], *args: Any, **kwargs: Any)
     if not var_kw:
         kwargs = {k: v for k, v in kwargs.items() if k in names}
     return fn(*args, **kwargs)
+
+
+def closed_keywords(*forms: Callable[..., Any] | None, declared: tuple[str, ...] | None = None) -> frozenset[str] | None:
+    """Every keyword a call of these forms may carry, or None when any key may be meant for them (open).
+
+    The forms' named parameters, the framework's arguments and ``declared`` option names. A form with
+    ``**kwargs`` is open unless its spec declares its options (``declared`` not None) or its catch-all is
+    named ``_`` (the built-ins' way of saying it takes only the framework's arguments).
+    """
+    names: set[str] = set(FRAMEWORK_KEYWORDS | _RLLM_SPELLINGS | set(declared or ()))
+    for form in forms:
+        if form is None:
+            continue
+        named, var_kw = accepted_keywords(form)
+        names |= named
+        if var_kw and declared is None and not _catch_all_is_underscore(form):
+            return None
+    return frozenset(names)
+
+
+def _catch_all_is_underscore(fn: Callable[..., Any]) -> bool:
+    try:
+        return any(p.kind is p.VAR_KEYWORD and p.name == "_" for p in inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+
+
+def refuse_unknown_options(func_name: str, kwargs: Any, accepted: frozenset[str] | None) -> None:
+    """``ValueError`` for a keyword not in ``accepted`` (None: accept all), naming the closest accepted option."""
+    if accepted is None:
+        return
+    unknown = [key for key in kwargs if key not in accepted]
+    if not unknown:
+        return
+    import difflib  # only on this error path
+
+    options = sorted(accepted - FRAMEWORK_KEYWORDS - {"episilon"})
+    close = difflib.get_close_matches(str(unknown[0]), sorted(accepted), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    listing = ", ".join(options) if options else "none"
+    raise ValueError(f"{func_name}(): unknown option {unknown[0]!r}; its options: {listing}.{hint}")
 
 
 def flatten_groups(rewards: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:

@@ -204,7 +204,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
     except (registry.UnknownEstimatorError, registry.EstimatorConflictError) as e:
         print(f"rllm-plugins check: {e}", file=sys.stderr)
         return EXIT_FAILURE
-    report = check_estimator(args.name)
+    try:
+        options = json.loads(args.options) if args.options else None
+    except json.JSONDecodeError as e:
+        print(f"rllm-plugins check: --options must be a JSON object, e.g. '{{\"gamma\": 0.9}}': {e}", file=sys.stderr)
+        return EXIT_FAILURE
+    if options is not None and not isinstance(options, dict):
+        print(f"rllm-plugins check: --options must be a JSON object of option names to values, got {args.options}", file=sys.stderr)
+        return EXIT_FAILURE
+    report = check_estimator(args.name, options=options)
     if args.json:
         _print_json(report.as_dict())
     else:
@@ -252,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     check_command = add("check", _cmd_check, "check an estimator's contract on synthetic groups; exit 1 if it fails")
     check_command.add_argument("name", help="estimator name")
     check_command.add_argument("--json", action="store_true", help="print the report as JSON")
+    check_command.add_argument("--options", help='options for every call, a JSON object (e.g. \'{"terms": [["grpo", 0.5], ["rloo", 0.5]]}\')')
     for name, command in sorted(contributed.items()):
         if name in BUILTIN_COMMANDS:
             continue

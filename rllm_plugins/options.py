@@ -25,26 +25,13 @@ from typing import Any
 
 import numpy as np
 
+from .calling import FRAMEWORK_KEYWORDS
 from .registry import get_estimator
 from .spec import AdvEstimatorSpec, is_plain_real
 
 __all__ = ["CONTEXT_KEYS", "EstimatorOptions", "check_estimator_kwargs", "estimator_options_of", "spec_options"]
 
-CONTEXT_KEYS = frozenset(
-    {
-        "rewards",
-        "values",
-        "offsets",
-        "algorithm_config",
-        "traj_groups",
-        "lengths",
-        "norm_adv_by_std_in_grpo",
-        "step_rewards",
-        "anchor_states",
-        "state",
-        "task_ids",
-    }
-)
+CONTEXT_KEYS = FRAMEWORK_KEYWORDS
 """Arguments the collector and the adapters pass themselves; never set through estimator kwargs."""
 
 _NO_DEFAULT = inspect.Parameter.empty

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import pluggy
 
 from . import builtin_plugin, hookspecs
+from .calling import closed_keywords, refuse_unknown_options
 from .spec import AdvEstimatorSpec
 
 __all__ = [
@@ -91,6 +92,20 @@ def _annotate(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
     return call
 
 
+def _refusing_unknown_options(fn: Callable[..., Any], spec: AdvEstimatorSpec) -> Callable[..., Any]:
+    """Wrap a plugin's own list form so that a keyword it does not take is refused, as ``AlgorithmConfig`` does (open forms: as is)."""
+    accepted = closed_keywords(spec.fn, declared=spec.options)
+    if accepted is None:
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        refuse_unknown_options(spec.name, kwargs, accepted)
+        return fn(*args, **kwargs)
+
+    return call
+
+
 @dataclass(frozen=True, eq=False)
 class Estimator:
     """A registered estimator: its spec, provider, and both calling forms (plugin errors name the plugin)."""
@@ -105,6 +120,8 @@ class Estimator:
         if self.provider.kind == "plugin":
             where = f"raised by estimator {self.spec.name!r} of {self.provider}"
             list_form, batched_form = _annotate(list_form, where), _annotate(batched_form, where)
+            if self.spec.fn is not None:  # a derived list form refuses unknown options itself
+                list_form = _refusing_unknown_options(list_form, self.spec)
         object.__setattr__(self, "list_form", list_form)
         object.__setattr__(self, "batched_form", batched_form)
 

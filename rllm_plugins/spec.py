@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .calling import accepted_keywords, call_with_accepted_kwargs, check_call_options, flatten_groups, is_plain_real
+from .calling import accepted_keywords, call_with_accepted_kwargs, check_call_options, closed_keywords, flatten_groups, is_plain_real, refuse_unknown_options
 from .names import normalize_name, validate_name
 from .outputs import as_advantages, as_groups
 from .segments import GroupLayout
@@ -83,14 +83,17 @@ def list_form_of(batched: BatchedEstimator, name: str | None = None, *, spec_arg
     ``fn(rewards, *spec_args, **kw)`` (the spec's) and ``fn(rewards, algorithm_config, *main_args, **kw)``
     (rLLM main's) both work, positionally or by keyword. ``algorithm_config.norm_adv_by_std_in_grpo``
     is used unless ``norm_adv_by_std_in_grpo`` is given explicitly (the explicit keyword wins); a batched
-    form with a named ``algorithm_config`` parameter is handed the config.
+    form with a named ``algorithm_config`` parameter is handed the config. A keyword that is neither an
+    option of ``batched`` nor one the framework passes is refused (:func:`closed_keywords`).
     """
     func_name = name or getattr(batched, "__name__", "estimator")
     who = f"estimator {func_name!r}"
+    accepted = closed_keywords(batched)
 
     def list_form(rewards: Sequence[Any], *args: Any, **kwargs: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
         if args:
             _bind_positional(func_name, args, kwargs, spec_args, main_args)
+        refuse_unknown_options(func_name, kwargs, accepted)
         if "episilon" in kwargs:  # the spec's spelling
             kwargs.setdefault("epsilon", kwargs.pop("episilon"))
         config = kwargs.pop("algorithm_config", None)
@@ -163,6 +166,11 @@ def stateful_list_form_of(batched: Callable[..., Any], name: str) -> Callable[..
 
     An empty ``rewards`` leaves the state as it was.
     """
+    try:
+        signature = inspect.signature(batched)
+        options_signature = signature.replace(parameters=[p for p in signature.parameters.values() if p.name != "state"])
+    except (TypeError, ValueError):  # no readable signature: any option may be meant for it
+        options_signature = inspect.Signature([inspect.Parameter("options", inspect.Parameter.VAR_KEYWORD)])
 
     def list_form(rewards: Sequence[Any], *args: Any, state: Mapping[str, Any] | None = None, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         before = dict(state or {})
@@ -174,6 +182,7 @@ def stateful_list_form_of(batched: Callable[..., Any], name: str) -> Callable[..
             return advantages
 
         step.__name__ = getattr(batched, "__name__", name)
+        step.__signature__ = options_signature  # type: ignore[attr-defined]  # its options are the estimator's: unknown ones are refused
         result = list_form_of(step, name)(rewards, *args, **kwargs)
         return result, after.get("state", before)
 

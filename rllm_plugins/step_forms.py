@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .anchors import anchor_ids
-from .calling import call_with_accepted_kwargs, check_call_options, flatten_groups
+from .calling import call_with_accepted_kwargs, check_call_options, closed_keywords, flatten_groups, refuse_unknown_options
 from .outputs import as_advantages, as_groups
 from .steps import StepBatch
 
@@ -80,17 +80,19 @@ def batch_from_lists(rewards: Sequence[Any], step_rewards: Sequence[Any], anchor
             return f"group {g}, trajectory {i - int(traj_offsets[g])}, step {s - int(step_offsets[i])}"
 
         anchors = anchor_ids(states, step_group, place)
-    return StepBatch(outcomes, traj_offsets, step_values, step_offsets, anchors)
+    return StepBatch(outcomes, traj_offsets, step_values, step_offsets, anchors, None if anchor_states is None else states)
 
 
 def step_list_form_of(batched: StepBatchedEstimator, name: str | None = None) -> StepListEstimator:
     """Wrap a batched step-level estimator in the nested list form (``algorithm_config`` supplies ``norm_adv_by_std_in_grpo``)."""
     func_name = name or getattr(batched, "__name__", "estimator")
     who = f"estimator {func_name!r}"
+    accepted = closed_keywords(batched)  # an unknown keyword is refused unless batched takes any (see closed_keywords)
 
     def list_form(
         rewards: Sequence[Any], step_rewards: Sequence[Any], anchor_states: Sequence[Any] | None = None, **kwargs: Any
     ) -> tuple[list[Any], list[Any]]:
+        refuse_unknown_options(func_name, kwargs, accepted)
         config = kwargs.pop("algorithm_config", None)
         kwargs.pop("traj_groups", None)
         source = ""

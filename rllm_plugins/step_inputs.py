@@ -79,6 +79,7 @@ def step_batch_from_groups(
         step_rewards=step_rewards,
         step_offsets=step_offsets,
         anchors=anchors,
+        anchor_states=states if with_anchors else None,
     )
 
 

@@ -8,11 +8,14 @@ A role's task groups hold trajectories, which hold steps (turns). Flat, in one o
   ``step_rewards[step_offsets[i]:step_offsets[i + 1]]`` (``step_offsets`` ``(N + 1,)``), in turn order;
 - ``anchors`` ``(S,)`` int64 or None: each step's anchor group; steps with equal ids form one
   anchor group, and an id never spans two task groups (:func:`rllm_plugins.anchors.anchor_ids`
-  builds them from any hashable states).
+  builds them from any hashable states);
+- ``anchor_states`` ``(S,)`` sequence or None: the states the ids were built from, in step order (read only
+  by similarity grouping, :mod:`rllm_plugins.similarity`; the builders pass their list, no copy).
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -40,6 +43,7 @@ class StepBatch:
     step_rewards: np.ndarray
     step_offsets: np.ndarray
     anchors: np.ndarray | None = None
+    anchor_states: Sequence[Hashable] | None = None
 
     def __post_init__(self) -> None:
         outcomes = np.asarray(self.outcomes, dtype=np.float64)
@@ -60,6 +64,8 @@ class StepBatch:
                 raise ValueError("StepBatch.anchors must be ids >= 0")
             anchors = anchors.astype(np.int64, copy=False)
             object.__setattr__(self, "anchors", anchors)
+            if self.anchor_states is not None and len(self.anchor_states) != anchors.size:
+                raise ValueError(f"StepBatch.anchor_states has {len(self.anchor_states)} states for {anchors.size} steps")
             if anchors.size:
                 owner = np.empty(int(anchors.max()) + 1, dtype=np.int64)
                 owner[anchors] = self.step_group
@@ -92,6 +98,12 @@ class StepBatch:
                 UserWarning,
                 stacklevel=3,
             )
+
+    def place(self, s: int) -> str:
+        """Step ``s`` (flat) named by task group, trajectory in its group and step in its trajectory (for errors)."""
+        i = int(np.searchsorted(self.step_offsets, s, side="right") - 1)
+        g = int(np.searchsorted(self.traj_offsets, i, side="right") - 1)
+        return f"task group {g}, trajectory {i - int(self.traj_offsets[g])}, step {s - int(self.step_offsets[i])}"
 
     @cached_property
     def trajectories(self) -> GroupLayout:

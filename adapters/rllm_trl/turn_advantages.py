@@ -228,9 +228,9 @@ def step_advantages(
     step_offsets = np.zeros(kept_counts.size + 1, dtype=np.int64)
     np.cumsum(kept_counts, out=step_offsets[1:])
     traj_offsets = np.concatenate([[0], np.cumsum(scorable.reshape(-1, G).sum(axis=1), dtype=np.int64)])
-    anchors = None
+    anchors, states = None, None
     if estimator.spec.needs_anchors:
-        states: list[Hashable] = []
+        states = list[Hashable]()
         for i, row in enumerate(rows):
             if not scorable[i]:
                 continue
@@ -246,7 +246,7 @@ def step_advantages(
 
         group_index = np.repeat(np.arange(traj_offsets.size - 1), np.diff(step_offsets[traj_offsets])).tolist()
         anchors = anchor_ids(states, group_index, where)
-    batch = StepBatch(rewards[scorable], traj_offsets, step_rewards[keep], step_offsets, anchors)
+    batch = StepBatch(rewards[scorable], traj_offsets, step_rewards[keep], step_offsets, anchors, states)
     values = as_advantages(estimator.batched_form(batch, **options), who)
     if values.size != batch.num_steps:
         raise ValueError(f"{who} returned {values.size} advantages for {batch.num_steps} turns")

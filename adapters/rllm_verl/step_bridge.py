@@ -223,7 +223,7 @@ def compute_rllm_step_advantage(
     row_steps = np.zeros(rows.size + 1, dtype=np.int64)
     np.cumsum(counts, out=row_steps[1:])
     turn_order = np.repeat(turns.row_offsets[:-1][rows] - row_steps[:-1], counts) + np.arange(turns.num_turns)  # turns in episode order
-    anchors = None
+    anchors, ordered_states = None, None
     if estimator.spec.needs_anchors:
         states = _anchor_states(where, index, turns, sources.responses, sources.anchor_states)
         if sources.anchor_states is None:
@@ -242,7 +242,9 @@ def compute_rllm_step_advantage(
     gamma, _ = resolve_gamma(options, config)
     if gamma is not None and "gamma" not in options:
         options = {**options, "gamma": gamma}
-    batch = StepBatch(row_totals[episodes.final_rows], episodes.traj_offsets, step_rewards[turn_order], row_steps[episodes.row_offsets], anchors)
+    batch = StepBatch(
+        row_totals[episodes.final_rows], episodes.traj_offsets, step_rewards[turn_order], row_steps[episodes.row_offsets], anchors, ordered_states
+    )
     grouped = as_advantages(estimator.batched_form(batch, **options), f"{where}: the estimator ({estimator.provider})")
     if grouped.size != turns.num_turns:
         raise ValueError(f"{where}: the estimator ({estimator.provider}) returned {grouped.size} advantages for {turns.num_turns} turns")

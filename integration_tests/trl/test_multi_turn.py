@@ -148,6 +148,42 @@ def test_random_multi_turn_batches_match_the_plain_computation(seed):
     assert (got[(completion * tool) == 0] == 0).all()  # environment tokens and padding get 0
 
 
+def plain_turn_grpo(mask: np.ndarray, rewards: list[float], group: int, gamma: float, lam: float, ended: str) -> np.ndarray:
+    """turn_grpo's (B, T) advantages with loops: episode GRPO + lam * the turn's return against its turn's population."""
+    B, T = mask.shape  # noqa: N806
+    runs = [plain_turns([int(m) for m in mask[b]]) for b in range(B)]
+    out = np.zeros((B, T))
+    for g0 in range(0, B, group):
+        rows = list(range(g0, g0 + group))
+        episode = plain_normalize([rewards[b] for b in rows])
+        returns = {}
+        for b in rows:
+            n, acc, back = len(runs[b]), 0.0, []
+            for t in reversed(range(n)):
+                acc = (rewards[b] if t == n - 1 else 0.0) + gamma * acc  # the completion's reward on its last turn
+                back.append(acc)
+            returns[b] = back[::-1]
+        for b in rows:
+            for t, (s, e) in enumerate(runs[b]):
+                population = [returns[q][t] if t < len(returns[q]) else 0.0 for q in rows if ended == "absorbing" or t < len(returns[q])]
+                per_turn = plain_normalize(population)[[q for q in rows if ended == "absorbing" or t < len(returns[q])].index(b)]
+                out[b, s:e] = episode[b - g0] + lam * per_turn
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("ended", ["absorbing", "present"])
+def test_turn_grpo_on_random_multi_turn_batches_matches_the_plain_computation(seed, ended):
+    rng = np.random.default_rng(seed)
+    ids, completion, tool = random_batch(rng, rows=12, length=int(rng.integers(4, 14)))
+    rewards = rng.choice([0.0, 0.5, 1.0, 2.0], size=12)
+    turns = local_turns(completion, tool)
+    rows = row_turns(ids, completion, turns, [{} for _ in range(12)], with_anchors=False)
+    result = step_advantages(rows, rewards, 4, "turn_grpo", {"gamma": 0.9, "lam": 0.5, "ended": ended})
+    got = spread_local(result, rows, 0, turns)
+    np.testing.assert_allclose(got, plain_turn_grpo(completion * tool, rewards.tolist(), 4, 0.9, 0.5, ended), rtol=0, atol=1e-5)
+
+
 def test_rows_of_one_turn_and_overrides_match_the_plain_computation():
     rng = np.random.default_rng(7)
     ids, completion, tool = random_batch(rng, rows=8, length=10)
@@ -380,6 +416,33 @@ def test_single_turn_rows_get_one_advantage_each_and_a_note_once(make_trainer, c
 def test_config_refuses_what_the_step_level_path_has_no_meaning_for(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         RLLMGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", adv_estimator="gigpo", **overrides)
+
+
+def test_a_trainer_selects_turn_grpo_by_name_and_trains_on_its_advantages(multi_turn_trainer):
+    trainer = multi_turn_trainer(adv_estimator="turn_grpo", adv_estimator_kwargs={"gamma": 0.9, "lam": 0.5}, max_steps=1)
+    trainer.train()
+    for record in trainer.outputs:
+        mask = (record["completion_mask"] * record["tool_mask"]).numpy()
+        expected = plain_turn_grpo(mask, record["rewards"].tolist(), 4, 0.9, 0.5, "absorbing")
+        np.testing.assert_allclose(record["advantages"].numpy(), expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "estimator, kwargs, message",
+    [
+        ("turn_grpo", {"ended": "absorb"}, r"ended must be one of \['absorbing', 'present'\]"),
+        ("step_reinforce", {"method": "mean_norm"}, r"method must be one of"),
+        ("gigpo", {"anchor_similarity": 1.5}, r"anchor_similarity must be None"),
+        ("composite", {"terms": [["grpo", 0.5], ["rlo", 0.5]]}, r"Unknown advantage estimator 'rlo'"),
+    ],
+)
+def test_config_refuses_bad_options_of_the_new_step_level_estimators(tmp_path, estimator, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        RLLMGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", adv_estimator=estimator, adv_estimator_kwargs=kwargs)
+    good = {"turn_grpo": {"ended": "present"}, "step_reinforce": {"method": "mean"}, "gigpo": {"anchor_similarity": 0.95}}
+    good["composite"] = {"terms": [["grpo", 0.5], ["turn_grpo", 0.5]]}
+    config = RLLMGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", adv_estimator=estimator, adv_estimator_kwargs=good[estimator])
+    assert config.adv_estimator == estimator
 
 
 def test_two_processes_hold_the_slices_of_one_per_turn_computation(tmp_path):

@@ -394,3 +394,57 @@ def test_verl_check_shows_the_discount_and_step_weight_it_resolved_and_where_the
     assert "gamma=0.5 (from algorithm.rllm_estimator_kwargs.gamma), step_advantage_w=0.25 (from algorithm.rllm_estimator_kwargs)" in str(overridden)
     single_turn = verl_check(["algorithm.adv_estimator=rllm_step_reinforce"])
     assert single_turn.ok and "this config is single-turn" in single_turn.warnings[0]
+
+
+def reference_turn_grpo(turns, index, gamma, lam, ended="absorbing"):
+    """(B, T) turn_grpo from the plain formula: the episode's GRPO plus lam times the turn's return against its turn's population."""
+    groups = {}
+    for r, uid in enumerate(index):
+        groups.setdefault(uid, []).append(r)
+    out = np.zeros((len(turns), max((p for t in turns for tok in t for p in tok[0]), default=0) + 1))
+    for rows in groups.values():
+        outcomes = [sum(t[1] for t in turns[r]) for r in rows]
+        mean, sd = (0.0, 1.0) if len(rows) == 1 else (statistics.fmean(outcomes), statistics.pstdev(outcomes))
+        returns = {}
+        for r in rows:
+            running, values = 0.0, []
+            for k in reversed(range(len(turns[r]))):
+                running = turns[r][k][1] + gamma * running
+                values.append(running)
+            returns[r] = values[::-1]
+        for r, outcome in zip(rows, outcomes, strict=True):
+            for k, (positions, _, _) in enumerate(turns[r]):
+                population = [returns[q][k] if k < len(returns[q]) else 0.0 for q in rows if ended == "absorbing" or k < len(returns[q])]
+                per_turn = 0.0 if len(population) == 1 else (returns[r][k] - statistics.fmean(population)) / (statistics.pstdev(population) + EPS)
+                for p in positions:
+                    out[r, p] = (outcome - mean) / (sd + EPS) + lam * per_turn
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("ended", ["absorbing", "present"])
+def test_rllm_turn_grpo_equals_the_plain_formula(seed, ended):
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(seed))
+    kwargs = {"rllm_estimator_kwargs": {"lam": 0.5, "ended": ended}}
+    advantages, _ = run("rllm_turn_grpo", responses, mask, rewards, index, gamma=0.9, **kwargs)
+    want = reference_turn_grpo(reference_turns(responses, mask, rewards), index, 0.9, 0.5, ended)
+    assert advantages.numpy()[:, : want.shape[1]] == pytest.approx(want, rel=1e-5, abs=1e-5)
+
+
+def test_rllm_composite_is_the_weighted_sum_of_its_terms_through_verl():
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(7))
+    terms = [["grpo", 0.5], ["turn_grpo", 0.25, {"lam": 0.5}], ["step_reinforce", 2.0]]
+    got, _ = run("rllm_composite", responses, mask, rewards, index, gamma=0.9, rllm_estimator_kwargs={"terms": terms})
+    turns = reference_turns(responses, mask, rewards)
+    grpo = reference_gigpo(turns, index, 0.9, 0.0)  # gigpo with w = 0: the episode's GRPO on every model token
+    want = 0.5 * grpo + 0.25 * reference_turn_grpo(turns, index, 0.9, 0.5) + 2.0 * reference_gigpo(turns, index, 0.9, 1.0, steps_only=True)
+    assert got.numpy()[:, : want.shape[1]] == pytest.approx(want, rel=1e-5, abs=1e-5)
+
+
+def test_verl_check_passes_turn_grpo_and_composite_on_the_v1_trainer_and_refuses_bad_options():
+    from rllm_verl.check import verl_check
+
+    assert verl_check(["algorithm.adv_estimator=rllm_turn_grpo", "+algorithm.rllm_estimator_kwargs.ended=present"]).ok
+    assert verl_check(["algorithm.adv_estimator=rllm_composite", "+algorithm.rllm_estimator_kwargs.terms=[[grpo,0.5],[turn_grpo,0.5]]"]).ok
+    bad = verl_check(["algorithm.adv_estimator=rllm_turn_grpo", "+algorithm.rllm_estimator_kwargs.ended=absorb"])
+    assert not bad.ok and "ended must be one of ['absorbing', 'present']" in str(bad)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..spec import AdvEstimatorSpec
+from .composite import calculate_composite_advantages, check_composite_options, composite
 from .dr_grpo import calculate_dr_grpo_advantages, dr_grpo
 from .echo import calculate_echo_advantages, echo
 from .gigpo import calculate_gigpo_advantages, check_gigpo_options, gigpo
@@ -24,6 +25,7 @@ from .reinforce_plus_plus_baseline import calculate_reinforce_plus_plus_baseline
 from .rloo import calculate_rloo_advantages, rloo
 from .step_reinforce import calculate_step_reinforce_advantages, check_step_reinforce_options, step_reinforce
 from .trl_compat import calculate_trl_grpo_advantages, calculate_trl_grpo_batch_advantages, trl_grpo, trl_grpo_batch
+from .turn_grpo import calculate_turn_grpo_advantages, check_turn_grpo_options, turn_grpo
 from .verl_grpo import calculate_verl_grpo_advantages, verl_grpo
 from .verl_reinforce_plus_plus_baseline import calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline
 from .verl_rloo_vectorized import calculate_verl_rloo_vectorized_advantages, verl_rloo_vectorized
@@ -57,6 +59,8 @@ BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
     AdvEstimatorSpec(
         "step_reinforce", calculate_step_reinforce_advantages, step_reinforce, options=(), level="step", check_options=check_step_reinforce_options
     ),
+    AdvEstimatorSpec("composite", calculate_composite_advantages, composite, options=(), level="step", check_options=check_composite_options),
+    AdvEstimatorSpec("turn_grpo", calculate_turn_grpo_advantages, turn_grpo, options=(), level="step", check_options=check_turn_grpo_options),
 )
 
 
@@ -71,6 +75,7 @@ def check_group_size(spec: AdvEstimatorSpec, options: Mapping[str, Any], group_s
 
 __all__ = [
     "BUILTIN_SPECS",
+    "calculate_composite_advantages",
     "calculate_dr_grpo_advantages",
     "calculate_echo_advantages",
     "calculate_gigpo_advantages",
@@ -89,6 +94,7 @@ __all__ = [
     "calculate_rloo_advantages",
     "calculate_step_reinforce_advantages",
     "calculate_trl_grpo_advantages",
+    "calculate_turn_grpo_advantages",
     "calculate_trl_grpo_batch_advantages",
     "calculate_verl_grpo_advantages",
     "calculate_verl_reinforce_plus_plus_baseline_advantages",

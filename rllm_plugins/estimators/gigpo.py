@@ -16,6 +16,11 @@ verl-agent's reference code (``gigpo/core_gigpo.py``) differs in three ways, eac
 counts ``T`` times; a task group with a single step row uses mean 0, std 1), ``std_ddof=1`` takes
 torch's unbiased std in both levels, and its default ``mode: mean_norm`` is
 ``norm_adv_by_std_in_grpo=False``.
+
+``anchor_similarity`` (None: equal states only) groups anchors the way verl-agent's
+``build_step_group(enable_similarity=True, similarity_thresh)`` does: similar states (``SequenceMatcher`` ratio
+at least the threshold against a cluster's first member) share an anchor group, within a task group
+(:mod:`rllm_plugins.similarity`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import numpy as np
 
 from ..anchors import normalize_within
 from ..calling import is_plain_real
+from ..similarity import similar_anchor_ids
 from ..step_forms import step_list_form_of
 from ..steps import StepBatch, discounted_returns
 from .grpo import standardize_in_groups
@@ -52,6 +58,12 @@ def check_gigpo_options(options: Mapping[str, Any]) -> None:
         raise ValueError(f"estimator 'gigpo': episode_stats must be one of {list(EPISODE_STATS)}, got {options['episode_stats']!r}")
     if "std_ddof" in options and (isinstance(options["std_ddof"], bool) or options["std_ddof"] not in (0, 1)):
         raise ValueError(f"estimator 'gigpo': std_ddof must be 0 (population std) or 1 (unbiased std), got {options['std_ddof']!r}")
+    threshold = options.get("anchor_similarity")
+    if threshold is not None and (not is_plain_real(threshold) or not 0.0 < float(threshold) <= 1.0):
+        raise ValueError(
+            f"estimator 'gigpo': anchor_similarity must be None (equal states only) or a number in (0, 1] "
+            f"(verl-agent's similarity_thresh, 0.95 in its examples), got {type(threshold).__name__} {threshold!r}"
+        )
     weight = options.get("step_advantage_w", 1.0)
     if not is_plain_real(weight) or not math.isfinite(weight):
         raise ValueError(f"estimator 'gigpo': step_advantage_w must be a finite number, got {type(weight).__name__} {weight!r}")
@@ -67,12 +79,19 @@ def gigpo(
     step_advantage_w: float = 1.0,
     episode_stats: str = "trajectory",
     std_ddof: int = 0,
+    anchor_similarity: float | None = None,
     **_: Any,
 ) -> np.ndarray:
     """GiGPO: episode-level GRPO of the outcome plus step_advantage_w times the anchor-group-relative discounted return."""
-    check_gigpo_options({"gamma": gamma, "episode_stats": episode_stats, "std_ddof": std_ddof, "step_advantage_w": step_advantage_w})
+    options = {"gamma": gamma, "episode_stats": episode_stats, "std_ddof": std_ddof, "step_advantage_w": step_advantage_w}
+    check_gigpo_options({**options, "anchor_similarity": anchor_similarity})
     if batch.anchors is None:
         raise ValueError("estimator 'gigpo' needs an anchor state for every step (StepBatch.anchors)")
+    anchors = batch.anchors
+    if anchor_similarity is not None:
+        if batch.anchor_states is None:
+            raise ValueError("estimator 'gigpo': anchor_similarity compares anchor states, but this StepBatch carries only their ids (anchor_states=None)")
+        anchors = similar_anchor_ids(batch.anchors, batch.anchor_states, batch.step_group, float(anchor_similarity), batch.place)
     batch.warn_if_steps_carry_nothing("gigpo")
     norm = dict(norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon, ddof=std_ddof)
     if episode_stats == "trajectory":
@@ -80,7 +99,7 @@ def gigpo(
     else:  # one entry per step row (verl-agent's compute_mean_std_cross_steps)
         episode = standardize_in_groups(batch.steps.expand(batch.outcomes), batch.group_step_offsets, **norm)
     returns = discounted_returns(batch.step_rewards, batch.step_offsets, gamma)
-    step = normalize_within(returns, batch.anchors, **norm)
+    step = normalize_within(returns, anchors, **norm)
     step *= step_advantage_w
     step += episode
     return step

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -97,14 +98,19 @@ def synthetic_cases(seed: int) -> list[Case]:
     ]
 
 
-def check_estimator(name_or_fn: Any, *, seed: int = 0) -> ContractReport:
+def check_estimator(name_or_fn: Any, *, seed: int = 0, options: Mapping[str, Any] | None = None) -> ContractReport:
     """Check an estimator against every contract rule; never raises for a misbehaving estimator.
 
     ``name_or_fn`` is a registered name (str or ``rLLMAdvantageEstimator``), an
     :class:`AdvEstimatorSpec`, or a list-form function ``fn(rewards, **kw) -> (advantages, returns)``.
-    ``seed`` picks the synthetic inputs. Unknown names raise ``ValueError`` from the registry.
+    ``seed`` picks the synthetic inputs; ``options`` are passed to every call (an estimator that needs
+    some, as ``composite`` its ``terms``). Unknown names raise ``ValueError`` from the registry.
     """
     subject = subject_of(name_or_fn)
+    if options:
+        bound = dict(options)
+        label = f"{subject.label} with {bound!r}"
+        subject = replace(subject, label=label, list_form=partial(subject.list_form, **bound), batched_form=partial(subject.batched_form, **bound))
     if subject.level == "step":
         from .step_contract import STEP_RULES, check_step_rules  # only for step-level estimators
 
@@ -148,9 +154,9 @@ def check_estimator(name_or_fn: Any, *, seed: int = 0) -> ContractReport:
     return report
 
 
-def assert_estimator_contract(name_or_fn: Any, *, seed: int = 0) -> ContractReport:
+def assert_estimator_contract(name_or_fn: Any, *, seed: int = 0, options: Mapping[str, Any] | None = None) -> ContractReport:
     """Raise ``AssertionError`` with the report if the estimator breaks any contract rule; else return the report."""
-    report = check_estimator(name_or_fn, seed=seed)
+    report = check_estimator(name_or_fn, seed=seed, options=options)
     if not report.ok:
         raise AssertionError(str(report))
     return report

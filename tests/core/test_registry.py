@@ -31,7 +31,9 @@ def test_enum_and_its_string_value_are_one_key():
 
 
 def test_unknown_name_lists_available_names_and_suggests_the_closest():
-    with pytest.raises(ValueError, match=r"Unknown advantage estimator 'rlo'\. Did you mean 'rloo'\? Available: dr_grpo, echo, gigpo, gpg, grpo, .*rloo"):
+    with pytest.raises(
+        ValueError, match=r"Unknown advantage estimator 'rlo'\. Did you mean 'rloo'\? Available: composite, dr_grpo, echo, gigpo, gpg, grpo, .*rloo"
+    ):
         get_rllm_adv_estimator("rlo")
 
 

@@ -27,12 +27,16 @@ def centred(rewards):
 # --- what passes ----------------------------------------------------------------------------
 
 
+NEEDED_OPTIONS = {"composite": {"terms": [["grpo", 0.5], ["turn_grpo", 0.25, {"gamma": 0.9}], ["step_reinforce", 0.25]]}}
+NO_ANCHORS = {spec.name for spec in BUILTIN_SPECS if spec.level == "step" and not spec.needs_anchors}
+
+
 @pytest.mark.parametrize("name", CHECKED)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_every_builtin_and_the_example_plugin_keep_the_contract(name, seed):
-    report = assert_estimator_contract(name, seed=seed)
+    report = assert_estimator_contract(name, seed=seed, options=NEEDED_OPTIONS.get(name))
     assert report.ok
-    skipped = {"skipped: the estimator reads no anchor states (needs_anchors=False)"} if name == "step_reinforce" else set()
+    skipped = {"skipped: the estimator reads no anchor states (needs_anchors=False)"} if name in NO_ANCHORS else set()
     if name == "rae":  # a running baseline: the order of trajectories is its scan order
         skipped = {
             "skipped: declared group_order_invariant=False",

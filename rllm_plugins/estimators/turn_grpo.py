@@ -1,0 +1,116 @@
+"""Turn GRPO: episode-level GRPO plus a per-turn baseline by turn index (MT-GRPO, arXiv 2505.11821), rLLM-native.
+
+Per task group (the trajectories of one prompt), trajectory ``i`` of ``T_i`` steps, step ``t``::
+
+    A^E_i     = (R_i - mean_g R) / (std_g R + eps)               episode level: rLLM ``grpo`` of the outcomes
+    v_{i,t}   = G_{i,t} (value="return") or r_{i,t} (value="reward")
+    A^T_{i,t} = (v_{i,t} - mean_t v) / (std_t v + eps)            over the population of turn t
+    A_{i,t}   = A^E_i + lam * A^T_{i,t}
+
+The population of turn ``t`` is, with ``ended="absorbing"`` (default), every trajectory of the task group,
+one that ended before ``t`` counting with value 0 (so the baseline of turn ``t`` does not depend on which
+trajectories the policy let reach it); with ``ended="present"``, the trajectories that reached turn ``t``
+(``gigpo`` with every step's anchor its turn index). Population std (ddof 0), eps 1e-6; a population of
+one gives ``A^T = 0``; ``norm_adv_by_std_in_grpo=False`` drops both divisions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..anchors import normalize_within
+from ..calling import is_plain_real
+from ..step_forms import step_list_form_of
+from ..steps import StepBatch, discounted_returns
+from .gigpo import check_discount
+from .grpo import spread_divisor, standardize_in_groups
+
+__all__ = ["calculate_turn_grpo_advantages", "check_turn_grpo_options", "turn_grpo", "turn_index"]
+
+VALUES = ("return", "reward")
+ENDED = ("absorbing", "present")
+
+
+def check_turn_grpo_options(options: Mapping[str, Any]) -> None:
+    """Config-time check of turn_grpo's options beyond their types: ranges and choices."""
+    if "gamma" in options:
+        check_discount("turn_grpo", options["gamma"])
+    if "value" in options and options["value"] not in VALUES:
+        raise ValueError(f"estimator 'turn_grpo': value must be one of {list(VALUES)}, got {options['value']!r}")
+    if "ended" in options and options["ended"] not in ENDED:
+        raise ValueError(f"estimator 'turn_grpo': ended must be one of {list(ENDED)}, got {options['ended']!r}")
+    lam = options.get("lam", 1.0)
+    if not is_plain_real(lam) or not math.isfinite(lam):
+        raise ValueError(f"estimator 'turn_grpo': lam (the weight of the per-turn part) must be a finite number, got {type(lam).__name__} {lam!r}")
+
+
+def turn_index(batch: StepBatch) -> np.ndarray:
+    """``(S,)`` int64: each step's position in its trajectory (0 for the first turn)."""
+    return np.arange(batch.num_steps, dtype=np.int64) - batch.steps.expand(batch.step_offsets[:-1])
+
+
+def _turn_ids(batch: StepBatch, turns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Ids of the ``(task group, turn)`` pairs ``(S,)`` (``group * longest + turn``, compacted when sparse), and the task group of each id."""
+    longest = int(turns.max()) + 1
+    keys = batch.step_group * longest + turns
+    span = batch.num_groups * longest
+    if span <= 4 * keys.size:  # typical: every id a slot of one table, no sort
+        return keys, np.repeat(np.arange(batch.num_groups, dtype=np.int64), longest)
+    unique, ids = np.unique(keys, return_inverse=True)  # one very long trajectory: compact the ids
+    return ids.reshape(-1).astype(np.int64, copy=False), unique // longest
+
+
+def _normalize_absorbing(values: np.ndarray, ids: np.ndarray, size: np.ndarray, *, norm_adv_by_std_in_grpo: bool, epsilon: float) -> np.ndarray:
+    """``(v - mean) / (std + eps)`` within each id whose population has ``size[id]`` members, the absent ones valued 0.
+
+    ``values`` ``(S,)``, ``ids`` ``(S,)`` dense, ``size`` ``(K,)`` >= the present count. Population std;
+    a population of one gives 0; the mean takes one correction pass (equal values give exactly 0).
+    """
+    present = np.bincount(ids, minlength=size.size)
+    absent = size - present  # ids without a step (a turn no trajectory of the group reached) have size - 0 absent, never read
+    mean = np.bincount(ids, values, minlength=size.size) / size
+    mean += (np.bincount(ids, values - mean[ids], minlength=size.size) - absent * mean) / size
+    centred = values - mean[ids]
+    centred[(size <= 1)[ids]] = 0.0
+    if norm_adv_by_std_in_grpo:
+        var = (np.bincount(ids, centred * centred, minlength=size.size) + absent * mean * mean) / size
+        centred /= spread_divisor(np.sqrt(var), epsilon)[ids]
+    return centred
+
+
+def turn_grpo(
+    batch: StepBatch,
+    /,
+    *,
+    norm_adv_by_std_in_grpo: bool = True,
+    epsilon: float = 1e-6,
+    lam: float = 1.0,
+    gamma: float = 1.0,
+    value: str = "return",
+    ended: str = "absorbing",
+    **_: Any,
+) -> np.ndarray:
+    """Turn GRPO: episode-level GRPO of the outcome plus lam times the step's value against its turn's population."""
+    check_turn_grpo_options({"gamma": gamma, "value": value, "ended": ended, "lam": lam})
+    if batch.num_steps == 0:
+        return np.zeros(0)
+    batch.warn_if_steps_carry_nothing("turn_grpo")
+    norm = dict(norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon)
+    episode = batch.steps.expand(standardize_in_groups(batch.outcomes, batch.traj_offsets, **norm, ddof=0))
+    values = discounted_returns(batch.step_rewards, batch.step_offsets, gamma) if value == "return" else batch.step_rewards.copy()
+    ids, id_group = _turn_ids(batch, turn_index(batch))
+    if ended == "present":
+        per_turn = normalize_within(values, ids, **norm)
+    else:
+        sizes = np.maximum(batch.trajectories.sizes[id_group], 1).astype(np.float64)  # (an empty task group owns no step)
+        per_turn = _normalize_absorbing(values, ids, sizes, **norm)
+    per_turn *= lam
+    per_turn += episode
+    return per_turn
+
+
+calculate_turn_grpo_advantages = step_list_form_of(turn_grpo, "calculate_turn_grpo_advantages")

@@ -1,0 +1,62 @@
+"""Anchor groups of similar states: GiGPO's similarity grouping (verl-agent ``build_step_group(enable_similarity=True)``).
+
+Within each task group, the distinct anchor states are visited in the order they first appear (trajectory
+order, then turn order); each joins the first cluster whose first member it is similar to
+(``difflib.SequenceMatcher(None, state, first).ratio() >= threshold``), else starts a cluster. Equal states
+always share a cluster, so clustering the distinct states gives what verl-agent's pass over every step row
+gives. States must be sequences: text (``str``, as verl-agent requires) or token ids (a tuple), compared
+element by element. Cost: per task group, up to ``d * c`` comparisons (``d`` distinct states, ``c``
+clusters), each ``O(len(a) * len(b))`` at worst.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from difflib import SequenceMatcher
+
+import numpy as np
+
+__all__ = ["similar_anchor_ids"]
+
+
+def _similar(matcher: SequenceMatcher, state: Sequence[Hashable], threshold: float) -> bool:
+    """``SequenceMatcher(None, state, first).ratio() >= threshold``; the matcher keeps the first member's index, the two upper bounds skip most pairs."""
+    matcher.set_seq1(state)
+    return matcher.real_quick_ratio() >= threshold and matcher.quick_ratio() >= threshold and matcher.ratio() >= threshold
+
+
+def similar_anchor_ids(
+    anchors: np.ndarray, states: Sequence[Hashable], step_group: np.ndarray, threshold: float, where: Callable[[int], str] = "step {}".format
+) -> np.ndarray:
+    """``(S,)`` int64 cluster ids, dense from 0: ``anchors`` ``(S,)`` (equal-state ids) merged by similarity of ``states`` ``(S,)``.
+
+    ``step_group`` ``(S,)`` is each step's task group (clusters never span two); ``threshold`` in (0, 1];
+    ``where(s)`` names step ``s`` in the error raised for a state that is not a sequence.
+    """
+    if anchors.size == 0:
+        return anchors.copy()
+    ids, first = np.unique(anchors, return_index=True)  # first step of each anchor id
+    order = np.argsort(first, kind="stable")  # anchor ids in order of first appearance
+    cluster_of = np.empty(int(ids.max()) + 1, dtype=np.int64)
+    clusters: dict[int, list[tuple[SequenceMatcher, int]]] = {}  # task group -> [(matcher of the first member's state, cluster id)]
+    count = 0
+    for k in order.tolist():
+        s = int(first[k])
+        state = states[s]
+        if isinstance(state, (str, bytes, tuple)):
+            comparable = state
+        else:
+            raise ValueError(
+                f"{where(s)}: anchor_similarity compares anchor states as sequences (a str, or a tuple of token ids), "
+                f"got {type(state).__name__} {state!r:.60}; give text states or leave anchor_similarity None (equal states only)"
+            )
+        group = clusters.setdefault(int(step_group[s]), [])
+        for matcher, cluster in group:
+            if type(matcher.b) is type(comparable) and _similar(matcher, comparable, threshold):
+                cluster_of[int(ids[k])] = cluster
+                break
+        else:
+            group.append((SequenceMatcher(None, b=comparable), count))
+            cluster_of[int(ids[k])] = count
+            count += 1
+    return cluster_of[anchors]
