@@ -61,7 +61,14 @@ class ContractReport:
         lines = [f"contract of estimator {self.estimator}: {'OK' if self.ok else f'{len(self.violations)} violation(s)'}"]
         for rule, (status, reason) in verdicts.items():
             lines.append(f"  {rule:<{width}}  {status:<{status_width}}  {self.rules[rule]}" + (f" (skipped: {reason})" if reason else ""))
-        lines += [str(v) for v in self.violations]
+        shown: dict[str, str] = {}  # each minimal failing example printed once
+        for v in self.violations:
+            example = str(v.example)
+            if example in shown:
+                lines.append(f"{v.rule}: {v.message}\n    minimal failing example: as for {shown[example]}")
+            else:
+                shown[example] = v.rule
+                lines.append(str(v))
         return "\n".join(lines)
 
 
