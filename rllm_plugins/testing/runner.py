@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..trial import step_level_hint
 from .calls import Case, subject_of
 from .rules import ALL_RULES, NOT_APPLICABLE, RULES
 from .shrinker import shrink
@@ -120,6 +121,7 @@ def check_estimator(name_or_fn: Any, *, seed: int = 0) -> ContractReport:
         return ContractReport(f"{subject.label} (step-level)", verdicts, violations, {name: text for name, (text, _) in STEP_RULES.items()})
     report = ContractReport(subject.label)
     cases = synthetic_cases(seed)
+    hint = step_level_hint(subject.list_form, subject.batched_form)
     for rule in ALL_RULES:
         if rule.name == "group_order_invariant" and not subject.group_order_invariant:
             report.verdicts[rule.name] = "skipped: declared group_order_invariant=False"
@@ -133,7 +135,7 @@ def check_estimator(name_or_fn: Any, *, seed: int = 0) -> ContractReport:
             applicable += message != NOT_APPLICABLE
             if message:
                 example, message = shrink(rule, subject, case, message, seed)
-                report.violations.append(Violation(rule.name, message, example))
+                report.violations.append(Violation(rule.name, message + (hint if "TypeError" in message else ""), example))
                 report.verdicts[rule.name] = "FAIL"
                 break
         else:

@@ -112,3 +112,18 @@ def test_a_failing_step_case_is_shrunk_and_printed_once():
     assert str(report.violations[0].example) == simplest
     assert str(report).count("outcomes=") == 1
     assert f"minimal failing example: as for {failed[0]}" in str(report)
+
+
+def test_check_hints_at_level_step_for_a_step_style_function_registered_without_it():
+    def step_fn(batch: StepBatch, /, **_):
+        return np.zeros(batch.num_steps)
+
+    def list_fn(rewards, step_rewards, anchor_states=None, **_):
+        return step_rewards, step_rewards
+
+    hint = "a step-level estimator's: declare level='step' (AdvEstimatorSpec or @register_rllm_adv_estimator)"
+    batched = check_estimator(AdvEstimatorSpec("forgot", batched=step_fn))
+    assert "TypeError" in str(batched) and f"its signature takes one batch (a StepBatch), {hint}" in str(batched)
+    listed = check_estimator(AdvEstimatorSpec("forgot", fn=list_fn))
+    assert f"its signature takes step_rewards, anchor_states, {hint}" in str(listed)
+    assert "declare level" not in str(check_estimator(AdvEstimatorSpec("fine", fn=lambda rewards, **_: (rewards, rewards))))
