@@ -66,6 +66,8 @@ def batch_from_lists(rewards: Sequence[Any], step_rewards: Sequence[Any], anchor
             except ValueError as e:
                 detail = str(e).replace("group 0, trajectory", "step").replace("group 0: rewards", "step rewards")
                 raise ValueError(f"group {g}, trajectory {i}: {detail}") from None
+            if values.size == 0:  # as the collector: no step, nothing to give an advantage to
+                raise ValueError(f"group {g}, trajectory {i}: the trajectory has no steps; a step-level estimator gives one advantage per step")
             per_traj.append(values)
     step_values = np.concatenate(per_traj) if per_traj else np.zeros(0)
     step_offsets = np.zeros(len(per_traj) + 1, dtype=np.int64)
