@@ -8,12 +8,11 @@ step rewards (0, 1, -1, small integers), then one anchor state where there were 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .shrinker import MAX_SHRINK_CALLS, _complexity
 
-if TYPE_CHECKING:
-    from .step_contract import StepCase
+StepCase = Any  # a step_contract.StepCase (which imports this module): outcomes, step_rewards, anchors, as nested tuples
 
 __all__ = ["shrink_step_case", "smaller_step_cases"]
 
