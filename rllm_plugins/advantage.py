@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .calling import as_finite_real, describe
 from .config import PER_STEP_DEPRECATION, AlgorithmConfig
 from .options import check_estimator_kwargs, spec_options
 from .outputs import as_advantages, as_groups
@@ -61,17 +62,23 @@ def _where(role: str, index: int, group: TrajectoryGroup, traj: int | None = Non
     return text if traj is None else f"{text}, trajectory {traj}"
 
 
+def _shown(reward: object) -> str:
+    """A non-finite float as itself (``nan``, ``inf``); an int beyond the float64 range with its type, shortened."""
+    return str(reward) if isinstance(reward, (float, np.floating)) else describe(reward)
+
+
 def _trajectory_rewards(group: TrajectoryGroup, index: int, role: str) -> np.ndarray:
     rewards = np.empty(len(group.trajectories), dtype=np.float64)
     for t, traj in enumerate(group.trajectories):
         reward = traj.reward
         if reward is None:
             raise ValueError(f"{_where(role, index, group, t)}: trajectory reward is None; every trajectory needs a reward in broadcast mode")
-        if not isinstance(reward, numbers.Real):  # bools count as 0/1, like numpy
+        if not isinstance(reward, (numbers.Real, np.bool_)):  # bools count as 0/1, like numpy
             raise ValueError(f"{_where(role, index, group, t)}: trajectory reward must be a real number, got {type(reward).__name__} {reward!r}")
-        if not math.isfinite(reward):
-            raise ValueError(f"{_where(role, index, group, t)}: trajectory reward is {reward}; rewards must be finite")
-        rewards[t] = reward
+        number = as_finite_real(reward)
+        if number is None:
+            raise ValueError(f"{_where(role, index, group, t)}: trajectory reward is {_shown(reward)}; rewards must be finite")
+        rewards[t] = number
     return rewards
 
 
@@ -92,9 +99,10 @@ def _named_rewards(group: TrajectoryGroup, index: int, role: str) -> list[dict[s
         for name, value in raw.items():
             if not isinstance(name, str):
                 raise ValueError(f"{where}: metadata[{REWARDS_KEY!r}] has a non-string name {name!r}")
-            if value is not None and (not isinstance(value, numbers.Real) or not math.isfinite(value)):
-                raise ValueError(f"{where}: named reward {name!r} must be a finite number or None, got {type(value).__name__} {value!r}")
-            named[name] = None if value is None else float(value)
+            number = None if value is None else as_finite_real(value)
+            if value is not None and number is None:
+                raise ValueError(f"{where}: named reward {name!r} must be a finite number or None, got {describe(value)}")
+            named[name] = number
         if all(v is None for v in named.values()):
             raise ValueError(f"{where}: every named reward is None; a trajectory needs at least one reward in broadcast mode")
         out.append(named)

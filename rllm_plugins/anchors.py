@@ -4,11 +4,17 @@ An anchor state is what the agent observed when it acted (GiGPO, arXiv 2505.1097
 steps of one task group, of any trajectory and any turn, that saw an equal (``==``) state form one
 anchor group, whose members' returns are compared with each other. Equal states in different task
 groups never meet.
+
+States are grouped by value: an array or a tensor counts as the tuple of its values (``.tolist()``,
+nested tuples for more dimensions), so ``torch.tensor([1, 2])``, ``np.array([1, 2])`` and ``(1, 2)``
+are one state. Refused, naming the step: a NaN state (NaN equals nothing, not even itself), None (no
+state), and an object whose ``==`` compares values while its hash is its identity (equal states would
+never meet).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -20,17 +26,18 @@ __all__ = ["anchor_ids", "is_hashable", "normalize_within"]
 def anchor_ids(states: Sequence[Hashable], step_group: Sequence[int] | np.ndarray, where: Callable[[int], str]) -> np.ndarray:
     """One anchor-group id per step ``(S,)`` int64, dense from 0: equal ``(task group, state)`` pairs share an id.
 
-    ``where(s)`` names step ``s`` in the error raised for an unhashable state (a list, a dict, an array).
+    ``where(s)`` names step ``s`` in the error raised for a refused state (unhashable, NaN, None; see the module docstring).
     States are coded once (one dict lookup per step), then combined with their group in numpy.
     """
     codes: dict[Hashable, int] = {}
     try:
         state_codes = np.fromiter((codes.setdefault(state, len(codes)) for state in states), dtype=np.int64)
-    except TypeError:
-        s, state = next((s, state) for s, state in enumerate(states) if not is_hashable(state))
-        raise ValueError(
-            f"{where(s)}: anchor state {type(state).__name__} {_short(state)} is unhashable; give a hashable one (a str, a number, a tuple of token ids, bytes)"
-        ) from None
+        by_value = _hashed_by_value(codes)  # only the distinct states are looked at
+    except TypeError:  # an unhashable state (or an array): look at each
+        by_value = False
+    if not by_value:
+        codes = {}
+        state_codes = np.fromiter((codes.setdefault(key, len(codes)) for key in _value_keys(states, where)), dtype=np.int64)
     groups = np.asarray(step_group if isinstance(step_group, np.ndarray) else list(step_group), dtype=np.int64)
     if groups.shape != state_codes.shape:
         raise ValueError(f"anchor_ids: {state_codes.size} states for {groups.size} step groups")
@@ -45,6 +52,65 @@ def anchor_ids(states: Sequence[Hashable], step_group: Sequence[int] | np.ndarra
         return renumber[keys]
     _, ids = np.unique(keys, return_inverse=True)
     return ids.astype(np.int64, copy=False).reshape(-1)
+
+
+_VALUE_HASHED = frozenset({str, bytes, int, bool, tuple, frozenset})
+"""Types whose hash follows their value and that hold no NaN at the top level: their states are taken as they are."""
+
+
+_HASHABLE = "(a str, a number, a tuple of token ids, bytes)"
+_NUMBERS = (float, np.integer, np.floating)
+
+
+def _hashed_by_value(distinct: Mapping[Hashable, int]) -> bool:
+    """Whether the distinct states are all of :data:`_VALUE_HASHED` types or numbers other than NaN (the common case, checked in C)."""
+    kinds = set(map(type, distinct))
+    if kinds <= _VALUE_HASHED:
+        return True
+    if not all(issubclass(kind, _NUMBERS) for kind in kinds - _VALUE_HASHED):
+        return False
+    return all(state == state for state in distinct if isinstance(state, (float, np.floating)))
+
+
+def _is_array(state: object) -> bool:
+    """An array or a tensor (not a numpy scalar): compared element-wise by ``==``, so grouped by its values."""
+    return hasattr(state, "tolist") and hasattr(state, "shape") and not isinstance(state, np.generic)
+
+
+def _frozen(values: object) -> Hashable:
+    """``.tolist()`` output as nested tuples (a scalar as itself)."""
+    return tuple(_frozen(v) for v in values) if isinstance(values, list) else values  # type: ignore[return-value]
+
+
+def _has_nan(key: object) -> bool:
+    if isinstance(key, tuple):
+        return any(_has_nan(v) for v in key)
+    return isinstance(key, (float, np.floating)) and key != key
+
+
+def _value_keys(states: Sequence[object], where: Callable[[int], str]) -> list[Hashable]:
+    """One key per state that groups equal states (see the module docstring); ``ValueError`` naming the step of a refused one."""
+    keys: list[Hashable] = []
+    for s, state in enumerate(states):
+        kind = type(state)
+        if kind in _VALUE_HASHED:
+            keys.append(state)  # type: ignore[arg-type]
+            continue
+        if state is None:
+            raise ValueError(f"{where(s)}: anchor state is None, which means no state; give every step a state (any hashable)")
+        key = _frozen(state.tolist()) if _is_array(state) else state  # type: ignore[attr-defined]
+        if _has_nan(key):
+            raise ValueError(f"{where(s)}: anchor state {kind.__name__} {_short(state)} is or holds NaN, which equals nothing; give a state without NaN")
+        if not _is_array(state):
+            if not is_hashable(state):
+                raise ValueError(f"{where(s)}: anchor state {kind.__name__} {_short(state)} is unhashable; give a hashable one {_HASHABLE}")
+            if kind.__hash__ is object.__hash__ and kind.__eq__ is not object.__eq__:
+                raise ValueError(
+                    f"{where(s)}: anchor state {kind.__name__} {_short(state)} compares by value (==) but hashes by identity, so equal states "
+                    "would never meet; give its value as a hashable (a tuple, a str, bytes)"
+                )
+        keys.append(key)
+    return keys
 
 
 def is_hashable(value: object) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,9 +17,11 @@ from .segments import offsets_from_sizes
 __all__ = [
     "FRAMEWORK_KEYWORDS",
     "accepted_keywords",
+    "as_finite_real",
     "call_with_accepted_kwargs",
     "check_call_options",
     "closed_keywords",
+    "describe",
     "flatten_groups",
     "is_plain_real",
     "refuse_unknown_options",
@@ -112,6 +115,37 @@ def refuse_unknown_options(func_name: str, kwargs: Any, accepted: frozenset[str]
     raise ValueError(f"{func_name}(): unknown option {unknown[0]!r}; its options: {listing}.{hint}")
 
 
+def as_finite_real(value: Any) -> float | None:
+    """``value`` as a float if it is a finite real number, else None.
+
+    Bools and numpy bools count as 0/1 (as numpy reads them); an int beyond the float64 range
+    (``10**400``) is not finite.
+    """
+    if not isinstance(value, (numbers.Real, np.bool_)):
+        return None
+    try:
+        number = float(value)
+    except (OverflowError, TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def describe(value: Any, limit: int = 60) -> str:
+    """``type value`` for an error message, the value's repr cut to ``limit`` characters (an int of 400 digits stays readable)."""
+    text = repr(value)
+    if len(text) > limit:
+        text = f"{text[: limit - 20]}... ({len(text)} characters)"
+    return f"{type(value).__name__} {text}"
+
+
+def _first_unreadable(group: Any, g: int) -> str:
+    """Where in ``group`` (a sequence) a value numpy cannot read as float64 sits, for the error message."""
+    for t, value in enumerate(group):
+        if as_finite_real(value) is None and not _is_tensor(value):
+            return f"group {g}, trajectory {t}: reward must be a finite number, got {describe(value)}"
+    return f"group {g}: rewards must be numbers"
+
+
 def flatten_groups(rewards: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     """List of per-group rewards -> (values float64 ``(N,)``, offsets ``(G + 1,)``).
 
@@ -122,6 +156,8 @@ def flatten_groups(rewards: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     for g, group in enumerate(rewards):
         try:
             arr = np.asarray(group, dtype=np.float64)
+        except OverflowError:  # an int beyond the float64 range
+            raise ValueError(_first_unreadable(group, g)) from None
         except (TypeError, ValueError, RuntimeError) as e:  # a bf16, requires_grad or GPU tensor: read its values
             if not _is_tensor(group) or group.is_complex():
                 raise ValueError(f"group {g}: rewards must be numbers, got {group!r} ({e})") from None

@@ -280,6 +280,11 @@ class AdvEstimatorSpec:
             raise TypeError(f"estimator {self.name!r}: check_group_size must be callable, got {type(self.check_group_size).__name__}")
         if self.check_options is not None and not callable(self.check_options):
             raise TypeError(f"estimator {self.name!r}: check_options must be callable, got {type(self.check_options).__name__}")
+        for flag in ("group_order_invariant", "needs_anchors"):
+            value = getattr(self, flag)
+            if not isinstance(value, (bool, np.bool_)):
+                raise ValueError(f"estimator {self.name!r}: {flag} must be a bool (True or False), got {type(value).__name__} {value!r}")
+            object.__setattr__(self, flag, bool(value))
         if self.level not in LEVELS:
             raise ValueError(f"estimator {self.name!r}: level must be one of {list(LEVELS)}, got {self.level!r}")
         if self.needs_anchors and self.level != "step":

@@ -8,8 +8,14 @@
     fn(rewards, step_rewards, anchor_states=None, **kwargs) -> (advantages_by_group, returns_by_group)
 
 ``rewards[g]`` the outcomes of group ``g`` ``(n_g,)``; ``step_rewards[g][i]`` the rewards of the steps of
-trajectory ``i`` ``(T_i,)``; ``anchor_states[g][i][t]`` the anchor state of step ``t`` (any hashable);
-both outputs ``[g][i]`` arrays ``(T_i,)`` (the built-ins return the advantages twice, as rLLM's do).
+trajectory ``i`` ``(T_i,)``; ``anchor_states[g][i][t]`` the anchor of step ``t``; both outputs ``[g][i]``
+arrays ``(T_i,)`` (the built-ins return the advantages twice, as rLLM's do).
+
+The collector, the adapters and ``rllm-plugins check`` call a list-form plugin the same way, through
+:func:`step_batched_form_of`: its ``anchor_states[g][i][t]`` are the batch's anchor-group ids (ints;
+equal ids = one anchor group, an id never in two task groups; :func:`anchor_id_lists`), or None
+unless its spec says ``needs_anchors=True``. A derived list form (of a batched estimator) also takes
+any hashable states and groups them by value (:mod:`.anchors`).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from .calling import call_with_accepted_kwargs, check_call_options, closed_keywo
 from .outputs import as_advantages, as_groups
 from .steps import StepBatch
 
-__all__ = ["batch_from_lists", "step_batched_form_of", "step_list_form_of"]
+__all__ = ["anchor_id_lists", "batch_from_lists", "step_batched_form_of", "step_list_form_of"]
 
 StepListEstimator = Callable[..., tuple[Sequence[Any], Sequence[Any]]]
 StepBatchedEstimator = Callable[..., np.ndarray]
@@ -36,6 +42,13 @@ def _nested(values: np.ndarray, batch: StepBatch) -> list[list[np.ndarray]]:
     per_traj = batch.steps.split(values)
     bounds = batch.traj_offsets.tolist()
     return [per_traj[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def anchor_id_lists(batch: StepBatch) -> list[list[list[int]]] | None:
+    """The batch's anchor-group ids ``[group][trajectory][step]``, what a list-form plugin receives as ``anchor_states`` (None: none)."""
+    if batch.anchors is None:
+        return None
+    return [[a.tolist() for a in group] for group in _nested(batch.anchors, batch)]
 
 
 def batch_from_lists(rewards: Sequence[Any], step_rewards: Sequence[Any], anchor_states: Sequence[Any] | None) -> StepBatch:
@@ -53,6 +66,8 @@ def batch_from_lists(rewards: Sequence[Any], step_rewards: Sequence[Any], anchor
             except ValueError as e:
                 detail = str(e).replace("group 0, trajectory", "step").replace("group 0: rewards", "step rewards")
                 raise ValueError(f"group {g}, trajectory {i}: {detail}") from None
+            if values.size == 0:  # as the collector: no step, nothing to give an advantage to
+                raise ValueError(f"group {g}, trajectory {i}: the trajectory has no steps; a step-level estimator gives one advantage per step")
             per_traj.append(values)
     step_values = np.concatenate(per_traj) if per_traj else np.zeros(0)
     step_offsets = np.zeros(len(per_traj) + 1, dtype=np.int64)
@@ -112,16 +127,15 @@ def step_list_form_of(batched: StepBatchedEstimator, name: str | None = None) ->
 
 
 def step_batched_form_of(fn: StepListEstimator, name: str | None = None) -> StepBatchedEstimator:
-    """Wrap a nested list-form step-level estimator so it takes a :class:`StepBatch` (anchor states become the batch's ids)."""
+    """Wrap a nested list-form step-level estimator so it takes a :class:`StepBatch` (its ``anchor_states``: the batch's ids)."""
     who = f"estimator {name or getattr(fn, '__name__', fn)!r}"
 
     def batched(batch: StepBatch, /, **kwargs: Any) -> np.ndarray:
-        anchors = None if batch.anchors is None else _nested(batch.anchors, batch)
         result = call_with_accepted_kwargs(
             fn,
             rewards=batch.trajectories.split(batch.outcomes),
             step_rewards=_nested(batch.step_rewards, batch),
-            anchor_states=None if anchors is None else [[a.tolist() for a in group] for group in anchors],
+            anchor_states=anchor_id_lists(batch),
             **kwargs,
         )
         if not isinstance(result, (tuple, list)) or len(result) != 2:

@@ -8,13 +8,13 @@ present, else ``Step.observation``; None counts as missing. Errors name role, gr
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
 from .anchors import anchor_ids
+from .calling import as_finite_real, describe
 from .segments import offsets_from_sizes
 from .steps import StepBatch
 from .types import Step, TrajectoryGroup
@@ -94,7 +94,7 @@ def _outcome_on_silent_last_steps(step_rewards: np.ndarray, step_offsets: np.nda
 
 
 def _checked_rewards(rewards: list[object], place: Callable[[int], str]) -> np.ndarray:
-    """Step rewards as float64 ``(S,)``: real numbers (bools count as 0/1, as outcome rewards), finite."""
+    """Step rewards as float64 ``(S,)``: real numbers (bools and numpy bools count as 0/1, as outcome rewards), finite."""
     try:
         if all(isinstance(r, numbers.Real) for r in rewards):
             values = np.array(rewards, dtype=np.float64)
@@ -102,11 +102,10 @@ def _checked_rewards(rewards: list[object], place: Callable[[int], str]) -> np.n
                 return values
     except (TypeError, ValueError, OverflowError):
         pass
+    values = np.empty(len(rewards), dtype=np.float64)
     for s, reward in enumerate(rewards):
-        try:
-            finite = isinstance(reward, numbers.Real) and math.isfinite(float(reward))  # type: ignore[arg-type]
-        except OverflowError:  # an int beyond the float range
-            finite = False
-        if not finite:
-            raise ValueError(f"{place(s)}: step reward must be a finite number, got {type(reward).__name__} {reward!r}")
-    raise ValueError(f"{place(0)}: step rewards could not be read as numbers")
+        number = as_finite_real(reward)
+        if number is None:
+            raise ValueError(f"{place(s)}: step reward must be a finite number, got {describe(reward)}")
+        values[s] = number
+    return values

@@ -133,8 +133,33 @@ def discounted_returns(step_rewards: np.ndarray, step_offsets: np.ndarray, gamma
     """``G_t = r_t + gamma * G_{t+1}`` within each trajectory (``G`` of its last step = its reward) -> ``(S,)`` float64.
 
     Vectorised over trajectories: one pass per distance from a trajectory's end, in the order of
-    the plain backward loop (so equal to it bit for bit).
+    the plain backward loop (so equal to it bit for bit). Rewards near the float64 range whose
+    returns overflow are summed again scaled down by a power of two (exact), so every return that
+    float64 can hold is finite; one it cannot hold is a ``ValueError`` naming the step.
     """
+    with np.errstate(over="ignore", invalid="ignore"):
+        returns = _discounted(step_rewards, step_offsets, gamma)
+    if np.isfinite(returns).all():
+        return returns
+    rewards = np.asarray(step_rewards, dtype=np.float64)
+    if not np.isfinite(rewards).all():
+        return returns
+    longest = int(np.diff(np.asarray(step_offsets)).max())
+    shift = max(1, longest.bit_length())  # |G| <= (steps of the trajectory) * max |r| < 2**shift * max float
+    with np.errstate(over="ignore", invalid="ignore"):
+        returns = np.ldexp(_discounted(np.ldexp(rewards, -shift), step_offsets, gamma), shift)
+    if not np.isfinite(returns).all():
+        s = int(np.flatnonzero(~np.isfinite(returns))[0])
+        i = int(np.searchsorted(step_offsets, s, side="right") - 1)
+        raise ValueError(
+            f"the discounted return of trajectory {i} (in batch order), step {s - int(step_offsets[i])} is beyond the float64 range "
+            f"(|G| > 1.8e308, gamma {gamma}); scale the step rewards down"
+        )
+    return returns
+
+
+def _discounted(step_rewards: np.ndarray, step_offsets: np.ndarray, gamma: float) -> np.ndarray:
+    """:func:`discounted_returns` without the overflow handling."""
     returns = np.array(step_rewards, dtype=np.float64)
     layout = GroupLayout.from_offsets(step_offsets, returns.size)
     if returns.size == 0 or gamma == 0:

@@ -23,6 +23,7 @@ from rllm_plugins.estimators.trl_compat import trl_scaling
 from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.registry import available_estimators, get_estimator
 from rllm_plugins.spec import normalize_name
+from rllm_plugins.trial import trial_run
 
 from .advantages import role_name, takes_keyword
 
@@ -249,6 +250,8 @@ def advantage_settings(args: Any) -> AdvantageSettings:
     others = [name for name in in_use if name not in followers]
     for name in followers:
         _dry_run(name, {**kwargs, "norm_adv_by_std_in_grpo": bool(norm), **trl_settings})
+    for where, name in dict.fromkeys([("adv_estimator", estimator), *((f"adv_estimator_map[{role!r}]", n) for role, n in estimator_map.items())]):
+        trial_run(name, kwargs, norm_adv_by_std_in_grpo=bool(norm), where=f"RLLMGRPOConfig.{where}")  # a broken plugin fails here, not at step 1
     overridden = []
     if others and scale_rewards != "group" and not (scale_rewards == "none" and not norm):
         hint = " (or norm_adv_by_std_in_grpo=False for unscaled advantages)" if scale_rewards == "none" else ""

@@ -29,8 +29,6 @@ per-turn advantages of the gathered batch identically everywhere.
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -39,6 +37,7 @@ import numpy as np
 
 from rllm_plugins.advantage import compute_role_metrics
 from rllm_plugins.anchors import anchor_ids
+from rllm_plugins.calling import as_finite_real, describe
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
@@ -166,8 +165,8 @@ def _per_turn(value: Any, n: int, where: str, key: str, noun: str, plural: str) 
 def _checked_rewards(value: Any, n: int, where: str) -> list[float]:
     values = _per_turn(value, n, where, TURN_REWARDS_KEY, "reward", "rewards")
     for t, reward in enumerate(values):
-        if isinstance(reward, (bool, np.bool_)) or not isinstance(reward, numbers.Real) or not math.isfinite(reward):
-            raise ValueError(f"{where}, turn {t}: {TURN_REWARDS_KEY} entry must be a finite number, got {type(reward).__name__} {reward!r}")
+        if isinstance(reward, (bool, np.bool_)) or as_finite_real(reward) is None:
+            raise ValueError(f"{where}, turn {t}: {TURN_REWARDS_KEY} entry must be a finite number, got {describe(reward)}")
     return [float(r) for r in values]
 
 

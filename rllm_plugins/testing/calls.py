@@ -7,13 +7,14 @@ saying why there is none (the estimator raised, or returned something malformed)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..config import AlgorithmConfig
+from ..options import spec_options
 from ..registry import get_estimator, prepare_adv_estimator_input
 from ..segments import offsets_from_sizes
 from ..spec import AdvEstimatorSpec, batched_form_of, call_with_accepted_kwargs
@@ -83,6 +84,8 @@ class Subject:
     level: str = "outcome"
     needs_anchors: bool = False  # a step-level estimator reads anchor states (else it is called without them)
     stateful: bool = False  # forms take ``state`` and return (result, new_state): see .state_contract
+    options: Mapping[str, Any] = field(default_factory=dict)  # option name -> default (inspect.Parameter.empty: none)
+    check_options: Callable[[Mapping[str, Any]], object] | None = None  # the spec's range / choice check
 
 
 @dataclass(frozen=True)
@@ -95,16 +98,16 @@ class Output:
 
 def subject_of(name_or_fn: Any) -> Subject:
     """A registered name, an :class:`AdvEstimatorSpec` or a list-form function, as a :class:`Subject`."""
-    if isinstance(name_or_fn, AdvEstimatorSpec):
-        spec = name_or_fn
-        return Subject(repr(spec.name), spec.list_form, spec.batched_form, spec.group_order_invariant, spec.level, spec.needs_anchors, spec.stateful)
-    if callable(name_or_fn):
+    if callable(name_or_fn) and not isinstance(name_or_fn, AdvEstimatorSpec):
         label = getattr(name_or_fn, "__qualname__", repr(name_or_fn))
         return Subject(label, name_or_fn, batched_form_of(name_or_fn), True)
-    estimator = get_estimator(name_or_fn)
-    spec = estimator.spec
-    label = f"{spec.name!r} ({estimator.provider})"
-    return Subject(label, estimator.list_form, estimator.batched_form, spec.group_order_invariant, spec.level, spec.needs_anchors, spec.stateful)
+    if isinstance(name_or_fn, AdvEstimatorSpec):
+        spec, label, forms = name_or_fn, repr(name_or_fn.name), (name_or_fn.list_form, name_or_fn.batched_form)
+    else:
+        estimator = get_estimator(name_or_fn)
+        spec, label, forms = estimator.spec, f"{estimator.spec.name!r} ({estimator.provider})", (estimator.list_form, estimator.batched_form)
+    options = dict(spec_options(spec).defaults)
+    return Subject(label, *forms, spec.group_order_invariant, spec.level, spec.needs_anchors, spec.stateful, options, spec.check_options)
 
 
 def _traj_groups(case: Case) -> list[TrajectoryGroup]:

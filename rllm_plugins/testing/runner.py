@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ..trial import step_level_hint
 from .calls import Case, subject_of
 from .rules import ALL_RULES, NOT_APPLICABLE, RULES
 from .shrinker import shrink
@@ -62,7 +63,14 @@ class ContractReport:
         lines = [f"contract of estimator {self.estimator}: {'OK' if self.ok else f'{len(self.violations)} violation(s)'}"]
         for rule, (status, reason) in verdicts.items():
             lines.append(f"  {rule:<{width}}  {status:<{status_width}}  {self.rules[rule]}" + (f" (skipped: {reason})" if reason else ""))
-        lines += [str(v) for v in self.violations]
+        shown: dict[str, str] = {}  # each minimal failing example printed once
+        for v in self.violations:
+            example = str(v.example)
+            if example in shown:
+                lines.append(f"{v.rule}: {v.message}\n    minimal failing example: as for {shown[example]}")
+            else:
+                shown[example] = v.rule
+                lines.append(str(v))
         return "\n".join(lines)
 
 
@@ -126,6 +134,7 @@ def check_estimator(name_or_fn: Any, *, seed: int = 0, options: Mapping[str, Any
         state_verdicts, state_found = check_state_rules(subject, cases, state)
         subject = bind_state(subject, state)
     report = ContractReport(subject.label + (" (stateful)" if stateful else ""))
+    hint = step_level_hint(subject.list_form, subject.batched_form)
     for rule in ALL_RULES:
         if rule.name == "group_order_invariant" and not subject.group_order_invariant:
             report.verdicts[rule.name] = "skipped: declared group_order_invariant=False"
@@ -142,7 +151,7 @@ def check_estimator(name_or_fn: Any, *, seed: int = 0, options: Mapping[str, Any
             applicable += message != NOT_APPLICABLE
             if message:
                 example, message = shrink(rule, subject, case, message, seed)
-                report.violations.append(Violation(rule.name, message, example))
+                report.violations.append(Violation(rule.name, message + (hint if "TypeError" in message else ""), example))
                 report.verdicts[rule.name] = "FAIL"
                 break
         else:

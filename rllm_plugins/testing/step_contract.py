@@ -1,15 +1,18 @@
 """The contract of a step-level estimator (``AdvEstimatorSpec(level="step")``), checked on synthetic task groups.
 
 Cases mix groups of one, trajectories of one step, all-equal returns, extreme magnitudes and
-anchor states that repeat across trajectories and across groups; an estimator gets anchor states only
-when its spec says ``needs_anchors=True`` (as from the collector and the adapters). Each rule returns ``None``
-(it holds) or a message; :func:`check_step_rules` runs them all.
+anchor states that repeat across trajectories and across groups. The estimator is called as the
+collector and the adapters call it: anchor states arrive as anchor-group ids
+(:func:`~rllm_plugins.step_forms.anchor_id_lists`), and only when its spec says ``needs_anchors=True``.
+Each rule returns ``None`` (it holds) or a message; :func:`check_step_rules` runs them all and shrinks
+each counterexample (:mod:`.step_shrinker`).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +20,11 @@ import numpy as np
 
 from ..calling import call_with_accepted_kwargs
 from ..outputs import as_advantages
-from ..step_forms import batch_from_lists
+from ..step_forms import anchor_id_lists, batch_from_lists
+from ..steps import StepBatch
+from .step_shrinker import shrink_step_case
 
-__all__ = ["STEP_RULES", "StepCase", "check_step_rules", "step_cases"]
+__all__ = ["STEP_RULES", "StepCase", "check_step_rules", "option_trials", "step_cases"]
 
 TOL = 1e-6
 
@@ -32,13 +37,38 @@ class StepCase:
     step_rewards: tuple[tuple[tuple[float, ...], ...], ...]
     anchors: tuple[tuple[tuple[str, ...], ...], ...]
 
-    def inputs(self, anchors: Any = None, *, with_anchors: bool = True) -> dict[str, Any]:
-        """The list form's keyword arguments; ``with_anchors=False``: ``anchor_states=None``, as callers give an estimator that needs none."""
+    def batch(self, *, with_anchors: bool = True, relabel: bool = False) -> StepBatch:
+        """The case as the collector hands it on: a :class:`StepBatch` (``relabel``: the same anchor groups under other ids)."""
+        rewards = [np.array(g, dtype=np.float64) for g in self.outcomes]
+        step_rewards = [[np.array(t, dtype=np.float64) for t in g] for g in self.step_rewards]
+        batch = batch_from_lists(rewards, step_rewards, [[list(t) for t in g] for g in self.anchors] if with_anchors else None)
+        if relabel and batch.anchors is not None and batch.anchors.size:
+            return StepBatch(batch.outcomes, batch.traj_offsets, batch.step_rewards, batch.step_offsets, int(batch.anchors.max()) - batch.anchors)
+        return batch
+
+    def inputs(self, *, with_anchors: bool = True, relabel: bool = False) -> dict[str, Any]:
+        """The list form's keyword arguments, as :func:`~rllm_plugins.step_forms.step_batched_form_of` passes them (anchor-group ids)."""
+        batch = self.batch(with_anchors=with_anchors, relabel=relabel)
         return {
-            "rewards": [np.array(g, dtype=np.float64) for g in self.outcomes],
-            "step_rewards": [[np.array(t, dtype=np.float64) for t in g] for g in self.step_rewards],
-            "anchor_states": [[list(t) for t in g] for g in (self.anchors if anchors is None else anchors)] if with_anchors else None,
+            "rewards": batch.trajectories.split(batch.outcomes),
+            "step_rewards": [list(batch.steps.split(batch.step_rewards)[a:b]) for a, b in zip(self._bounds[:-1], self._bounds[1:], strict=True)],
+            "anchor_states": anchor_id_lists(batch),
         }
+
+    @property
+    def _bounds(self) -> list[int]:
+        return [0, *np.cumsum([len(g) for g in self.outcomes]).tolist()]
+
+    @property
+    def num_trajectories(self) -> int:
+        return sum(len(g) for g in self.outcomes)
+
+    def permuted(self, group_order: Sequence[int], trajectory_orders: Sequence[Sequence[int]]) -> StepCase:
+        """Groups in ``group_order``; group ``g``'s trajectories (of the original group) in ``trajectory_orders[g]``."""
+        parts = []
+        for part in (self.outcomes, self.step_rewards, self.anchors):
+            parts.append(tuple(tuple(part[g][i] for i in trajectory_orders[g]) for g in group_order))
+        return StepCase(*parts)
 
     def __str__(self) -> str:
         rewards = [[list(t) for t in g] for g in self.step_rewards]
@@ -80,17 +110,16 @@ def _flat(nested: Any) -> np.ndarray:
     return np.concatenate([as_advantages(t, "estimator") for g in nested for t in g]) if len(nested) else np.zeros(0)
 
 
-def _batched(spec: Any, case: StepCase) -> np.ndarray:
-    inputs = case.inputs(with_anchors=spec.needs_anchors)
-    batch = batch_from_lists(inputs["rewards"], inputs["step_rewards"], inputs["anchor_states"])
-    out = as_advantages(call_with_accepted_kwargs(spec.batched_form, batch, norm_adv_by_std_in_grpo=True), "the batched form")
+def _batched(spec: Any, case: StepCase, *, relabel: bool = False, **options: Any) -> np.ndarray:
+    batch = case.batch(with_anchors=spec.needs_anchors, relabel=relabel)
+    out = as_advantages(call_with_accepted_kwargs(spec.batched_form, batch, norm_adv_by_std_in_grpo=True, **options), "the batched form")
     if out.size != batch.num_steps:
         raise ValueError(f"the batched form returned {out.size} advantages for {batch.num_steps} steps")
     return out
 
 
-def _listed(spec: Any, case: StepCase, anchors: Any = None) -> np.ndarray:
-    result = call_with_accepted_kwargs(spec.list_form, **case.inputs(anchors, with_anchors=spec.needs_anchors), norm_adv_by_std_in_grpo=True)
+def _listed(spec: Any, case: StepCase, *, relabel: bool = False) -> np.ndarray:
+    result = call_with_accepted_kwargs(spec.list_form, **case.inputs(with_anchors=spec.needs_anchors, relabel=relabel), norm_adv_by_std_in_grpo=True)
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         raise ValueError(f"the list form returned {type(result).__name__}, not (advantages_by_group, returns_by_group)")
     advantages = result[0]
@@ -103,52 +132,82 @@ def _listed(spec: Any, case: StepCase, anchors: Any = None) -> np.ndarray:
     return _flat(advantages)
 
 
-def valid_output(spec: Any, case: StepCase) -> str | None:
+def _close(got: np.ndarray, want: np.ndarray) -> bool:
+    scale = max(1.0, float(np.abs(want).max(initial=0.0)))
+    return bool(np.allclose(got, want, rtol=TOL, atol=TOL * scale))
+
+
+def _moving_permutation(rng: np.random.Generator, n: int) -> list[int]:
+    """A permutation of ``n`` items that moves something when ``n > 1``."""
+    order = rng.permutation(n)
+    return (np.roll(order, 1) if n > 1 and np.array_equal(order, np.arange(n)) else order).tolist()
+
+
+def _per_trajectory(flat: np.ndarray, case: StepCase) -> list[list[np.ndarray]]:
+    """``(S,)`` advantages of ``case`` as ``[group][trajectory]`` arrays."""
+    bounds = np.cumsum([0] + [len(t) for g in case.step_rewards for t in g])
+    out, k = [], 0
+    for g in case.step_rewards:
+        out.append([flat[bounds[k + i] : bounds[k + i + 1]] for i in range(len(g))])
+        k += len(g)
+    return out
+
+
+def _reordered(spec: Any, case: StepCase, group_order: list[int], trajectory_orders: list[list[int]]) -> str | None:
+    """None if reordering groups and trajectories reorders the advantages the same way, else where they differ."""
+    got = _listed(spec, case.permuted(group_order, trajectory_orders))
+    per = _per_trajectory(_listed(spec, case), case)
+    want = [per[g][i] for g in group_order for i in trajectory_orders[g]]
+    return None if _close(got, np.concatenate(want) if want else np.zeros(0)) else "advantages changed"
+
+
+def valid_output(spec: Any, case: StepCase, seed: int) -> str | None:
     out = _batched(spec, case)
     return None if np.isfinite(out).all() else f"non-finite advantage {out[~np.isfinite(out)][0]}"
 
 
-def list_output(spec: Any, case: StepCase) -> str | None:
+def list_output(spec: Any, case: StepCase, seed: int) -> str | None:
     _listed(spec, case)
     return None
 
 
-def forms_agree(spec: Any, case: StepCase) -> str | None:
+def forms_agree(spec: Any, case: StepCase, seed: int) -> str | None:
     a, b = _listed(spec, case), _batched(spec, case)
-    scale = max(1.0, float(np.abs(b).max(initial=0.0)))
-    return None if np.allclose(a, b, rtol=TOL, atol=TOL * scale) else f"list form {a.tolist()} != batched form {b.tolist()}"
+    return None if _close(a, b) else f"list form {a.tolist()} != batched form {b.tolist()}"
 
 
-def deterministic(spec: Any, case: StepCase) -> str | None:
+def deterministic(spec: Any, case: StepCase, seed: int) -> str | None:
     return None if np.array_equal(_batched(spec, case), _batched(spec, case)) else "two calls on the same input differ"
 
 
-def trajectory_order(spec: Any, case: StepCase) -> str | None:
-    """Reversing the trajectories of every group reverses their advantages."""
-    reversed_case = StepCase(*(tuple(tuple(reversed(g)) for g in part) for part in (case.outcomes, case.step_rewards, case.anchors)))
-    got = _listed(spec, reversed_case)
-    want_nested = []
-    bounds = np.cumsum([0] + [len(t) for g in case.step_rewards for t in g])
-    flat = _listed(spec, case)
-    k = 0
-    for g in case.step_rewards:
-        trajs = [flat[bounds[k + i] : bounds[k + i + 1]] for i in range(len(g))]
-        want_nested.extend(reversed(trajs))
-        k += len(g)
-    want = np.concatenate(want_nested) if want_nested else np.zeros(0)
-    scale = max(1.0, float(np.abs(want).max(initial=0.0)))
-    return None if np.allclose(got, want, rtol=TOL, atol=TOL * scale) else "reordering a group's trajectories changed their advantages"
+def trajectory_order(spec: Any, case: StepCase, seed: int) -> str | None:
+    """Permuting (and reversing) the trajectories of every group permutes their advantages the same way."""
+    rng = np.random.default_rng(seed)
+    keep = list(range(len(case.outcomes)))
+    for orders in ([_moving_permutation(rng, len(g)) for g in case.outcomes], [list(reversed(range(len(g)))) for g in case.outcomes]):
+        if _reordered(spec, case, keep, orders):
+            return f"reordering a group's trajectories as {orders} changed their advantages, not only their order"
+    return None
 
 
-def anchors_stay_in_their_group(spec: Any, case: StepCase) -> str | None:
-    """Equal anchor states in different task groups never form one anchor group: renaming them apart changes nothing."""
-    apart = tuple(tuple(tuple(f"g{g}:{a}" for a in t) for t in group) for g, group in enumerate(case.anchors))
-    same, renamed = _listed(spec, case), _listed(spec, case, apart)
-    scale = max(1.0, float(np.abs(same).max(initial=0.0)))
-    return None if np.allclose(same, renamed, rtol=TOL, atol=TOL * scale) else "equal anchor states in different task groups were compared"
+def group_order(spec: Any, case: StepCase, seed: int) -> str | None:
+    """Permuting whole task groups permutes the advantages the same way."""
+    order = _moving_permutation(np.random.default_rng(seed + 1), len(case.outcomes))
+    if _reordered(spec, case, order, [list(range(len(g))) for g in case.outcomes]):
+        return f"putting the task groups in the order {order} changed their advantages, not only their order"
+    return None
 
 
-def no_mutation(spec: Any, case: StepCase) -> str | None:
+def anchor_ids_are_labels(spec: Any, case: StepCase, seed: int) -> str | None:
+    """The same anchor groups under other ids give the same advantages (ids are labels, not numbers)."""
+    if not _close(_batched(spec, case, relabel=True), _batched(spec, case)):
+        return "the batched form's advantages changed when the anchor groups were given other ids"
+    if not _close(_listed(spec, case, relabel=True), _listed(spec, case)):
+        return "the list form's advantages changed when the anchor groups were given other ids"
+    return None
+
+
+def no_mutation(spec: Any, case: StepCase, seed: int) -> str | None:
     inputs = case.inputs(with_anchors=spec.needs_anchors)
     before = copy.deepcopy(inputs)
     call_with_accepted_kwargs(spec.list_form, **inputs, norm_adv_by_std_in_grpo=True)
@@ -158,43 +217,117 @@ def no_mutation(spec: Any, case: StepCase) -> str | None:
     return None if same and inputs["anchor_states"] == before["anchor_states"] else "the estimator changed its inputs"
 
 
-def empty_input(spec: Any, case: StepCase) -> str | None:
+def empty_input(spec: Any, case: StepCase, seed: int) -> str | None:
     anchors = [] if spec.needs_anchors else None
     result = call_with_accepted_kwargs(spec.list_form, rewards=[], step_rewards=[], anchor_states=anchors, norm_adv_by_std_in_grpo=True)
     return None if [list(r) for r in result] == [[], []] else f"empty input gave {result!r}, not ([], [])"
 
 
-STEP_RULES: dict[str, tuple[str, Callable[[Any, StepCase], str | None]]] = {
+def option_trials(default: Any) -> list[Any]:
+    """Values other than ``default`` to try for an option (its type's; none for a str, whose choices are unknown)."""
+    if isinstance(default, (bool, np.bool_)):
+        return [not default]
+    if isinstance(default, (int, np.integer)):
+        return [v for v in (int(default) + 1, 0, 1) if v != default]
+    if isinstance(default, (float, np.floating)):
+        return [v for v in (float(default) / 2 if default else 0.5, 0.0, float(default) + 1.0, 0.9) if v != default]
+    if default is inspect.Parameter.empty:  # declared in AdvEstimatorSpec.options without a default: try numbers
+        return [0.5, 0.0, 2.0]
+    return []
+
+
+def options_matter(spec: Any, cases: list[StepCase]) -> tuple[str | None, StepCase | None]:
+    """Every option the spec declares can change the output: some value it accepts changes some case's advantages."""
+    for name, default in spec.options.items():
+        trials = []
+        for value in option_trials(default):
+            try:
+                if spec.check_options is not None:
+                    spec.check_options({name: value})
+            except ValueError:
+                continue
+            trials.append(value)
+        if not trials:
+            continue
+        changed = False
+        for case in cases:
+            try:
+                base = _batched(spec, case)
+                changed = any(not np.array_equal(_batched(spec, case, **{name: value}), base) for value in trials)
+            except Exception:  # a value the estimator refuses (or another rule's failure) changes nothing here
+                continue
+            if changed:
+                break
+        if not changed:
+            return (
+                f"option {name!r} never changed the output (tried {trials} against the default {default!r} on {len(cases)} cases); "
+                "an estimator that ignores an option misleads its users: read it, or leave it out of the signature and AdvEstimatorSpec.options"
+            ), next(iter(cases), None)
+    return None, None
+
+
+STEP_RULES: dict[str, tuple[str, Callable[[Any, StepCase, int], str | None]]] = {
     "valid_output": ("the batched form returns one finite real advantage per step", valid_output),
     "list_output": ("the list form returns (advantages, returns), [group][trajectory], one value per step", list_output),
     "forms_agree": ("list and batched forms agree to 1e-6", forms_agree),
     "deterministic": ("the same input gives the same advantages", deterministic),
-    "trajectory_order": ("reordering a group's trajectories reorders their advantages", trajectory_order),
-    "anchors_stay_in_their_group": ("equal anchor states of different task groups never meet", anchors_stay_in_their_group),
+    "trajectory_order": ("permuting a group's trajectories permutes their advantages the same way", trajectory_order),
+    "group_order": ("permuting whole task groups permutes the advantages the same way", group_order),
+    "anchor_ids_are_labels": ("the same anchor groups under other ids give the same advantages", anchor_ids_are_labels),
+    "options_matter": ("each option the estimator declares can change its output", lambda spec, case, seed: None),
     "no_mutation": ("the inputs are left unchanged", no_mutation),
     "empty_input": ("no groups gives ([], [])", empty_input),
 }
 
 
+_COMPARES = frozenset({"trajectory_order", "group_order", "anchor_ids_are_labels", "options_matter"})  # compare two calls' outputs
+
+
+def _skip_reason(name: str, spec: Any, verdicts: dict[str, str]) -> str | None:
+    if name in _COMPARES and verdicts.get("deterministic") == "FAIL":
+        return "not deterministic"
+    if name == "anchor_ids_are_labels" and not spec.needs_anchors:
+        return "the estimator reads no anchor states (needs_anchors=False)"
+    if name == "group_order" and not spec.group_order_invariant:
+        return "declared group_order_invariant=False"
+    if name == "options_matter" and not any(option_trials(d) for d in spec.options.values()):
+        return "no option with values to try (str options are not tried)"
+    return None
+
+
 def check_step_rules(spec: Any, seed: int) -> tuple[dict[str, str], list[tuple[str, str, StepCase]]]:
-    """Verdict per rule (``pass`` / ``FAIL``) and the violations ``(rule, message, case)``; never raises for a misbehaving estimator."""
+    """Verdict per rule (``pass`` / ``FAIL``) and the violations ``(rule, message, shrunk case)``; never raises for a misbehaving estimator."""
     verdicts: dict[str, str] = {}
     violations: list[tuple[str, str, StepCase]] = []
     cases = step_cases(seed)
     for name, (_, check) in STEP_RULES.items():
-        if name == "anchors_stay_in_their_group" and not spec.needs_anchors:
-            verdicts[name] = "skipped: the estimator reads no anchor states (needs_anchors=False)"
+        reason = _skip_reason(name, spec, verdicts)
+        if reason:
+            verdicts[name] = f"skipped: {reason}"
             continue
         verdicts[name] = "pass"
+        if name == "options_matter":
+            message, example = options_matter(spec, [c for c in cases if c.outcomes][:4])
+            if message and example is not None:
+                violations.append((name, message, example))
+                verdicts[name] = "FAIL"
+            continue
         for case in cases if name != "empty_input" else cases[-1:]:
             if not case.outcomes and name not in ("empty_input", "list_output", "no_mutation"):
                 continue
-            try:
-                message = check(spec, case)
-            except Exception as e:
-                message = f"raised {type(e).__name__}: {e}"
+            message = judge(check, spec, case, seed)
             if message:
+                if case.outcomes:
+                    case, message = shrink_step_case(lambda c, check=check: judge(check, spec, c, seed), case, message)
                 violations.append((name, message, case))
                 verdicts[name] = "FAIL"
                 break
     return verdicts, violations
+
+
+def judge(check: Callable[[Any, StepCase, int], str | None], spec: Any, case: StepCase, seed: int) -> str | None:
+    """The rule's message on ``case`` (an exception the estimator raises is one), or None."""
+    try:
+        return check(spec, case, seed)
+    except Exception as e:
+        return f"raised {type(e).__name__}: {e}"

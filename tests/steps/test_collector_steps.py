@@ -180,9 +180,9 @@ def test_a_step_level_plugin_written_as_a_list_form_works_in_the_collector_and_k
         unregister_rllm_adv_estimator("last_step_only")
 
 
-def test_the_contract_checker_catches_a_step_plugin_that_mixes_anchor_groups_across_tasks():
+def test_a_list_form_plugin_pooling_by_anchor_over_the_batch_is_right_because_ids_never_cross_task_groups():
     def pooled(rewards, step_rewards, anchor_states=None, **_):
-        """Anchor groups over the whole batch (wrong: tasks differ)."""
+        """Anchor groups over the whole batch: right, as the ids it receives never repeat across task groups."""
         flat = [(a, r) for g, ga in zip(step_rewards, anchor_states, strict=False) for t, ta in zip(g, ga, strict=False) for a, r in zip(ta, t, strict=False)]
         means = {a: np.mean([r for b, r in flat if b == a]) for a, _ in flat}
         out = [
@@ -191,8 +191,17 @@ def test_the_contract_checker_catches_a_step_plugin_that_mixes_anchor_groups_acr
         ]
         return out, out
 
-    report = check_estimator(AdvEstimatorSpec("pooled", fn=pooled, level="step", needs_anchors=True))
-    assert report.verdicts["anchors_stay_in_their_group"] == "FAIL"
+    assert check_estimator(AdvEstimatorSpec("pooled", fn=pooled, level="step", needs_anchors=True)).ok
+
+
+def test_the_contract_checker_catches_a_step_plugin_that_reads_anchor_ids_as_numbers():
+    def weighted(rewards, step_rewards, anchor_states=None, **_):
+        """Wrong: scales each step by its anchor id, a label."""
+        out = [[np.asarray(t) * (1 + np.asarray(ta)) for t, ta in zip(g, ga, strict=True)] for g, ga in zip(step_rewards, anchor_states, strict=True)]
+        return out, out
+
+    report = check_estimator(AdvEstimatorSpec("weighted", fn=weighted, level="step", needs_anchors=True))
+    assert report.verdicts["anchor_ids_are_labels"] == "FAIL"
     assert report.verdicts["valid_output"] == "pass"
 
 

@@ -1,0 +1,67 @@
+"""``RLLMGRPOConfig`` runs the selected estimator once on tiny groups: a broken plugin fails when the config is built, not at step 1."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rllm_trl import RLLMGRPOConfig
+
+from rllm_plugins.registry import register_rllm_adv_estimator, unregister_rllm_adv_estimator
+
+BASE = {"output_dir": "unused", "use_cpu": True, "bf16": False}
+
+
+@pytest.fixture
+def registered():
+    names: list[str] = []
+
+    def register(name, fn, **kwargs):
+        register_rllm_adv_estimator(name, **kwargs)(fn)
+        names.append(name)
+
+    yield register
+    for name in names:
+        unregister_rllm_adv_estimator(name)
+
+
+def test_a_step_style_function_registered_without_level_step_fails_at_config_time_with_the_hint(registered):
+    def turn_credit(rewards, step_rewards, anchor_states=None, **_):
+        return step_rewards, step_rewards
+
+    registered("turn_credit", turn_credit)  # level="step" forgotten
+    with pytest.raises(ValueError) as error:
+        RLLMGRPOConfig(**BASE, adv_estimator="turn_credit")
+    message = str(error.value)
+    assert message.startswith("RLLMGRPOConfig.adv_estimator: estimator 'turn_credit' (")
+    assert "failed a trial on two tiny groups: TypeError:" in message and "missing 1 required positional argument: 'step_rewards'" in message
+    assert message.endswith(
+        "its signature takes step_rewards, anchor_states, a step-level estimator's: declare level='step' (AdvEstimatorSpec or @register_rllm_adv_estimator)"
+    )
+
+
+def test_a_plugin_returning_the_wrong_number_of_advantages_fails_at_config_time(registered):
+    def one_short(rewards, **_):
+        return [np.asarray(g)[:-1] for g in rewards], rewards
+
+    registered("one_short", one_short)
+    with pytest.raises(
+        ValueError, match=r"RLLMGRPOConfig.adv_estimator: estimator 'one_short' .* failed a trial on two tiny groups: .*returned 1 advantages for group 0 of 2"
+    ):
+        RLLMGRPOConfig(**BASE, adv_estimator="one_short")
+
+
+def test_a_step_level_plugin_returning_nan_fails_at_config_time(registered):
+    def nan_turns(rewards, step_rewards, anchor_states=None, **_):
+        out = [[np.full(len(t), np.nan) for t in g] for g in step_rewards]
+        return out, out
+
+    registered("nan_turns", nan_turns, level="step")
+    with pytest.raises(
+        ValueError, match=r"RLLMGRPOConfig.adv_estimator: estimator 'nan_turns' .* failed a trial on two tiny groups: it returned the non-finite advantage nan"
+    ):
+        RLLMGRPOConfig(**BASE, adv_estimator="nan_turns")
+
+
+def test_working_estimators_build_unchanged():
+    for name, kwargs in [("grpo", {}), ("gigpo", {"gamma": 0.9}), ("step_reinforce", {}), ("rloo", {})]:
+        assert RLLMGRPOConfig(**BASE, adv_estimator=name, adv_estimator_kwargs=kwargs).adv_estimator == name

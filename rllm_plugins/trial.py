@@ -1,0 +1,70 @@
+"""A trial call of a selected estimator on two tiny task groups, so that a broken plugin fails when a config is built.
+
+The trial is what the adapters do at every step, on 4 trajectories (7 steps for a step-level
+estimator): the batched form with the user's options, its output checked for shape and finiteness.
+It changes no number: built-in estimators are pure functions of their input, and the trial's
+output is dropped. :func:`step_level_hint` says when an outcome-level estimator's signature is a
+step-level one (a plugin registered without ``level="step"``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .calling import call_with_accepted_kwargs
+from .outputs import as_advantages
+from .registry import get_estimator
+from .steps import StepBatch
+
+__all__ = ["step_level_hint", "trial_run"]
+
+_STEP_PARAMETERS = ("step_rewards", "anchor_states")
+
+
+def step_level_hint(*forms: Callable[..., Any] | None) -> str:
+    """A hint when a form's signature is step-level (``step_rewards`` / ``anchor_states``, or one ``StepBatch``); else ``""``."""
+    for form in forms:
+        try:
+            params = list(inspect.signature(form).parameters.values()) if form is not None else []
+        except (TypeError, ValueError):
+            continue
+        named = [p.name for p in params if p.name in _STEP_PARAMETERS]
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+        one_batch = len(positional) == 1 and ("StepBatch" in str(positional[0].annotation) or positional[0].name == "batch")
+        if named or one_batch:
+            what = f"takes {', '.join(named)}" if named else f"takes one {positional[0].name} (a StepBatch)"
+            return f"; its signature {what}, a step-level estimator's: declare level='step' (AdvEstimatorSpec or @register_rllm_adv_estimator)"
+    return ""
+
+
+def _tiny_step_batch(with_anchors: bool) -> StepBatch:
+    """Two task groups of two trajectories, 1 to 3 steps each; anchors repeat within a group."""
+    anchors = np.array([0, 1, 0, 2, 3, 2, 3]) if with_anchors else None
+    return StepBatch(np.array([1.0, 0.0, 0.5, 0.25]), np.array([0, 2, 4]), np.array([0.0, 1.0, 0.0, 0.5, 0.0, 0.25, 0.0]), np.array([0, 2, 3, 5, 7]), anchors)
+
+
+def trial_run(name: str, options: Mapping[str, Any], *, norm_adv_by_std_in_grpo: bool, where: str) -> None:
+    """Run estimator ``name`` once on tiny groups with ``options``; ``ValueError`` naming ``where``, the estimator and what went wrong."""
+    estimator = get_estimator(name)
+    spec = estimator.spec
+    who = f"{where}: estimator {name!r} ({estimator.provider}) failed a trial on two tiny groups"
+    try:
+        if spec.level == "step":
+            batch = _tiny_step_batch(spec.needs_anchors)
+            out = as_advantages(call_with_accepted_kwargs(estimator.batched_form, batch, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, **options), who)
+            expected = batch.num_steps
+        else:
+            values, offsets, lengths = np.array([1.0, 0.0, 0.5, 0.25]), np.array([0, 2, 4]), np.array([3.0, 5.0, 2.0, 4.0])
+            kwargs = {"lengths": lengths, **options, "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo}
+            out = as_advantages(estimator.batched_form(values, offsets, **kwargs), who)
+            expected = values.size
+    except Exception as e:
+        raise ValueError(f"{who}: {type(e).__name__}: {e}{step_level_hint(spec.fn, spec.batched) if spec.level == 'outcome' else ''}") from None
+    if out.size != expected:
+        raise ValueError(f"{who}: it returned {out.size} advantages for {expected} {'steps' if spec.level == 'step' else 'trajectories'}")
+    if not np.isfinite(out).all():
+        raise ValueError(f"{who}: it returned the non-finite advantage {out[~np.isfinite(out)][0]}")
