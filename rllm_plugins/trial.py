@@ -2,8 +2,8 @@
 
 The trial is what the adapters do at every step, on 4 trajectories (7 steps for a step-level
 estimator): the batched form with the user's options, its output checked for shape and finiteness.
-It changes no number: built-in estimators are pure functions of their input, and the trial's
-output is dropped. :func:`step_level_hint` says when an outcome-level estimator's signature is a
+It changes no number: built-in estimators are pure functions of their input, a stateful one is
+tried from a fresh state that is then dropped, and the trial's output is dropped. :func:`step_level_hint` says when an outcome-level estimator's signature is a
 step-level one (a plugin registered without ``level="step"``).
 """
 
@@ -42,9 +42,11 @@ def step_level_hint(*forms: Callable[..., Any] | None) -> str:
 
 
 def _tiny_step_batch(with_anchors: bool) -> StepBatch:
-    """Two task groups of two trajectories, 1 to 3 steps each; anchors repeat within a group."""
+    """Two task groups of two trajectories, 1 to 3 steps each; anchors (ids and the text states they stand for) repeat within a group."""
     anchors = np.array([0, 1, 0, 2, 3, 2, 3]) if with_anchors else None
-    return StepBatch(np.array([1.0, 0.0, 0.5, 0.25]), np.array([0, 2, 4]), np.array([0.0, 1.0, 0.0, 0.5, 0.0, 0.25, 0.0]), np.array([0, 2, 3, 5, 7]), anchors)
+    states = ["start", "door", "start", "start", "hall", "start", "hall"] if with_anchors else None
+    rewards = np.array([0.0, 1.0, 0.0, 0.5, 0.0, 0.25, 0.0])
+    return StepBatch(np.array([1.0, 0.0, 0.5, 0.25]), np.array([0, 2, 4]), rewards, np.array([0, 2, 3, 5, 7]), anchors, states)
 
 
 def trial_run(name: str, options: Mapping[str, Any], *, norm_adv_by_std_in_grpo: bool, where: str) -> None:
@@ -60,7 +62,11 @@ def trial_run(name: str, options: Mapping[str, Any], *, norm_adv_by_std_in_grpo:
         else:
             values, offsets, lengths = np.array([1.0, 0.0, 0.5, 0.25]), np.array([0, 2, 4]), np.array([3.0, 5.0, 2.0, 4.0])
             kwargs = {"lengths": lengths, **options, "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo}
-            out = as_advantages(estimator.batched_form(values, offsets, **kwargs), who)
+            if spec.stateful:  # from a fresh state, as on a run's first step; the new state is dropped
+                kwargs.update(state={}, task_ids=np.array(["p", "p", "q", "q"], dtype=object))
+                out = as_advantages(call_with_accepted_kwargs(estimator.batched_form, values, offsets, **kwargs)[0], who)
+            else:
+                out = as_advantages(estimator.batched_form(values, offsets, **kwargs), who)
             expected = values.size
     except Exception as e:
         raise ValueError(f"{who}: {type(e).__name__}: {e}{step_level_hint(spec.fn, spec.batched) if spec.level == 'outcome' else ''}") from None

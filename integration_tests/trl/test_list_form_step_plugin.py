@@ -21,7 +21,9 @@ def test_trl_hands_a_list_form_plugin_anchor_group_ids():
         ids = np.array([[5, 6, 7, 8]] * 2)
         completion = np.ones((2, 4), dtype=np.int64)
         tool = np.array([[1, 0, 1, 1]] * 2)  # two turns per completion
-        rows = row_turns(ids, completion, local_turns(completion, tool), [{"anchor_states": ["a", "b"]}, {"anchor_states": ["a", "a"]}], with_anchors=True)
+        overrides = [{"anchor_states": ["a", "b"]}, {"anchor_states": ["a", "a"]}]
+        prompt = {"prompt_ids": np.ones((2, 2)), "prompt_mask": np.ones((2, 2))}
+        rows = row_turns(ids, completion, local_turns(completion, tool), overrides, with_anchors=True, **prompt)
         step_advantages(rows, np.array([1.0, 0.0]), 2, "recording_trl", {})
     finally:
         unregister_rllm_adv_estimator("recording_trl")

@@ -178,7 +178,7 @@ def test_turn_grpo_on_random_multi_turn_batches_matches_the_plain_computation(se
     ids, completion, tool = random_batch(rng, rows=12, length=int(rng.integers(4, 14)))
     rewards = rng.choice([0.0, 0.5, 1.0, 2.0], size=12)
     turns = local_turns(completion, tool)
-    rows = row_turns(ids, completion, turns, [{} for _ in range(12)], with_anchors=False)
+    rows = row_turns(ids, completion, turns, [{} for _ in range(12)], with_anchors=False, prompt_ids=np.ones((12, 2)), prompt_mask=np.ones((12, 2)))
     result = step_advantages(rows, rewards, 4, "turn_grpo", {"gamma": 0.9, "lam": 0.5, "ended": ended})
     got = spread_local(result, rows, 0, turns)
     np.testing.assert_allclose(got, plain_turn_grpo(completion * tool, rewards.tolist(), 4, 0.9, 0.5, ended), rtol=0, atol=1e-5)

@@ -12,6 +12,6 @@ def test_a_huge_int_turn_reward_names_the_completion_and_the_turn():
     completion = np.ones((2, 4), dtype=np.int64)
     tool = np.array([[1, 0, 1, 1]] * 2)  # two turns per completion
     turns = local_turns(completion, tool)
-    rows = row_turns(ids, completion, turns, [{}, {"turn_rewards": [0.0, 10**400]}], with_anchors=True)
+    rows = row_turns(ids, completion, turns, [{}, {"turn_rewards": [0.0, 10**400]}], with_anchors=True, prompt_ids=np.ones((2, 2)), prompt_mask=np.ones((2, 2)))
     with pytest.raises(ValueError, match=r"completion 1 of the gathered batch \(group 0\), turn 1: turn_rewards entry must be a finite number, got int 1000"):
         step_advantages(rows, np.ones(2), 2, "gigpo", {})
