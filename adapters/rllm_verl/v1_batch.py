@@ -96,8 +96,8 @@ def fetch_rows(index: Sequence[Any] | np.ndarray, where: str) -> V1Rows | None:
     if len(given) != rows.uids.size or given != rows.uids.tolist():
         raise ValueError(
             f"{where}: the batch has {len(given)} rows, but verl's v1 advantage step is processing {rows.uids.size} keys with other uids; "
-            "the responses needed for anchor states are read from TransferQueue for those keys, so compute advantages on the DataProto "
-            "that PPOTrainer._compute_advantage builds (rows in key order)"
+            "the token ids and reward-key scores rllm_* estimators need there are read from TransferQueue for those keys, so compute "
+            "advantages on the DataProto that PPOTrainer._compute_advantage builds (rows in key order)"
         )
     return rows
 

@@ -388,3 +388,16 @@ def test_the_recipes_agent_loop_sets_anchor_states_that_reach_rllm_gigpo_on_v1(t
     batch = store(rows)
     got, _ = compute(trainer_for("algorithm.adv_estimator=rllm_gigpo", "algorithm.gamma=0.95"), batch)
     assert_matches(got, batch, rows, reference(rows, gamma=0.95, w=1.0, anchors_of=lambda row: row["extra"]["anchor_states"]))
+
+
+def test_rows_other_than_the_v1_batchs_are_refused_naming_both_counts():
+    """A DataProto that is not the one _compute_advantage built (other rows, or rows in another order) cannot borrow its token ids."""
+    from rllm_verl.v1_batch import V1Batch, fetch_rows, serving
+
+    served = {"uid": ["a", "b"], "prompts": [torch.tensor([1])] * 2, "responses": [torch.tensor([2])] * 2, "extra_fields": [{}, {}]}
+    with serving(V1Batch(["a_0_0", "b_0_0"], lambda fields: {f: served[f] for f in fields})):
+        assert fetch_rows(np.array(["a", "b"], dtype=object), "here").uids.tolist() == ["a", "b"]
+        for index in (["a", "b", "c"], ["b", "a"]):
+            with pytest.raises(ValueError, match=rf"here: the batch has {len(index)} rows, but verl's v1 advantage step is processing 2 keys with other uids"):
+                fetch_rows(np.array(index, dtype=object), "here")
+    assert fetch_rows(np.array(["a", "b"], dtype=object), "here") is None  # outside a v1 advantage step
