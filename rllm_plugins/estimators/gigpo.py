@@ -26,7 +26,7 @@ at least the threshold against a cluster's first member) share an anchor group, 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,12 +50,17 @@ def check_discount(name: str, gamma: object) -> float:
     return float(gamma)
 
 
+def check_choice(name: str, options: Mapping[str, Any], key: str, choices: Sequence[str]) -> None:
+    """``options[key]``, when given, must be one of ``choices``."""
+    if key in options and options[key] not in choices:
+        raise ValueError(f"estimator {name!r}: {key} must be one of {list(choices)}, got {options[key]!r}")
+
+
 def check_gigpo_options(options: Mapping[str, Any]) -> None:
     """Config-time check of gigpo's options beyond their types: ranges and choices."""
     if "gamma" in options:
         check_discount("gigpo", options["gamma"])
-    if "episode_stats" in options and options["episode_stats"] not in EPISODE_STATS:
-        raise ValueError(f"estimator 'gigpo': episode_stats must be one of {list(EPISODE_STATS)}, got {options['episode_stats']!r}")
+    check_choice("gigpo", options, "episode_stats", EPISODE_STATS)
     if "std_ddof" in options and (isinstance(options["std_ddof"], bool) or options["std_ddof"] not in (0, 1)):
         raise ValueError(f"estimator 'gigpo': std_ddof must be 0 (population std) or 1 (unbiased std), got {options['std_ddof']!r}")
     threshold = options.get("anchor_similarity")

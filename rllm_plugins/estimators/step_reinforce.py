@@ -28,7 +28,7 @@ from ..anchors import normalize_within
 from ..calling import is_plain_real
 from ..step_forms import step_list_form_of
 from ..steps import StepBatch, discounted_returns
-from .gigpo import check_discount
+from .gigpo import check_choice, check_discount
 
 __all__ = ["calculate_step_reinforce_advantages", "check_step_reinforce_options", "step_reinforce"]
 
@@ -41,10 +41,8 @@ def check_step_reinforce_options(options: Mapping[str, Any]) -> None:
     """Config-time check of step_reinforce's options beyond their types: ranges and choices."""
     if "gamma" in options:
         check_discount("step_reinforce", options["gamma"])
-    if "grouping" in options and options["grouping"] not in GROUPINGS:
-        raise ValueError(f"estimator 'step_reinforce': grouping must be one of {list(GROUPINGS)}, got {options['grouping']!r}")
-    if "method" in options and options["method"] not in METHODS:
-        raise ValueError(f"estimator 'step_reinforce': method must be one of {list(METHODS)}, got {options['method']!r}")
+    check_choice("step_reinforce", options, "grouping", GROUPINGS)
+    check_choice("step_reinforce", options, "method", METHODS)
     if "std_ddof" in options and (isinstance(options["std_ddof"], bool) or options["std_ddof"] not in (0, 1)):
         raise ValueError(f"estimator 'step_reinforce': std_ddof must be 0 (population std) or 1 (unbiased std), got {options['std_ddof']!r}")
     min_std = options.get("min_std")

@@ -26,7 +26,7 @@ from ..anchors import normalize_within
 from ..calling import is_plain_real
 from ..step_forms import step_list_form_of
 from ..steps import StepBatch, discounted_returns
-from .gigpo import check_discount
+from .gigpo import check_choice, check_discount
 from .grpo import spread_divisor, standardize_in_groups
 
 __all__ = ["calculate_turn_grpo_advantages", "check_turn_grpo_options", "turn_grpo", "turn_index"]
@@ -39,10 +39,8 @@ def check_turn_grpo_options(options: Mapping[str, Any]) -> None:
     """Config-time check of turn_grpo's options beyond their types: ranges and choices."""
     if "gamma" in options:
         check_discount("turn_grpo", options["gamma"])
-    if "value" in options and options["value"] not in VALUES:
-        raise ValueError(f"estimator 'turn_grpo': value must be one of {list(VALUES)}, got {options['value']!r}")
-    if "ended" in options and options["ended"] not in ENDED:
-        raise ValueError(f"estimator 'turn_grpo': ended must be one of {list(ENDED)}, got {options['ended']!r}")
+    check_choice("turn_grpo", options, "value", VALUES)
+    check_choice("turn_grpo", options, "ended", ENDED)
     lam = options.get("lam", 1.0)
     if not is_plain_real(lam) or not math.isfinite(lam):
         raise ValueError(f"estimator 'turn_grpo': lam (the weight of the per-turn part) must be a finite number, got {type(lam).__name__} {lam!r}")
