@@ -16,7 +16,7 @@ import torch  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
-__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "build_tiny_model", "build_tiny_tokenizer"]
+__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "build_char_tokenizer", "build_tiny_model", "build_tiny_tokenizer"]
 
 SPECIAL_TOKENS = ("<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
@@ -40,6 +40,20 @@ def build_tiny_tokenizer(corpus: Iterable[str], vocab_size: int = 320) -> PreTra
     )
     bpe.train_from_iterator(list(corpus), trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|pad|>", padding_side="left")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_char_tokenizer(alphabet: str) -> PreTrainedTokenizerFast:
+    """One token per character of ``alphabet`` after :data:`SPECIAL_TOKENS` (ids in that order), the ChatML :data:`CHAT_TEMPLATE`.
+
+    For toy tasks whose every answer is a few known characters: a token is a character, so rewards read decoded text exactly.
+    """
+    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *alphabet])}
+    bpe = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    bpe.add_special_tokens(list(SPECIAL_TOKENS))
+    bpe.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<|endoftext|>", eos_token="<|im_end|>", pad_token="<|pad|>", padding_side="left")
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 

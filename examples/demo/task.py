@@ -11,10 +11,9 @@ import random
 import re
 
 from datasets import Dataset
-from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast
 
-from rllm_plugins.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS
+from rllm_plugins.tiny import build_char_tokenizer
 
 __all__ = ["ALPHABET", "MAX_OPERAND", "addition_dataset", "build_task_tokenizer", "exact_match_reward", "leading_number"]
 
@@ -26,13 +25,7 @@ _LEADING_NUMBER = re.compile(r"\d+")
 
 def build_task_tokenizer() -> PreTrainedTokenizerFast:
     """A character-level tokenizer over :data:`ALPHABET` plus ``rllm_plugins.tiny``'s special tokens (16 tokens)."""
-    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *ALPHABET])}
-    bpe = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    bpe.add_special_tokens(list(SPECIAL_TOKENS))
-    bpe.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<|endoftext|>", eos_token="<|im_end|>", pad_token="<|pad|>", padding_side="left")
-    tokenizer.chat_template = CHAT_TEMPLATE
-    return tokenizer
+    return build_char_tokenizer(ALPHABET)
 
 
 def addition_dataset(num_examples: int, seed: int, max_operand: int = MAX_OPERAND) -> Dataset:

@@ -11,10 +11,9 @@ tokenizer knows only the game's characters, so a random tiny model guesses a dig
 
 from __future__ import annotations
 
-from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast
 
-from rllm_plugins.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS
+from rllm_plugins.tiny import build_char_tokenizer
 
 __all__ = ["ANSWERS", "MAX_TURNS", "answer", "build_game_tokenizer", "hidden_digit", "prompts"]
 
@@ -25,13 +24,7 @@ ALPHABET = "0123456789:<>=?"
 
 def build_game_tokenizer() -> PreTrainedTokenizerFast:
     """One token per character of :data:`ALPHABET`, plus ``rllm_plugins.tiny``'s special tokens (19 tokens)."""
-    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *ALPHABET])}
-    bpe = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    bpe.add_special_tokens(list(SPECIAL_TOKENS))
-    bpe.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<|endoftext|>", eos_token="<|im_end|>", pad_token="<|pad|>", padding_side="left")
-    tokenizer.chat_template = CHAT_TEMPLATE
-    return tokenizer
+    return build_char_tokenizer(ALPHABET)
 
 
 def prompts(count: int) -> list[str]:
