@@ -263,7 +263,8 @@ def compute_rllm_step_advantage(
             f"{where}: advantage {per_turn[j]} of row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])} overflows {dtype} "
             f"(largest {limit:g}), the dtype of token_level_rewards; compute rewards in a wider dtype, or scale them down"
         )
-    add_turn_metrics({f"rllm/{k}": v for k, v in turn_metrics(per_turn, step_rewards, turns.row_offsets).items()})
+    episode_steps = row_steps[episodes.row_offsets]  # turn t of an episode: of a session, across its outputs
+    add_turn_metrics(lambda: {f"rllm/{k}": v for k, v in turn_metrics(grouped, step_rewards[turn_order], episode_steps).items()})
     spread = spread_to_tokens(per_turn, turns, dtype=np.float64 if dtype == torch.float64 else np.float32)
     return torch.from_numpy(spread).to(device=token_level_rewards.device, dtype=dtype)
 

@@ -102,11 +102,11 @@ def fetch_rows(index: Sequence[Any] | np.ndarray, where: str) -> V1Rows | None:
     return rows
 
 
-def add_turn_metrics(metrics: dict[str, float]) -> None:
-    """Record per-turn diagnostics of the current v1 advantage step; they are added to the step's ``metrics``."""
+def add_turn_metrics(compute: Callable[[], dict[str, float]]) -> None:
+    """Inside a v1 advantage step, add ``compute()`` (per-turn diagnostics) to the step's ``metrics``; elsewhere nothing reads them, so nothing is computed."""
     batch = _batch.get()
     if batch is not None:
-        batch.metrics.update(metrics)
+        batch.metrics.update(compute())
 
 
 def extend(original: Callable[..., Any]) -> Callable[..., Any]:
