@@ -60,8 +60,9 @@ def step_sources(index: np.ndarray, length: int, where: str, responses: Any = No
     if rows is None:
         return StepSources(None, None, prompts)
     padded = torch.zeros(len(rows.responses), length, dtype=torch.int64)
-    for b, ids in enumerate(rows.responses):
-        padded[b, : min(int(ids.numel()), length)] = ids[:length]
+    if rows.responses:  # each row's own tokens, right-padded as verl pads response_mask
+        stacked = torch.nn.utils.rnn.pad_sequence([torch.as_tensor(ids, dtype=torch.int64) for ids in rows.responses], batch_first=True)
+        padded[:, : min(stacked.shape[1], length)] = stacked[:, :length]
     given = [ANCHOR_STATES_KEY in extra for extra in rows.extra_fields]
     if any(given) and not all(given):
         row = given.index(False)
