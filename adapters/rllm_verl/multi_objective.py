@@ -116,6 +116,8 @@ def reward_table(non_tensor_batch: dict[str, Any] | None, keys: Sequence[str], i
     """Scores float64 ``(B, F)`` of ``keys`` from ``non_tensor_batch`` (or the batch ``compute_advantage`` is processing); NaN for None."""
     if non_tensor_batch is None:
         non_tensor_batch = current_non_tensor_batch(index)
+    if non_tensor_batch is None and _v1_columns(index, keys, where):  # called inside a v1 advantage step, outside compute_advantage
+        non_tensor_batch = {"uid": index}
     if non_tensor_batch is None:
         state = extension_status().get(REWARD_KEYS.name, "not installed")
         hint = f"; unset {REWARD_KEYS.env} to turn it on" if state.startswith("off") else ""

@@ -412,3 +412,47 @@ def test_rows_other_than_the_v1_batchs_are_refused_naming_both_counts():
             with pytest.raises(ValueError, match=rf"here: the batch has {len(index)} rows, but verl's v1 advantage step is processing 2 keys with other uids"):
                 fetch_rows(np.array(index, dtype=object), "here")
     assert fetch_rows(np.array(["a", "b"], dtype=object), "here") is None  # outside a v1 advantage step
+
+
+def served_step(rows, fn):
+    """Run ``fn`` inside a v1 advantage step whose ``rows`` (dicts: uid, prompt, response, extra) are served from memory."""
+    from rllm_verl.v1_batch import V1Batch, serving
+
+    served = {
+        "uid": [r["uid"] for r in rows],
+        "prompts": [torch.tensor(r["prompt"]) for r in rows],
+        "responses": [torch.tensor(r["response"]) for r in rows],
+        "extra_fields": [r["extra"] for r in rows],
+    }
+    with serving(V1Batch([f"{r['uid']}_{i}_0" for i, r in enumerate(rows)], lambda fields: {f: served[f] for f in fields})):
+        return fn()
+
+
+def v1_call(rows, name, **algorithm):
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    width = max(len(r["response"]) for r in rows)
+    mask = torch.tensor([r["mask"] + [0] * (width - len(r["mask"])) for r in rows])
+    rewards = torch.zeros(mask.shape)
+    rewards[:, 0] = torch.tensor([float(r["reward"]) for r in rows])
+    index = np.array([r["uid"] for r in rows], dtype=object)
+    config = OmegaConf.create({"gamma": 1.0, "norm_adv_by_std_in_grpo": True, **algorithm})
+    return served_step(rows, lambda: get_adv_estimator_fn(name)(token_level_rewards=rewards, response_mask=mask, index=index, config=config))
+
+
+def test_anchor_states_on_some_outputs_only_are_refused_naming_the_row():
+    rows = [
+        {"uid": "u", "prompt": [1], "response": [7, 3, 8], "mask": [1, 0, 1], "reward": 1.0, "extra": {"anchor_states": ["a", "b"]}},
+        {"uid": "u", "prompt": [1], "response": [7, 4, 8], "mask": [1, 0, 1], "reward": 0.0, "extra": {}},
+    ]
+    with pytest.raises(ValueError, match=r"'rllm_gigpo': row 1 \(uid 'u'\) has no extra_fields\['anchor_states'\] while other rows have one"):
+        v1_call(rows, "rllm_gigpo")
+
+
+def test_a_reward_key_no_row_reports_on_v1_is_named():
+    rows = [{"uid": "u", "prompt": [1], "response": [7], "mask": [1], "reward": r, "extra": {"reward_extra_info": {"acc": r}}} for r in (1.0, 0.0)]
+    advantages, _ = v1_call(rows, "rllm_rloo", gdpo_reward_keys=["acc"], rllm_multi_objective_aggregation="sum_then_normalize")
+    assert advantages[:, 0].tolist() == [1.0, -1.0]  # rloo of the scores read from reward_extra_info
+    with pytest.raises(ValueError, match=r"reward key 'fmt' of algorithm.gdpo_reward_keys is not in the batch"):
+        v1_call(rows, "rllm_rloo", gdpo_reward_keys=["acc", "fmt"])
