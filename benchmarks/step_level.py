@@ -1,11 +1,11 @@
 """Step level: batched ``gigpo`` vs a per-step Python loop, the collector's cost per step, and ``rllm_gigpo`` in verl.
 
-- **core**: ``gigpo``'s batched form on a :class:`~rllm_plugins.steps.StepBatch` against the same
+- **core**: ``gigpo``'s batched form on a :class:`~rllm_plugins.steps.batch.StepBatch` against the same
   numbers computed the way verl-agent's ``gigpo/core_gigpo.py`` organises them: a backward loop of
   discounted returns per trajectory, then dicts from anchor state to the returns of its steps, mean
   and std per anchor group, one step at a time (its per-step work written in Python, as there).
   Both include building anchor ids from hashable states (the loop: its dicts; ours: ``anchor_ids``).
-- **catalogue**: the step-level built-ins' batched forms on one prebuilt :class:`~rllm_plugins.steps.StepBatch`
+- **catalogue**: the step-level built-ins' batched forms on one prebuilt :class:`~rllm_plugins.steps.batch.StepBatch`
   (anchor ids included), each against ``gigpo``: ``turn_grpo``, ``step_reinforce``, ``composite`` of batched
   terms; and ``gigpo(anchor_similarity=0.95)`` on text observations (pairwise ``SequenceMatcher`` comparisons).
 - **collector**: ``collect_reward_and_advantage_from_trajectory_groups`` with ``gigpo`` on
@@ -81,8 +81,8 @@ def loop_gigpo(outcomes: np.ndarray, rewards: list[list[float]], states: list[li
 
 def step_batch(outcomes: np.ndarray, rewards: list[list[float]], states: list[list[str]], per_group: int) -> Any:
     """The :class:`StepBatch` of :func:`make_steps`' output, anchor ids (and the states) included."""
-    from rllm_plugins.anchors import anchor_ids
     from rllm_plugins.steps import StepBatch
+    from rllm_plugins.steps.anchors import anchor_ids
 
     lengths = np.fromiter(map(len, rewards), dtype=np.int64, count=len(rewards))
     step_offsets = np.zeros(lengths.size + 1, dtype=np.int64)
@@ -97,9 +97,9 @@ def step_batch(outcomes: np.ndarray, rewards: list[list[float]], states: list[li
 
 def batched_gigpo(outcomes: np.ndarray, rewards: list[list[float]], states: list[list[str]], per_group: int, gamma: float = 0.95) -> np.ndarray:
     """The library: anchor ids from the states, then the batched estimator."""
-    from rllm_plugins.anchors import anchor_ids
     from rllm_plugins.estimators import gigpo
     from rllm_plugins.steps import StepBatch
+    from rllm_plugins.steps.anchors import anchor_ids
 
     lengths = np.fromiter(map(len, rewards), dtype=np.int64, count=len(rewards))
     step_offsets = np.zeros(lengths.size + 1, dtype=np.int64)

@@ -28,6 +28,7 @@ __version__ = "0.1.0"  # the distribution's version too (pyproject.toml reads it
 
 from .advantage import collect_reward_and_advantage_from_trajectory_groups
 from .config import AlgorithmConfig, RolloutCorrectionConfig, build_algorithm_config, rLLMAdvantageEstimator
+from .discovery.hookspecs import hookimpl
 from .estimators import (
     calculate_grpo_advantages,
     calculate_prpo_advantages,
@@ -35,7 +36,6 @@ from .estimators import (
     calculate_reinforce_plus_plus_baseline_advantages,
     calculate_rloo_advantages,
 )
-from .hookspecs import hookimpl
 from .registry import (
     EstimatorConflictError,
     UnknownEstimatorError,

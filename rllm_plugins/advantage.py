@@ -28,8 +28,8 @@ from .registry import get_estimator, prepare_adv_estimator_input
 from .segments import GroupLayout, offsets_from_sizes
 from .spec import call_with_accepted_kwargs, flatten_groups, normalize_name
 from .state import call_stateful
-from .step_inputs import step_batch_from_groups
-from .turn_diagnostics import turn_metrics
+from .steps.diagnostics import turn_metrics
+from .steps.inputs import step_batch_from_groups
 from .types import Step, TrajectoryGroup
 
 __all__ = ["REWARDS_KEY", "collect_reward_and_advantage_from_trajectory_groups", "compute_role_metrics"]

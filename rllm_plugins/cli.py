@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from . import __version__, plugins, registry
+from . import __version__, registry
+from .discovery import manager
 from .tables import format_table, plain, terminal_width
 from .testing import check_estimator
 
@@ -79,14 +80,14 @@ class ContributedCommand:
 def contributed_commands() -> dict[str, ContributedCommand]:
     """The contributed commands by name (nothing is imported)."""
     by_name: dict[str, list[metadata.EntryPoint]] = {}
-    for ep in plugins.entry_points(COMMAND_GROUP):
+    for ep in manager.entry_points(COMMAND_GROUP):
         by_name.setdefault(ep.name, []).append(ep)
     return {name: ContributedCommand(name, tuple(eps)) for name, eps in by_name.items()}
 
 
 def estimator_rows() -> list[dict[str, Any]]:
     """One row per selectable estimator (aliases folded in), plus one per conflicting name, sorted by name."""
-    state = plugins.plugin_state()
+    state = manager.plugin_state()
     names = registry.available_estimators()
     resolved = {name: registry.get_estimator(name) for name in names}
     names_by_spec: dict[int, list[str]] = {}
@@ -125,7 +126,7 @@ def estimator_rows() -> list[dict[str, Any]]:
                 "version": None,
                 "level": None,
                 "stateful": None,
-                "description": f"unusable: offered by {len(providers)} plugins; disable all but one with {plugins.DISABLE_ENV}",
+                "description": f"unusable: offered by {len(providers)} plugins; disable all but one with {manager.DISABLE_ENV}",
             }
         )
     return sorted(rows, key=lambda row: row["name"])
@@ -137,13 +138,13 @@ def plugin_rows() -> list[dict[str, Any]]:
     An entry point declared in a near-miss group (``rllm_plugin``, ``verl.plugin``), which nothing
     loads, is a row with status ``misplaced``.
     """
-    from .entry_point_mistakes import misplaced_entry_points
+    from .discovery.mistakes import misplaced_entry_points
 
     misplaced = [
         {"name": m.name, "distribution": m.distribution, "version": m.version, "status": "misplaced", "estimators": [], "error": str(m)}
         for m in misplaced_entry_points()
     ]
-    return [record.as_dict() for record in plugins.plugin_state().records] + misplaced
+    return [record.as_dict() for record in manager.plugin_state().records] + misplaced
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -229,7 +230,7 @@ def _run_contributed(command: ContributedCommand, argv: list[str]) -> int:
     try:
         run = ep.load()
     except Exception as e:
-        if plugins.strict():
+        if manager.strict():
             traceback.print_exception(e)
         print(f"{where}: cannot load the command from {command.origin(ep)}: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_FAILURE
@@ -293,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parse_args(argv)
         try:
             code = args.run(args)
-        except plugins.PluginLoadError as e:
+        except manager.PluginLoadError as e:
             traceback.print_exception(e.__cause__ or e)
             print(f"rllm-plugins: {e}", file=sys.stderr)
             code = EXIT_FAILURE

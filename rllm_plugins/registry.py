@@ -10,8 +10,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from . import plugins
 from .config import AlgorithmConfig
+from .discovery import manager
 from .spec import AdvEstimatorSpec, BatchedEstimator, ListEstimator, normalize_name, validate_name
 
 __all__ = [
@@ -62,11 +62,11 @@ def register_rllm_adv_estimator(
         spec = AdvEstimatorSpec(
             key, fn=func, batched=batched, description=description, aliases=aliases, level=level, needs_anchors=needs_anchors, stateful=stateful
         )
-        if plugins.loading_provider() is not None:
-            plugins.capture(spec)
+        if manager.loading_provider() is not None:
+            manager.capture(spec)
             return func
-        provider = plugins.Provider(f"{func.__module__}.{func.__qualname__}", kind="user")
-        for n, previous in plugins.add_user_estimator(plugins.Estimator(spec, provider)):
+        provider = manager.Provider(f"{func.__module__}.{func.__qualname__}", kind="user")
+        for n, previous in manager.add_user_estimator(manager.Estimator(spec, provider)):
             warnings.warn(f"estimator {n!r} from {provider} overrides the one from {previous.provider}", UserWarning, stacklevel=2)
         return func
 
@@ -76,24 +76,24 @@ def register_rllm_adv_estimator(
 def unregister_rllm_adv_estimator(name: Any) -> None:
     """Remove a user-code registration (and its aliases); built-ins and plugins stay."""
     key = normalize_name(name)
-    if not plugins.remove_user_estimator(key):
+    if not manager.remove_user_estimator(key):
         raise UnknownEstimatorError(f"no estimator {key!r} was registered in user code")
 
 
-def get_estimator(name: Any) -> plugins.Estimator:
+def get_estimator(name: Any) -> manager.Estimator:
     """The registered estimator for ``name``, with its provider and both calling forms."""
     key = normalize_name(name)
-    estimator = plugins.user_estimator(key)
+    estimator = manager.user_estimator(key)
     if estimator is not None:
         return estimator
-    state = plugins.plugin_state()
+    state = manager.plugin_state()
     if key in state.conflicts:
         providers = state.conflicts[key]
         listing = "; ".join(str(p) for p in providers)
         names = ",".join(p.plugin for p in providers)
         raise EstimatorConflictError(
             f"estimator {key!r} is offered by {len(providers)} installed plugins: {listing}. "
-            f"Uninstall one, or disable one with {plugins.DISABLE_ENV}=<entry-point name> (one of: {names})."
+            f"Uninstall one, or disable one with {manager.DISABLE_ENV}=<entry-point name> (one of: {names})."
         )
     estimator = state.estimators.get(key)
     if estimator is not None:
@@ -107,10 +107,10 @@ def unavailable_because(key: str) -> str | None:
     The plugin whose entry-point name is ``key`` (the usual convention) is named alone; otherwise
     every plugin that failed to load or is disabled is listed, since any of them may offer ``key``.
     """
-    unavailable = [r for r in plugins.plugin_state().records if r.why_unavailable() is not None]
+    unavailable = [r for r in manager.plugin_state().records if r.why_unavailable() is not None]
     namesake = next((r for r in unavailable if r.name == key), None)
     if namesake is not None:
-        fix = "Fix or uninstall it" if namesake.status == "error" else f"Remove {key!r} from {plugins.DISABLE_ENV} to use it"
+        fix = "Fix or uninstall it" if namesake.status == "error" else f"Remove {key!r} from {manager.DISABLE_ENV} to use it"
         return f"{namesake.why_unavailable()}. {fix} (`rllm-plugins plugins` shows every plugin's status)."
     if not unavailable:
         return None
@@ -125,14 +125,14 @@ def _unknown_message(name: Any, key: str) -> str:
             f"set the name of a registered estimator instead. Available: {', '.join(names)}"
         )
     because = unavailable_because(key)
-    namesake = next((r for r in plugins.plugin_state().records if r.name == key), None)
+    namesake = next((r for r in manager.plugin_state().records if r.name == key), None)
     if because is not None and namesake is not None and namesake.why_unavailable() is not None:
         return f"estimator {name!r} is not available: {because}"
     import difflib  # only on this error path
 
-    from .entry_point_mistakes import misplaced_entry_points
+    from .discovery.mistakes import misplaced_entry_points
 
-    misplaced = misplaced_entry_points(plugins.ENTRY_POINT_GROUP)
+    misplaced = misplaced_entry_points(manager.ENTRY_POINT_GROUP)
     misplaced_namesake = next((m for m in misplaced if m.name == key), None)
     if misplaced_namesake is not None:
         return f"estimator {name!r} is not available: {misplaced_namesake}."
@@ -172,8 +172,8 @@ get_adv_estimator = get_rllm_adv_estimator  # the short name of rLLM's terminal-
 
 def available_estimators() -> list[str]:
     """Every name that resolves to exactly one estimator, sorted."""
-    state = plugins.plugin_state()
-    return sorted(set(state.estimators) | set(plugins.user_overrides()))
+    state = manager.plugin_state()
+    return sorted(set(state.estimators) | set(manager.user_overrides()))
 
 
 def prepare_adv_estimator_input(rewards: list[Any], algorithm_config: AlgorithmConfig, traj_groups: list[Any] | None = None) -> dict[str, Any]:

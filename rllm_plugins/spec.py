@@ -25,7 +25,7 @@ from .calling import accepted_keywords, call_with_accepted_kwargs, check_call_op
 from .names import normalize_name, validate_name
 from .outputs import as_advantages, as_groups
 from .segments import GroupLayout
-from .step_forms import step_batched_form_of, step_list_form_of
+from .steps.forms import step_batched_form_of, step_list_form_of
 
 __all__ = [
     "AdvEstimatorSpec",

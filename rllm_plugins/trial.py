@@ -18,7 +18,7 @@ import numpy as np
 from .calling import call_with_accepted_kwargs
 from .outputs import as_advantages
 from .registry import get_estimator
-from .steps import StepBatch
+from .steps.batch import StepBatch
 
 __all__ = ["step_level_hint", "trial_run"]
 

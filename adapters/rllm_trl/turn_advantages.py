@@ -2,7 +2,7 @@
 
 A multi-turn episode is one completion whose tokens mix model tokens and tool/environment tokens;
 TRL marks the latter with ``tool_mask == 0`` (from its tool loop, or from the ``env_mask`` a
-``rollout_func`` returns). Following :mod:`rllm_plugins.turns`:
+``rollout_func`` returns). Following :mod:`rllm_plugins.steps.turns`:
 
 - a **turn** is a maximal run of ``completion_mask * tool_mask == 1``; without ``tool_mask`` every
   completion is one turn;
@@ -36,14 +36,14 @@ from typing import Any
 import numpy as np
 
 from rllm_plugins.advantage import compute_role_metrics
-from rllm_plugins.anchors import anchor_ids
 from rllm_plugins.calling import as_finite_real, describe
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.steps import StepBatch
-from rllm_plugins.turn_diagnostics import turn_metrics
-from rllm_plugins.turns import PROMPT_ANCHOR, Turns, find_turns, spread_to_tokens, turn_anchor_states
+from rllm_plugins.steps.anchors import anchor_ids
+from rllm_plugins.steps.diagnostics import turn_metrics
+from rllm_plugins.steps.turns import PROMPT_ANCHOR, Turns, find_turns, spread_to_tokens, turn_anchor_states
 
 from .advantages import RewardBatch
 
@@ -288,7 +288,7 @@ def compute_step_metrics(batch: RewardBatch, result: StepAdvantages) -> dict[str
     ``advantage/{role}/{mean,std,max,min,fraction_zero}`` over turns (one value per turn, not per
     token or completion), ``batch/{role}/turns/mean`` (turns per completion) and, with anchor states,
     ``batch/{role}/anchor_groups/mean_size`` and ``batch/{role}/anchor_groups/fraction_singleton_steps``;
-    over all roles, where credit goes by turn index: ``turn/...`` of :func:`rllm_plugins.turn_diagnostics.turn_metrics`
+    over all roles, where credit goes by turn index: ``turn/...`` of :func:`rllm_plugins.steps.diagnostics.turn_metrics`
     (``turn/{t}/advantage_mean`` and ``turn/{t}/reward_mean``, the turn's step reward, for ``t < 3``; ``turn/last/...``;
     ``turn/count_mean``), the keys the collector gives per role and verl's v1 trainer logs as ``rllm/turn/...``.
     """

@@ -23,13 +23,13 @@ import numpy as np
 import torch
 
 from rllm_plugins.aggregation import aggregate_advantages
-from rllm_plugins.anchors import is_hashable
 from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.spec import accepted_keywords
 from rllm_plugins.state import call_stateful
+from rllm_plugins.steps.anchors import is_hashable
 
 from .estimator_state import verl_estimator_state
 from .multi_objective import reward_key_options, reward_table

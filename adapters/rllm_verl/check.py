@@ -305,7 +305,7 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     from omegaconf import OmegaConf
     from verl.trainer.ppo import core_algos
 
-    from rllm_plugins.entry_point_mistakes import misplaced_entry_points
+    from rllm_plugins.discovery.mistakes import misplaced_entry_points
     from rllm_plugins.estimators import check_group_size
     from rllm_plugins.registry import get_estimator, unavailable_because
 

@@ -90,7 +90,7 @@ def _session_steps(name: str, where: str, data: Any, sessions: Sessions, options
     """A step-level estimator over sessions: a session is one episode whose steps are the turns of its outputs, in index order.
 
     Its outcome is its final output's total reward (as for outcome-level names); each turn's reward
-    and anchor follow the row rule (:mod:`rllm_plugins.turns`).
+    and anchor follow the row rule (:mod:`rllm_plugins.steps.turns`).
     """
     import numpy as np
     import torch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from rllm_plugins import plugins
+from rllm_plugins.discovery import manager
 from rllm_plugins.registry import available_estimators
 from rllm_plugins.spec import validate_name
 
@@ -34,7 +34,7 @@ def register_estimators_into_verl() -> list[str]:
     from verl.trainer.ppo import core_algos
 
     registry = core_algos.ADV_ESTIMATOR_REGISTRY
-    state = plugins.plugin_state()
+    state = manager.plugin_state()
     names = set(available_estimators()) | set(state.conflicts) | {r.name for r in state.records if r.why_unavailable() and _valid(r.name)}
     for name in sorted(names):
         key = verl_name(name)

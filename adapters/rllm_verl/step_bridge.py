@@ -1,6 +1,6 @@
 """Step-level rLLM estimators (``rllm_gigpo``, ``rllm_step_reinforce``, ...) on verl's multi-turn rows.
 
-Each row is one episode; its turns, turn rewards and anchor states follow :mod:`rllm_plugins.turns`
+Each row is one episode; its turns, turn rewards and anchor states follow :mod:`rllm_plugins.steps.turns`
 (turns: runs of ``response_mask == 1``; turn rewards: ``token_level_rewards`` up to the next turn;
 anchors: the ``responses`` token ids of the environment segment before a turn, the prompt for the
 first). Rows are grouped by ``uid``; the outcome of a row is its total reward. Every model token of
@@ -25,13 +25,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from rllm_plugins.anchors import anchor_ids
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.steps import StepBatch
-from rllm_plugins.turn_diagnostics import turn_metrics
-from rllm_plugins.turns import Turns, find_turns, spread_to_tokens, turn_anchor_states, turn_rewards
+from rllm_plugins.steps.anchors import anchor_ids
+from rllm_plugins.steps.diagnostics import turn_metrics
+from rllm_plugins.steps.turns import Turns, find_turns, spread_to_tokens, turn_anchor_states, turn_rewards
 
 from .reward_keys import REWARD_KEYS_ENV, current_gamma
 from .v1_batch import V1_BATCH_ENV, add_turn_metrics, fetch_rows

@@ -9,9 +9,8 @@
 terms gives each trajectory the weighted sum of their advantages. Each term runs with the call's
 ``norm_adv_by_std_in_grpo`` and its own options; a term that reads anchor states (``gigpo``) is refused,
 as ``composite`` declares none. ``gamma`` (None) is the discount of every term that takes one and does not
-set its own (verl's ``algorithm.gamma`` arrives here). The names resolve through the registry at each call, so plugins compose too:
-like a plugin, this module reaches the registry through the package's public API, imported at call time
-(the registry lists the built-ins, so a module-level import would be a cycle).
+set its own (verl's ``algorithm.gamma`` arrives here). The names resolve through the registry at each call, so plugins compose too
+(the registry sits below the estimators: its plugin manager imports the built-ins by name, when first asked).
 """
 
 from __future__ import annotations
@@ -24,8 +23,9 @@ import numpy as np
 
 from ..calling import accepted_keywords, call_with_accepted_kwargs, check_call_options, closed_keywords, is_plain_real, refuse_unknown_options
 from ..outputs import as_advantages
-from ..step_forms import step_list_form_of
-from ..steps import StepBatch
+from ..registry import get_estimator_spec
+from ..steps.batch import StepBatch
+from ..steps.forms import step_list_form_of
 from .gigpo import check_discount
 
 __all__ = ["calculate_composite_advantages", "check_composite_options", "composite", "composite_terms"]
@@ -35,8 +35,6 @@ Term = tuple[str, float, dict[str, Any]]
 
 def composite_terms(terms: object) -> list[Term]:
     """``terms`` checked and normalised to ``[(name, weight, options)]``; ``ValueError`` names the term and the fix."""
-    from .. import get_estimator_spec  # the public API, at call time (see the module docstring)
-
     shape = 'a list of [name, weight] or [name, weight, {options}], e.g. [["grpo", 0.5], ["rloo", 0.5, {"epsilon": 1e-4}]]'
     if isinstance(terms, (str, bytes, Mapping)) or not isinstance(terms, Sequence) or not terms:
         raise ValueError(f"estimator 'composite': terms must be {shape}; got {type(terms).__name__} {terms!r}")
@@ -87,8 +85,6 @@ def check_composite_options(options: Mapping[str, Any]) -> None:
 
 def composite(batch: StepBatch, /, *, norm_adv_by_std_in_grpo: bool = True, terms: Any = None, gamma: float | None = None, **_: Any) -> np.ndarray:
     """Composite: the weighted sum of the terms' advantages, outcome-level terms broadcast to their trajectory's steps."""
-    from .. import get_estimator_spec  # the public API, at call time (see the module docstring)
-
     out = np.zeros(batch.num_steps)
     for name, weight, options in composite_terms(terms):
         spec = get_estimator_spec(name)

@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from ..anchors import normalize_within
 from ..calling import is_plain_real
-from ..similarity import similar_anchor_ids
-from ..step_forms import step_list_form_of
-from ..steps import StepBatch, discounted_returns
+from ..steps.anchors import normalize_within
+from ..steps.batch import StepBatch, discounted_returns
+from ..steps.forms import step_list_form_of
+from ..steps.similarity import similar_anchor_ids
 from .grpo import standardize_in_groups
 
 __all__ = ["calculate_gigpo_advantages", "check_discount", "check_gigpo_options", "gigpo"]

@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from ..anchors import normalize_within
 from ..calling import is_plain_real
-from ..step_forms import step_list_form_of
-from ..steps import StepBatch, discounted_returns
+from ..steps.anchors import normalize_within
+from ..steps.batch import StepBatch, discounted_returns
+from ..steps.forms import step_list_form_of
 from .gigpo import check_choice, check_discount
 
 __all__ = ["calculate_step_reinforce_advantages", "check_step_reinforce_options", "step_reinforce"]

@@ -20,8 +20,8 @@ import numpy as np
 
 from ..calling import call_with_accepted_kwargs
 from ..outputs import as_advantages
-from ..step_forms import anchor_id_lists, batch_from_lists
-from ..steps import StepBatch
+from ..steps.batch import StepBatch
+from ..steps.forms import anchor_id_lists, batch_from_lists
 from .step_shrinker import shrink_step_case
 
 __all__ = ["STEP_RULES", "StepCase", "check_step_rules", "option_trials", "step_cases"]

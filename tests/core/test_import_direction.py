@@ -7,6 +7,7 @@ import that would only run on some path is caught too.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,7 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     return found
 
 
+@functools.cache
 def import_graph(package: str) -> dict[str, set[str]]:
     modules = modules_of(package)
     return {name: imports_of(name, path, set(modules)) for name, path in modules.items()}
@@ -54,8 +56,8 @@ def top_level(module: str) -> str:
 
 def test_the_import_reader_sees_relative_lazy_and_absolute_imports():
     graph = import_graph("rllm_plugins")
-    assert "rllm_plugins.plugins" in graph["rllm_plugins.registry"]  # from . import plugins
-    assert "rllm_plugins.spec" in graph["rllm_plugins.plugins"]  # from .spec import AdvEstimatorSpec
+    assert "rllm_plugins.discovery.manager" in graph["rllm_plugins.registry"]  # from .discovery import manager
+    assert "rllm_plugins.spec" in graph["rllm_plugins.discovery.manager"]  # from ..spec import AdvEstimatorSpec
     assert "difflib" in graph["rllm_plugins.registry"]  # imported inside a function
     assert "rllm_plugins.registry" in import_graph("rllm_verl")["rllm_verl.bridge"]  # from rllm_plugins.registry import ...
 
@@ -107,3 +109,17 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_modules_import_each_other_without_cycles(package):
     cycle = find_cycle(import_graph(package))
     assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
+
+
+SHELLS = {"rllm_plugins.cli", "rllm_plugins.__main__"}
+
+
+@pytest.mark.parametrize("module", sorted(set(import_graph("rllm_plugins")) - SHELLS - {"rllm_plugins"}))
+def test_no_core_module_climbs_back_to_the_package_top(module):
+    assert "rllm_plugins" not in import_graph("rllm_plugins")[module], f"{module} imports the package's top; import the module that defines the name"
+
+
+def test_estimators_reach_the_registry_below_them_and_discovery_names_the_built_ins():
+    graph = import_graph("rllm_plugins")
+    assert "rllm_plugins.registry" in graph["rllm_plugins.estimators.composite"]
+    assert not {m for m in graph["rllm_plugins.discovery.manager"] if m.startswith("rllm_plugins.estimators")}

@@ -55,3 +55,11 @@ def test_every_top_level_folder_in_the_layout_exists():
                 if not token.endswith("/"):
                     break
                 assert (ROOT / token).is_dir(), token
+
+
+def test_the_line_of_each_core_subpackage_names_each_of_its_modules():
+    for package in ("steps", "discovery", "testing"):
+        (line,) = [line for line in layout_lines() if line.startswith(f"  {package}/")]
+        words = set(re.findall(r"\w+", line.split(maxsplit=1)[1]))
+        modules = {p.stem for p in (ROOT / "rllm_plugins" / package).glob("*.py") if p.name != "__init__.py"}
+        assert modules <= words, f"{package}/: {sorted(modules - words)} not named in the README's layout"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rllm_plugins.plugins import DISABLE_ENV, STRICT_ENV, plugin_state, reset_plugins
+from rllm_plugins.discovery.manager import DISABLE_ENV, STRICT_ENV, plugin_state, reset_plugins
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MISTAKES = Path(__file__).parent / "mistakes"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rllm_plugins.plugins import DISABLE_ENV, STRICT_ENV
+from rllm_plugins.discovery.manager import DISABLE_ENV, STRICT_ENV
 from rllm_plugins.testing import RULES
 
 SCRIPT = Path(sys.executable).parent / "rllm-plugins"

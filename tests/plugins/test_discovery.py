@@ -16,12 +16,12 @@ from rllm_plugins import (
     UnknownEstimatorError,
     get_estimator_spec,
     get_rllm_adv_estimator,
-    hookspecs,
-    plugins,
     unregister_rllm_adv_estimator,
 )
+from rllm_plugins.discovery import hookspecs
+from rllm_plugins.discovery import manager as plugins
+from rllm_plugins.discovery.manager import PluginLoadError, plugin_state, reset_plugins
 from rllm_plugins.estimators import BUILTIN_SPECS
-from rllm_plugins.plugins import PluginLoadError, plugin_state, reset_plugins
 from rllm_plugins.registry import get_estimator
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rllm_plugins.entry_point_mistakes import near_miss_group
+from rllm_plugins.discovery.mistakes import near_miss_group
 from rllm_plugins.registry import UnknownEstimatorError, get_estimator
 
 SCRIPT = Path(sys.executable).parent / "rllm-plugins"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rllm_plugins import AdvEstimatorSpec, get_rllm_adv_estimator
-from rllm_plugins.plugins import Estimator, Provider
+from rllm_plugins.discovery.manager import Estimator, Provider
 
 STEP_INPUTS = ([np.array([1.0, 0.0])], [[np.array([0.0, 1.0]), np.array([0.0])]])
 

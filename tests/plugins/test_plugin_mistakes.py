@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rllm_plugins.plugins import DISABLE_ENV, STRICT_ENV, plugin_state, reset_plugins
+from rllm_plugins.discovery.manager import DISABLE_ENV, STRICT_ENV, plugin_state, reset_plugins
 from rllm_plugins.registry import UnknownEstimatorError, get_estimator
 
 TYPO_HOOK = """from rllm_plugins import AdvEstimatorSpec, hookimpl

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rllm_plugins.cli import main
-from rllm_plugins.plugins import plugin_state, reset_plugins
+from rllm_plugins.discovery.manager import plugin_state, reset_plugins
 from rllm_plugins.registry import UnknownEstimatorError, get_estimator
 
 

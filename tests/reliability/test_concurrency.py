@@ -7,7 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from rllm_plugins import available_estimators, get_rllm_adv_estimator, plugins
+from rllm_plugins import available_estimators, get_rllm_adv_estimator
+from rllm_plugins.discovery import manager as plugins
 from rllm_plugins.registry import get_estimator
 
 THREADS = 8

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from rllm_plugins.estimators import calculate_gigpo_advantages, gigpo
-from rllm_plugins.step_forms import batch_from_lists
 from rllm_plugins.steps import discounted_returns
+from rllm_plugins.steps.forms import batch_from_lists
 
 EPS = 1e-6
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups
-from rllm_plugins.turn_diagnostics import turn_metrics
+from rllm_plugins.steps.diagnostics import turn_metrics
 
 
 def test_the_collector_reports_means_by_turn_index_over_the_trajectories_that_reach_it():

@@ -1,11 +1,11 @@
-"""The turns of multi-turn rows (rllm_plugins.turns) against a token-by-token reading of the rule."""
+"""The turns of multi-turn rows (rllm_plugins.steps.turns) against a token-by-token reading of the rule."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from rllm_plugins.turns import PROMPT_ANCHOR, find_turns, spread_to_tokens, turn_anchor_states, turn_rewards
+from rllm_plugins.steps.turns import PROMPT_ANCHOR, find_turns, spread_to_tokens, turn_anchor_states, turn_rewards
 
 
 def plain_turns(mask_row):

@@ -13,11 +13,11 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
+from ..calling import as_finite_real, describe
+from ..segments import offsets_from_sizes
+from ..types import Step, TrajectoryGroup
 from .anchors import anchor_ids
-from .calling import as_finite_real, describe
-from .segments import offsets_from_sizes
-from .steps import StepBatch
-from .types import Step, TrajectoryGroup
+from .batch import StepBatch
 
 __all__ = ["ANCHOR_KEY", "anchor_state", "step_batch_from_groups"]
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 import pluggy
 
-from .spec import AdvEstimatorSpec
+from ..spec import AdvEstimatorSpec
 
 PROJECT = "rllm_plugins"
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import os
 import threading
 import warnings
@@ -20,13 +21,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal
 
 import pluggy
 
-from . import builtin_plugin, hookspecs
-from .calling import closed_keywords, refuse_unknown_options
-from .spec import AdvEstimatorSpec
+from ..calling import closed_keywords, refuse_unknown_options
+from ..spec import AdvEstimatorSpec
+from . import hookspecs
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -48,6 +50,7 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT
+BUILTIN_PLUGIN = "rllm_plugins.discovery.builtin"
 STRICT_ENV = "RLLM_PLUGINS_STRICT"
 DISABLE_ENV = "RLLM_PLUGINS_DISABLE"
 
@@ -258,7 +261,7 @@ def claim_user_registrations(module: str) -> list[AdvEstimatorSpec]:
 def loaded_estimators() -> dict[str, Estimator]:
     """Estimators known so far without starting discovery: the built-ins, plus plugins once loaded."""
     state = _state
-    return dict(state.estimators) if state is not None else {n: Estimator(s, _builtin_provider()) for s in builtin_plugin.BUILTIN_SPECS for n in s.names}
+    return dict(state.estimators) if state is not None else {n: Estimator(s, _builtin_provider()) for s in builtin_specs() for n in s.names}
 
 
 def plugin_state() -> PluginState:
@@ -286,6 +289,19 @@ def reset_plugins() -> None:
         _state = None
 
 
+def builtin_plugin() -> ModuleType:
+    """The built-in estimators' plugin module, imported by name as pytest imports its default plugins.
+
+    The estimators sit above this layer (``composite`` looks its terms up in the registry), so the
+    manager names the module rather than importing it.
+    """
+    return importlib.import_module(BUILTIN_PLUGIN)
+
+
+def builtin_specs() -> list[AdvEstimatorSpec]:
+    return list(builtin_plugin().rllm_adv_estimators())
+
+
 def _builtin_provider() -> Provider:
     try:
         version: str | None = metadata.version("rllm-plugins")
@@ -296,7 +312,7 @@ def _builtin_provider() -> Provider:
 
 def _builtin_state() -> PluginState:
     provider = _builtin_provider()
-    specs = list(builtin_plugin.rllm_adv_estimators())
+    specs = list(builtin_specs())
     estimators = {n: Estimator(s, provider) for s in specs for n in s.names}
     record = PluginRecord("builtin", provider.distribution, provider.version, estimators=[s.name for s in specs])
     return PluginState(pluggy.PluginManager(hookspecs.PROJECT), [record], estimators, {})
@@ -407,7 +423,7 @@ def _build() -> PluginState:
     state = _builtin_state()
     manager, records = state.manager, state.records
     manager.add_hookspecs(hookspecs)
-    manager.register(builtin_plugin, name="builtin")
+    manager.register(builtin_plugin(), name="builtin")
     builtin_names = set(state.estimators)
     disabled, is_strict = _env_list(DISABLE_ENV), strict()
 
@@ -427,7 +443,7 @@ def _build() -> PluginState:
         except Exception as e:
             location = _plugin_location(e, ep)
             message = f"{type(e).__name__}: {e}" + (f" (at {location})" if location else "")
-            from .entry_point_mistakes import target_mistake  # only on this error path
+            from .mistakes import target_mistake  # only on this error path
 
             mistake = target_mistake(e, ep)
             message += f"; {mistake}" if mistake else ""

@@ -21,7 +21,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .segments import GroupLayout
+from ..segments import GroupLayout
 
 __all__ = ["StepBatch", "discounted_returns"]
 

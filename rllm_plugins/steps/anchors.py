@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
-from .segments import GroupLayout
+from ..segments import GroupLayout
 
 __all__ = ["anchor_ids", "is_hashable", "normalize_within"]
 

@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from ..calling import call_with_accepted_kwargs, check_call_options, closed_keywords, flatten_groups, refuse_unknown_options
+from ..outputs import as_advantages, as_groups
 from .anchors import anchor_ids
-from .calling import call_with_accepted_kwargs, check_call_options, closed_keywords, flatten_groups, refuse_unknown_options
-from .outputs import as_advantages, as_groups
-from .steps import StepBatch
+from .batch import StepBatch
 
 __all__ = ["anchor_id_lists", "batch_from_lists", "step_batched_form_of", "step_list_form_of"]
 
