@@ -1,8 +1,11 @@
-"""rLLM-native outcome advantage estimators, as a plugin package for verl and TRL.
+"""rLLM-native advantage estimators, as a plugin package for verl and TRL.
 
 Estimators are selected by name (``grpo``, ``rloo``, ... and those of installed plugins; the
-command ``rllm-plugins estimators`` lists them). Trajectory groups with roles go in, and every step
-gets its trajectory's advantage. The core API in 15 lines::
+command ``rllm-plugins estimators`` lists them). Trajectory groups with roles go in. Outcome-level
+estimators give each trajectory one advantage, broadcast to its steps; step-level ones
+(:mod:`rllm_plugins.steps`: ``gigpo``, ``turn_grpo``, ...) give each turn its own; estimators with
+memory (``rae``) keep a running baseline across calls (:mod:`rllm_plugins.state`). Plugins are found by
+:mod:`rllm_plugins.discovery`. The core API in 15 lines::
 
     from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups
 

@@ -16,7 +16,7 @@ import math
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from .state import call_stateful
 from .steps.diagnostics import turn_metrics
 from .steps.inputs import step_batch_from_groups
 from .types import Step, TrajectoryGroup
+
+if TYPE_CHECKING:
+    from .discovery.manager import Estimator
 
 __all__ = ["REWARDS_KEY", "collect_reward_and_advantage_from_trajectory_groups", "compute_role_metrics"]
 
@@ -114,10 +117,8 @@ def _combined(named: list[dict[str, float | None]], weights: Mapping[str, float]
     return np.array([sum(weights.get(n, 1.0) * v for n, v in rewards.items() if v is not None) for rewards in named], dtype=np.float64)
 
 
-def _aggregate(role: str, batch: _RoleBatch, config: AlgorithmConfig) -> list[np.ndarray]:
+def _aggregate(role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator) -> list[np.ndarray]:
     """The role's advantages by group from its named rewards (or, for ``normalize_then_sum``, its single reward)."""
-    name = config.estimator_name(role)
-    estimator = get_estimator(name)
     where = f"estimator {name!r} ({estimator.provider}) for role {role!r}"
     if estimator.spec.stateful:
         raise ValueError(
@@ -196,10 +197,10 @@ def _precomputed(group: TrajectoryGroup, index: int, role: str) -> tuple[list[tu
     return writes, flat, mismatches
 
 
-def _call_estimator(role: str, batch: _RoleBatch, config: AlgorithmConfig, new_states: dict[tuple[str, str], dict[str, Any]]) -> list[np.ndarray]:
-    """Run the role's estimator and check its output against the groups; a stateful one's new state goes into ``new_states``."""
-    name = config.estimator_name(role)
-    estimator = get_estimator(name)
+def _call_estimator(
+    role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator, new_states: dict[tuple[str, str], dict[str, Any]]
+) -> list[np.ndarray]:
+    """Run the role's estimator (``name``, resolved) and check its output against the groups; a stateful one's new state goes into ``new_states``."""
     kwargs = prepare_adv_estimator_input(batch.rewards, config, batch.groups)
     options = spec_options(estimator.spec)
     if not options.open:  # options meant for another role's estimator (estimator_map) stay out of this call
@@ -228,10 +229,10 @@ def _call_estimator(role: str, batch: _RoleBatch, config: AlgorithmConfig, new_s
     return checked
 
 
-def _call_step_estimator(role: str, batch: _RoleBatch, config: AlgorithmConfig) -> tuple[list[list[np.ndarray]], dict[str, float]]:
-    """Run the role's step-level estimator: per group, per trajectory, one advantage per step; and anchor metrics."""
-    name = config.estimator_name(role)
-    estimator = get_estimator(name)
+def _call_step_estimator(
+    role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator
+) -> tuple[list[list[np.ndarray]], dict[str, float]]:
+    """Run the role's step-level estimator (``name``, resolved): per group, per trajectory, one advantage per step; and anchor metrics."""
     who = f"step-level estimator {name!r} ({estimator.provider}) for role {role!r}"
     if config.multi_objective_aggregation == "normalize_then_sum":
         raise ValueError(
@@ -306,8 +307,10 @@ def collect_reward_and_advantage_from_trajectory_groups(
     step-level role, with ``batch/{role}/anchor_groups/...``) and the ``batch/{role}/...`` group
     diagnostics of :mod:`.diagnostics`; empty groups contribute nothing.
     """
+    selected: dict[str, Estimator] = {}  # each name the config uses, resolved once per call (when first needed)
     if collect_advantage and algorithm_config.estimator_kwargs:  # every estimator the config selects gets them
-        selected = [normalize_name(name) for name in (algorithm_config.estimator, *algorithm_config.estimator_map.values())]
+        names = dict.fromkeys(normalize_name(name) for name in (algorithm_config.estimator, *algorithm_config.estimator_map.values()))
+        selected = {name: get_estimator(name) for name in names}
         check_estimator_kwargs(
             selected, algorithm_config.estimator_kwargs, where="AlgorithmConfig.estimator_kwargs", norm_field="AlgorithmConfig.norm_adv_by_std_in_grpo"
         )
@@ -359,22 +362,25 @@ def collect_reward_and_advantage_from_trajectory_groups(
     step_metrics: dict[str, float] = {}
     new_states: dict[tuple[str, str], dict[str, Any]] = {}  # stateful estimators: committed once every role succeeded
     for role, batch in role_batches.items():
-        estimator = get_estimator(algorithm_config.estimator_name(role))
+        name = algorithm_config.estimator_name(role)
+        if name not in selected:
+            selected[name] = get_estimator(name)
+        estimator = selected[name]
         if estimator.spec.level == "outcome" and algorithm_config.stepwise_advantage_mode == "per_step":
             import warnings
 
             warnings.warn(f"role {role!r}, estimator {estimator.spec.name!r} (outcome-level): {PER_STEP_DEPRECATION}", DeprecationWarning, stacklevel=2)
         if estimator.spec.level == "step":
-            by_group, anchor_metrics = _call_step_estimator(role, batch, algorithm_config)
+            by_group, anchor_metrics = _call_step_estimator(role, batch, algorithm_config, name, estimator)
             step_metrics.update(anchor_metrics)
             for group, per_traj in zip(batch.groups, by_group, strict=True):
                 step_writes.append((group, per_traj))
                 advantages_by_role.setdefault(role, []).extend(np.concatenate(per_traj).tolist())
             continue
         if algorithm_config.multi_objective_aggregation == "normalize_then_sum" or any(named is not None for named in batch.named):
-            advantages_by_group = _aggregate(role, batch, algorithm_config)
+            advantages_by_group = _aggregate(role, batch, algorithm_config, name, estimator)
         else:
-            advantages_by_group = _call_estimator(role, batch, algorithm_config, new_states)
+            advantages_by_group = _call_estimator(role, batch, algorithm_config, name, estimator, new_states)
         for group, advantages in zip(batch.groups, advantages_by_group, strict=True):
             broadcast_writes.append((group, advantages))
             advantages_by_role.setdefault(role, []).extend(advantages.tolist())

@@ -103,6 +103,15 @@ def _present_offsets(layout: _Layout, present: np.ndarray) -> np.ndarray:
     return offsets_from_sizes(layout.groups.sum(present.astype(np.int64)))
 
 
+def _estimate_present(
+    estimator: Batched, values: np.ndarray, layout: _Layout, present: np.ndarray, lengths: np.ndarray | None, kwargs: dict[str, Any], what: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The estimator on the rows where ``present`` ``(N,)`` is True, groups kept: (those rows, their advantages)."""
+    rows = np.flatnonzero(present)
+    sub = lengths[rows] if lengths is not None else None
+    return rows, _estimate(estimator, values[rows], _present_offsets(layout, present), sub, kwargs, what)
+
+
 def _estimate(estimator: Batched, values: np.ndarray, offsets: np.ndarray, lengths: np.ndarray | None, kwargs: dict[str, Any], what: str) -> np.ndarray:
     """One batched estimator call, checked: advantages float64 ``(n,)``."""
     if lengths is not None and "lengths" not in kwargs:
@@ -182,9 +191,8 @@ def sum_then_normalize(
     if scorable.all():
         out[:] = _estimate(estimator, combined, layout.offsets, lengths, kwargs, where)
     elif scorable.any():
-        rows = np.flatnonzero(scorable)
-        sub = lengths[rows] if lengths is not None else None
-        out[rows] = _estimate(estimator, combined[rows], _present_offsets(layout, scorable), sub, kwargs, where)
+        rows, advantages = _estimate_present(estimator, combined, layout, scorable, lengths, kwargs, where)
+        out[rows] = advantages
     return out
 
 
@@ -225,9 +233,8 @@ def normalize_then_sum(
         if total is None:
             total = np.zeros(array.shape[0])
         if column.any():
-            rows = np.flatnonzero(column)
-            sub = lengths[rows] if lengths is not None else None
-            total[rows] += w[f] * _estimate(estimator, by_function[f, rows], _present_offsets(layout, column), sub, kwargs, what)
+            rows, advantages = _estimate_present(estimator, by_function[f], layout, column, lengths, kwargs, what)
+            total[rows] += w[f] * advantages
     if total is None:  # no reward function
         total = np.zeros(array.shape[0])
     if present is None:

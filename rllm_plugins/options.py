@@ -19,17 +19,19 @@ import functools
 import inspect
 import math
 import numbers
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .calling import FRAMEWORK_KEYWORDS
-from .registry import get_estimator
 from .spec import AdvEstimatorSpec, is_plain_real
 
-__all__ = ["CONTEXT_KEYS", "EstimatorOptions", "check_estimator_kwargs", "estimator_options_of", "spec_options"]
+if TYPE_CHECKING:
+    from .discovery.manager import Estimator
+
+__all__ = ["CONTEXT_KEYS", "EstimatorOptions", "check_estimator_kwargs", "spec_options"]
 
 CONTEXT_KEYS = FRAMEWORK_KEYWORDS
 """Arguments the collector and the adapters pass themselves; never set through estimator kwargs."""
@@ -71,11 +73,6 @@ def _options_cached(fn: Callable[..., Any] | None, batched: Callable[..., Any] |
     return EstimatorOptions(defaults, open=var_kw and declared is None)
 
 
-def estimator_options_of(name: str) -> EstimatorOptions:
-    """The options of the registered estimator ``name`` (signature inspection cached per spec)."""
-    return spec_options(get_estimator(name).spec)
-
-
 def spec_options(spec: AdvEstimatorSpec) -> EstimatorOptions:
     """The options of an :class:`AdvEstimatorSpec`: its forms' keyword parameters plus its declared ``options``."""
     declared = spec.options
@@ -114,8 +111,8 @@ def _as_float_hint(value: Any) -> str:
     return "; numpy cannot compute with it: pass float(value)" if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) else ""
 
 
-def check_estimator_kwargs(names: str | Iterable[str], kwargs: Mapping[str, Any], *, where: str, norm_field: str) -> None:
-    """Check the user's estimator ``kwargs`` against the options of the estimators ``names`` (those a config selects).
+def check_estimator_kwargs(selected: Mapping[str, Estimator], kwargs: Mapping[str, Any], *, where: str, norm_field: str) -> None:
+    """Check the user's estimator ``kwargs`` against the options of the estimators a config selects (name -> resolved estimator).
 
     Every key must be an option of at least one of them (or one of them is open), and its value
     must fit each estimator that names it. Raises ``ValueError`` naming ``where`` (the setting),
@@ -124,8 +121,7 @@ def check_estimator_kwargs(names: str | Iterable[str], kwargs: Mapping[str, Any]
     """
     if not kwargs:
         return
-    names = [names] if isinstance(names, str) else list(dict.fromkeys(names))
-    estimators = [(name, get_estimator(name), estimator_options_of(name)) for name in names]
+    estimators = [(name, estimator, spec_options(estimator.spec)) for name, estimator in selected.items()]
     listed = ", ".join(f"{name!r} ({estimator.provider})" for name, estimator, _ in estimators)
     who = f"estimator {listed}, which accepts" if len(estimators) == 1 else f"estimators {listed}, which accept"
     accepted = sorted({key for *_, options in estimators for key in options.defaults})

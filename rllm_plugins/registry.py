@@ -12,9 +12,11 @@ from typing import Any
 
 from .config import AlgorithmConfig
 from .discovery import manager
+from .discovery.manager import Estimator
 from .spec import AdvEstimatorSpec, BatchedEstimator, ListEstimator, normalize_name, validate_name
 
 __all__ = [
+    "Estimator",
     "EstimatorConflictError",
     "UnknownEstimatorError",
     "available_estimators",
@@ -66,7 +68,7 @@ def register_rllm_adv_estimator(
             manager.capture(spec)
             return func
         provider = manager.Provider(f"{func.__module__}.{func.__qualname__}", kind="user")
-        for n, previous in manager.add_user_estimator(manager.Estimator(spec, provider)):
+        for n, previous in manager.add_user_estimator(Estimator(spec, provider)):
             warnings.warn(f"estimator {n!r} from {provider} overrides the one from {previous.provider}", UserWarning, stacklevel=2)
         return func
 
@@ -80,7 +82,7 @@ def unregister_rllm_adv_estimator(name: Any) -> None:
         raise UnknownEstimatorError(f"no estimator {key!r} was registered in user code")
 
 
-def get_estimator(name: Any) -> manager.Estimator:
+def get_estimator(name: Any) -> Estimator:
     """The registered estimator for ``name``, with its provider and both calling forms."""
     key = normalize_name(name)
     estimator = manager.user_estimator(key)

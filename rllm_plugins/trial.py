@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .calling import call_with_accepted_kwargs
 from .outputs import as_advantages
-from .registry import get_estimator
 from .steps.batch import StepBatch
+
+if TYPE_CHECKING:
+    from .discovery.manager import Estimator
 
 __all__ = ["step_level_hint", "trial_run"]
 
@@ -49,9 +51,8 @@ def _tiny_step_batch(with_anchors: bool) -> StepBatch:
     return StepBatch(np.array([1.0, 0.0, 0.5, 0.25]), np.array([0, 2, 4]), rewards, np.array([0, 2, 3, 5, 7]), anchors, states)
 
 
-def trial_run(name: str, options: Mapping[str, Any], *, norm_adv_by_std_in_grpo: bool, where: str) -> None:
-    """Run estimator ``name`` once on tiny groups with ``options``; ``ValueError`` naming ``where``, the estimator and what went wrong."""
-    estimator = get_estimator(name)
+def trial_run(name: str, estimator: Estimator, options: Mapping[str, Any], *, norm_adv_by_std_in_grpo: bool, where: str) -> None:
+    """Run ``estimator`` (selected as ``name``) once on tiny groups with ``options``; ``ValueError`` naming ``where``, the estimator and what went wrong."""
     spec = estimator.spec
     who = f"{where}: estimator {name!r} ({estimator.provider}) failed a trial on two tiny groups"
     try:

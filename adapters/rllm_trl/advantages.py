@@ -33,7 +33,7 @@ from rllm_plugins.diagnostics import batch_diagnostics
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
-from rllm_plugins.spec import accepted_keywords
+from rllm_plugins.spec import AdvEstimatorSpec, accepted_keywords
 from rllm_plugins.state import EstimatorState, call_stateful
 from rllm_plugins.types import TrajectoryGroup
 
@@ -193,9 +193,8 @@ def unique_names(names: Sequence[Any]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def takes_keyword(name: str, keyword: str) -> bool:
-    """Whether estimator ``name`` names ``keyword`` as a parameter (of its batched form, else of its list form)."""
-    spec = get_estimator(name).spec
+def takes_keyword(spec: AdvEstimatorSpec, keyword: str) -> bool:
+    """Whether the estimator names ``keyword`` as a parameter (of its batched form, else of its list form)."""
     return keyword in accepted_keywords(spec.batched if spec.batched is not None else spec.fn)[0]
 
 
@@ -227,7 +226,7 @@ def _estimate_role(
         offsets = offsets_from_sizes(np.count_nonzero(batch.scorable.reshape(-1, G), axis=1)[in_group])
     values = batch.rewards.copy() if isinstance(rows, slice) else batch.rewards[rows]  # the estimator's own: logged rewards stay as they are
     kwargs = dict(options)
-    kwargs.update((key, value) for key, value in trl_settings.items() if takes_keyword(name, key))
+    kwargs.update((key, value) for key, value in trl_settings.items() if takes_keyword(estimator.spec, key))
     if batch.lengths is not None:
         kwargs.setdefault("lengths", batch.lengths.copy() if isinstance(rows, slice) else batch.lengths[rows])
     who = f"estimator {name!r} ({estimator.provider}) for role {batch.roles[role]!r}"

@@ -21,7 +21,7 @@ from rllm_plugins.config import AlgorithmConfig, build_algorithm_config, refuse_
 from rllm_plugins.estimators import check_group_size
 from rllm_plugins.estimators.trl_compat import trl_scaling
 from rllm_plugins.options import check_estimator_kwargs
-from rllm_plugins.registry import available_estimators, get_estimator
+from rllm_plugins.registry import Estimator, available_estimators, get_estimator
 from rllm_plugins.spec import normalize_name
 from rllm_plugins.trial import trial_run
 
@@ -56,12 +56,13 @@ class AdvantageSettings:
     aggregation: str = "sum_then_normalize"
     overridden: tuple[str, ...] = ()
     step_level: bool = False  # ``estimator`` gives one advantage per turn (:mod:`rllm_trl.turn_advantages`)
+    selected: dict[str, Estimator] = field(default_factory=dict, compare=False, repr=False)  # each name above, resolved once
 
     def describe(self) -> str:
         """One line saying which estimator computes the advantages, from which provider, with which settings."""
 
         def named(name: str) -> str:
-            return f"{name!r} ({get_estimator(name).provider})"
+            return f"{name!r} ({self.selected[name].provider if name in self.selected else get_estimator(name).provider})"
 
         roles = "".join(f", role {role!r}: {named(name)}" for role, name in self.estimator_map.items())
         parts = [
@@ -144,8 +145,7 @@ class RLLMGRPOConfig(GRPOConfig):
         receives it), as the trainer gives them only to the estimators that take them.
         """
         settings = advantage_settings(self)
-        in_use = {settings.estimator, *settings.estimator_map.values()}
-        followed = {key: value for key, value in settings.trl_settings.items() if any(takes_keyword(name, key) for name in in_use)}
+        followed = {key: value for key, value in settings.trl_settings.items() if any(takes_keyword(e.spec, key) for e in settings.selected.values())}
         kwargs = {**self.adv_estimator_kwargs, **followed}
         node = {
             "adv_estimator": self.adv_estimator,
@@ -165,12 +165,14 @@ def _as_dict(args: Any, name: str) -> dict[str, Any]:
     return dict(value)
 
 
-def _check_estimator(name: Any, where: str) -> str:
-    """The registry key of ``name``; an unknown name raises the registry's error, prefixed with ``where``."""
+def _check_estimator(name: Any, where: str, selected: dict[str, Estimator]) -> str:
+    """The registry key of ``name``, resolved into ``selected`` once per key; an unknown name raises the registry's error, prefixed with ``where``."""
     if not isinstance(name, str):
         raise ValueError(f"{where} must be an estimator name (str), got {type(name).__name__}: {name!r}")
+    if normalize_name(name) in selected:
+        return normalize_name(name)
     try:
-        get_estimator(name)
+        selected[normalize_name(name)] = get_estimator(name)
     except ValueError as e:
         bare = normalize_name(name).removeprefix("rllm_")
         if bare != normalize_name(name) and bare in available_estimators():
@@ -181,7 +183,7 @@ def _check_estimator(name: Any, where: str) -> str:
     return normalize_name(name)
 
 
-def check_adv_estimator_kwargs(kwargs: Any, estimators: list[str]) -> dict[str, Any]:
+def check_adv_estimator_kwargs(kwargs: Any, estimators: dict[str, Estimator]) -> dict[str, Any]:
     """``adv_estimator_kwargs`` as a dict, checked against the options of ``estimators`` (the core's rule:
     known keys, values of the right type); TRL's own settings (``scale_rewards``) are refused here, as
     the trainer passes the ``GRPOConfig`` field to the estimators that take it.
@@ -208,13 +210,14 @@ def advantage_settings(args: Any) -> AdvantageSettings:
     ``"none"``) and an unknown ``multi_objective_aggregation``. Under ``"normalize_then_sum"``
     ``scale_rewards`` has no effect (as in TRL).
     """
-    estimator = _check_estimator(getattr(args, "adv_estimator", TRL_ESTIMATOR), "adv_estimator")
+    selected: dict[str, Estimator] = {}  # every name in use, resolved once: the checks below read these
+    estimator = _check_estimator(getattr(args, "adv_estimator", TRL_ESTIMATOR), "adv_estimator", selected)
     raw_map = _as_dict(args, "adv_estimator_map")
     if any(isinstance(name, (tuple, list)) for name in raw_map.values()):  # rLLM main's (estimator, loss_fn) pairs
         check_no_per_role_loss(AlgorithmConfig(estimator_map={str(role): name for role, name in raw_map.items()}))
     estimator_map = {}
     for role, name in raw_map.items():
-        estimator_map[role_name(role, f"adv_estimator_map key {role!r}")] = _check_estimator(name, f"adv_estimator_map[{role!r}]")
+        estimator_map[role_name(role, f"adv_estimator_map key {role!r}")] = _check_estimator(name, f"adv_estimator_map[{role!r}]", selected)
     role_column = getattr(args, "role_column", None)
     if role_column is not None and (not isinstance(role_column, str) or not role_column):
         raise ValueError(f"role_column must be a dataset column name (a non-empty str) or None, got {type(role_column).__name__}: {role_column!r}")
@@ -223,20 +226,19 @@ def advantage_settings(args: Any) -> AdvantageSettings:
     norm = getattr(args, "norm_adv_by_std_in_grpo", True)
     if not isinstance(norm, (bool, np.bool_)):
         raise ValueError(f"norm_adv_by_std_in_grpo must be a bool (True or False), got {type(norm).__name__} {norm!r}")
-    in_use = list(dict.fromkeys([estimator, *estimator_map.values()]))
-    kwargs = check_adv_estimator_kwargs(getattr(args, "adv_estimator_kwargs", None), in_use)
+    kwargs = check_adv_estimator_kwargs(getattr(args, "adv_estimator_kwargs", None), selected)
     # a group is one prompt's num_generations completions (num_generations_eval in evaluation, when set)
     group_sizes = [(field, size) for field in ("num_generations", "num_generations_eval") if (size := getattr(args, field, None)) is not None]
     for where, name in [("adv_estimator", estimator), *((f"adv_estimator_map[{role!r}]", n) for role, n in estimator_map.items())]:
         for size_field, group_size in group_sizes:
             try:
-                check_group_size(get_estimator(name).spec, kwargs, group_size)
+                check_group_size(selected[name].spec, kwargs, group_size)
             except ValueError as e:
                 raise ValueError(f"{where} with {size_field}={group_size}: {e}") from None
     scale_rewards = trl_scaling(getattr(args, "scale_rewards", "group"))
     aggregation = check_aggregation(getattr(args, "multi_objective_aggregation", "sum_then_normalize"))
-    step_level = _check_step_level(estimator, estimator_map, aggregation)
-    stateful = [name for name in in_use if get_estimator(name).spec.stateful]
+    step_level = _check_step_level(estimator, estimator_map, aggregation, selected)
+    stateful = [name for name, e in selected.items() if e.spec.stateful]
     if stateful and aggregation == "normalize_then_sum":
         raise ValueError(
             f"estimator {stateful[0]!r} is stateful (a running baseline over the combined reward): "
@@ -246,12 +248,13 @@ def advantage_settings(args: Any) -> AdvantageSettings:
         scale_rewards = "group"  # TRL's GDPO path ignores scale_rewards: it has no effect to follow or override
 
     trl_settings = {} if scale_rewards == "group" else {"scale_rewards": scale_rewards}  # TRL's default: nothing to pass
-    followers = [name for name in in_use if takes_keyword(name, "scale_rewards")]
-    others = [name for name in in_use if name not in followers]
+    followers = [name for name, e in selected.items() if takes_keyword(e.spec, "scale_rewards")]
+    others = [name for name in selected if name not in followers]
     for name in followers:
-        _dry_run(name, {**kwargs, "norm_adv_by_std_in_grpo": bool(norm), **trl_settings})
+        _dry_run(name, selected[name], {**kwargs, "norm_adv_by_std_in_grpo": bool(norm), **trl_settings})
     for where, name in dict.fromkeys([("adv_estimator", estimator), *((f"adv_estimator_map[{role!r}]", n) for role, n in estimator_map.items())]):
-        trial_run(name, kwargs, norm_adv_by_std_in_grpo=bool(norm), where=f"RLLMGRPOConfig.{where}")  # a broken plugin fails here, not at step 1
+        # a broken plugin fails here, not at step 1
+        trial_run(name, selected[name], kwargs, norm_adv_by_std_in_grpo=bool(norm), where=f"RLLMGRPOConfig.{where}")
     overridden = []
     if others and scale_rewards != "group" and not (scale_rewards == "none" and not norm):
         hint = " (or norm_adv_by_std_in_grpo=False for unscaled advantages)" if scale_rewards == "none" else ""
@@ -270,13 +273,14 @@ def advantage_settings(args: Any) -> AdvantageSettings:
         aggregation=aggregation,
         overridden=tuple(overridden),
         step_level=step_level,
+        selected=selected,
     )
 
 
-def _check_step_level(estimator: str, estimator_map: dict[str, str], aggregation: str) -> bool:
+def _check_step_level(estimator: str, estimator_map: dict[str, str], aggregation: str, selected: dict[str, Estimator]) -> bool:
     """Whether ``estimator`` is step-level; refuses the combinations the step-level path does not have."""
     named = [("adv_estimator", estimator), *((f"adv_estimator_map[{r!r}]", n) for r, n in estimator_map.items())]
-    stepped = [(where, name) for where, name in named if get_estimator(name).spec.level == "step"]
+    stepped = [(where, name) for where, name in named if selected[name].spec.level == "step"]
     if not stepped:
         return False
     where, name = stepped[0]
@@ -294,10 +298,10 @@ def _check_step_level(estimator: str, estimator_map: dict[str, str], aggregation
     return True
 
 
-def _dry_run(name: str, options: dict[str, Any]) -> None:
-    """Call estimator ``name`` once on two small groups, so that settings it rejects fail at config time."""
+def _dry_run(name: str, estimator: Estimator, options: dict[str, Any]) -> None:
+    """Call ``estimator`` (selected as ``name``) once on two small groups, so that settings it rejects fail at config time."""
     try:
-        get_estimator(name).batched_form(np.array([1.0, 0.0, 0.5, 0.25]), np.array([0, 2, 4]), **options)
+        estimator.batched_form(np.array([1.0, 0.0, 0.5, 0.25]), np.array([0, 2, 4]), **options)
     except ValueError as e:
         raise ValueError(f"estimator {name!r}: {e}") from None
 

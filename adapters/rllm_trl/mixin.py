@@ -31,7 +31,6 @@ from accelerate.utils import gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
-from rllm_plugins.registry import get_estimator
 from rllm_plugins.state import EstimatorState
 
 from .advantages import RewardBatch, compute_advantages, compute_metrics, prepare_batch, role_name
@@ -100,7 +99,7 @@ class RLLMAdvantageMixin:
         self._rllm_single_turn_noted = False
         self.advantage_settings: AdvantageSettings = check_trainer_setup(self.args, self.train_dataset, self.eval_dataset)
         settings = self.advantage_settings
-        self._rllm_stateful = any(get_estimator(name).spec.stateful for name in (settings.estimator, *settings.estimator_map.values()))
+        self._rllm_stateful = any(estimator.spec.stateful for estimator in settings.selected.values())
         self.estimator_state = EstimatorState()  # stateful estimators' state: the same on every process
         logger.info("%s: %s", type(self).__name__, self.advantage_settings.describe())
 
@@ -179,7 +178,7 @@ class RLLMAdvantageMixin:
         completion_mask = output["completion_mask"].detach().cpu().numpy()
         tool_mask = output.get("tool_mask")
         turns = local_turns(completion_mask, None if tool_mask is None else tool_mask.detach().cpu().numpy())
-        with_anchors = get_estimator(settings.estimator).spec.needs_anchors
+        with_anchors = settings.selected[settings.estimator].spec.needs_anchors
         local = row_turns(
             output["completion_ids"].detach().cpu().numpy(),
             completion_mask,

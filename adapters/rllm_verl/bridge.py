@@ -25,9 +25,9 @@ import torch
 from rllm_plugins.aggregation import aggregate_advantages
 from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.outputs import as_advantages
-from rllm_plugins.registry import get_estimator
+from rllm_plugins.registry import Estimator, get_estimator
 from rllm_plugins.segments import offsets_from_sizes
-from rllm_plugins.spec import accepted_keywords
+from rllm_plugins.spec import AdvEstimatorSpec, accepted_keywords
 from rllm_plugins.state import call_stateful
 from rllm_plugins.steps.anchors import is_hashable
 
@@ -99,11 +99,11 @@ def in_row_order(grouped: np.ndarray, order: np.ndarray | None) -> np.ndarray:
     return out
 
 
-def estimator_options(config: Any, where: str, name: str | None = None) -> dict[str, Any]:
+def estimator_options(config: Any, where: str, selected: Mapping[str, Estimator] | None = None) -> dict[str, Any]:
     """Keyword options of the estimator from verl's ``algorithm`` config (None, DictConfig, AlgoConfig or dict).
 
-    With ``name`` (a registry name), the ``rllm_estimator_kwargs`` are checked against that
-    estimator's options (:func:`rllm_plugins.options.check_estimator_kwargs`).
+    With ``selected`` (``{registry name: resolved estimator}``), the ``rllm_estimator_kwargs`` are checked
+    against that estimator's options (:func:`rllm_plugins.options.check_estimator_kwargs`).
     """
     if config is None:
         return {"norm_adv_by_std_in_grpo": True}
@@ -124,14 +124,13 @@ def estimator_options(config: Any, where: str, name: str | None = None) -> dict[
         raise ValueError(f"{where}: set algorithm.norm_adv_by_std_in_grpo, not algorithm.{ESTIMATOR_KWARGS_KEY}.norm_adv_by_std_in_grpo")
     if not isinstance(norm, (bool, np.bool_)):
         raise ValueError(f"{where}: algorithm.norm_adv_by_std_in_grpo must be a bool, got {type(norm).__name__} {norm!r}")
-    if name is not None:
-        check_estimator_kwargs(name, extra, where=f"{where}: algorithm.{ESTIMATOR_KWARGS_KEY}", norm_field="algorithm.norm_adv_by_std_in_grpo")
+    if selected is not None:
+        check_estimator_kwargs(selected, extra, where=f"{where}: algorithm.{ESTIMATOR_KWARGS_KEY}", norm_field="algorithm.norm_adv_by_std_in_grpo")
     return {**{str(k): v for k, v in extra.items()}, "norm_adv_by_std_in_grpo": bool(norm)}
 
 
-def wants_lengths(name: str) -> bool:
+def wants_lengths(spec: AdvEstimatorSpec) -> bool:
     """Whether the estimator names a ``lengths`` parameter (then it gets ``response_mask.sum(-1)``)."""
-    spec = get_estimator(name).spec
     return "lengths" in accepted_keywords(spec.batched if spec.batched is not None else spec.fn)[0]  # type: ignore[arg-type]
 
 
@@ -221,8 +220,8 @@ def compute_rllm_advantage(
     """
     where = f"advantage estimator 'rllm_{name}'"
     check_inputs(where, token_level_rewards, response_mask, index)
-    options = estimator_options(config, where, name)
-    estimator = get_estimator(name)
+    estimator = get_estimator(name)  # resolved once: every check and call below uses it
+    options = estimator_options(config, where, {name: estimator})
     index = np.asarray(index, dtype=object) if not isinstance(index, np.ndarray) else index
     if index.ndim != 1:
         raise ValueError(
@@ -256,9 +255,9 @@ def compute_rllm_advantage(
             batch = non_tensor_batch if non_tensor_batch is not None else current_non_tensor_batch(index)
             sources = step_sources(index, token_level_rewards.shape[-1], where, responses, batch) if estimator.spec.needs_anchors else StepSources()
             episodes = Episodes.one_row_each(order, offsets, index.size)
-            out = compute_rllm_step_advantage(name, where, token_level_rewards, response_mask, index, episodes, options, config, dtype, sources)
+            out = compute_rllm_step_advantage(name, estimator, where, token_level_rewards, response_mask, index, episodes, options, config, dtype, sources)
             return out, out
-        if wants_lengths(name):
+        if wants_lengths(estimator.spec):
             lengths = _row_sums(response_mask)
             options["lengths"] = lengths if order is None else lengths[order]
         values = scores if order is None else scores[order]

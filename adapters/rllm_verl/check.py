@@ -352,7 +352,7 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     provider = f"estimator {estimator.spec.name!r} of {estimator.provider}"
     group_size = _group_size(config)
     try:
-        options = estimator_options(algorithm, f"advantage estimator {name!r}", name.removeprefix(VERL_PREFIX))
+        options = estimator_options(algorithm, f"advantage estimator {name!r}", {name.removeprefix(VERL_PREFIX): estimator})
     except ValueError as error:
         return VerlCheckReport(False, name, config_name, rllm_names, [str(error)])
     try:

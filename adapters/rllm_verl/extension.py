@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-__all__ = ["Extension", "extension_status", "install", "is_opted_out"]
+__all__ = ["ADVANTAGE_PARAMETERS", "NO_DEFAULT", "Extension", "extension_status", "install", "is_opted_out"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,18 @@ _OFF = {"0", "false", "no", "off"}
 _lock = threading.RLock()
 _status: dict[str, str] = {}
 _warned: set[tuple[str, str]] = set()
+
+NO_DEFAULT = inspect.Parameter.empty
+# the parameters verl's advantage functions share after their batch argument(s): compute_advantage's and
+# compute_advantage_for_multi_trajectories'
+ADVANTAGE_PARAMETERS: tuple[tuple[str, Any], ...] = (
+    ("adv_estimator", NO_DEFAULT),
+    ("gamma", 1.0),
+    ("lam", 1.0),
+    ("num_repeat", 1),
+    ("norm_adv_by_std_in_grpo", True),
+    ("config", None),
+)
 
 
 @dataclass(frozen=True)

@@ -14,19 +14,19 @@ name, go to verl's own function unchanged. Opt out with ``RLLM_PLUGINS_VERL_SESS
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .extension import Extension
+from .extension import ADVANTAGE_PARAMETERS, NO_DEFAULT, Extension
 from .reward_keys import gamma_argument
 from .sessions import Sessions, first_outputs_only, parse_sessions, session_advantages
+
+if TYPE_CHECKING:
+    from rllm_plugins.registry import Estimator
 
 __all__ = ["SESSIONS", "SESSIONS_ENV", "extend", "session_compute"]
 
 SESSIONS_ENV = "RLLM_PLUGINS_VERL_SESSIONS"
-
-_EMPTY = inspect.Parameter.empty
 
 
 def _rllm_name(adv_estimator: Any) -> str | None:
@@ -52,11 +52,11 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
     where = f"advantage estimator 'rllm_{name}' (sessions of compute_advantage_for_multi_trajectories)"
     rewards, mask, uids = data.batch["token_level_rewards"], data.batch["response_mask"], data.non_tensor_batch["uid"]
     check_inputs(where, rewards, mask, uids)
-    options = estimator_options(config, where, name)
-    estimator = get_estimator(name)
+    estimator = get_estimator(name)  # resolved once: every check and call below uses it
+    options = estimator_options(config, where, {name: estimator})
     keyed = reward_key_options(config, where)
     if estimator.spec.level == "step":
-        return _session_steps(name, where, data, sessions, options, config, keyed is not None)
+        return _session_steps(name, estimator, where, data, sessions, options, config, keyed is not None)
     batched = estimator.batched_form
     with torch.no_grad():
         if keyed is None:
@@ -71,7 +71,7 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
                 aggregate_advantages, estimator=estimator.batched_form, aggregation=keyed.aggregation, weights=keyed.weights, names=keyed.keys, where=where
             )
         lengths = None
-        if wants_lengths(name):  # a session's length: its response tokens over all its outputs
+        if wants_lengths(estimator.spec):  # a session's length: its response tokens over all its outputs
             row_lengths = mask.sum(dim=-1).to(device="cpu", dtype=torch.float64).numpy()
             lengths = np.bincount(sessions.session_of_row, weights=row_lengths, minlength=len(sessions.final_rows))
         try:
@@ -86,7 +86,7 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
     return data
 
 
-def _session_steps(name: str, where: str, data: Any, sessions: Sessions, options: dict[str, Any], config: Any, keyed: bool) -> Any:
+def _session_steps(name: str, estimator: Estimator, where: str, data: Any, sessions: Sessions, options: dict[str, Any], config: Any, keyed: bool) -> Any:
     """A step-level estimator over sessions: a session is one episode whose steps are the turns of its outputs, in index order.
 
     Its outcome is its final output's total reward (as for outcome-level names); each turn's reward
@@ -94,8 +94,6 @@ def _session_steps(name: str, where: str, data: Any, sessions: Sessions, options
     """
     import numpy as np
     import torch
-
-    from rllm_plugins.registry import get_estimator
 
     from .bridge import group_rows
     from .step_bridge import Episodes, StepSources, compute_rllm_step_advantage, step_sources
@@ -116,10 +114,10 @@ def _session_steps(name: str, where: str, data: Any, sessions: Sessions, options
     responses = data.batch["responses"] if "responses" in tensors else None
     prompts = data.batch["prompts"] if "prompts" in tensors else None
     sources = StepSources()
-    if get_estimator(name).spec.needs_anchors:
+    if estimator.spec.needs_anchors:
         sources = step_sources(uids, rewards.shape[-1], where, responses, data.non_tensor_batch, prompts)
     with torch.no_grad():
-        out = compute_rllm_step_advantage(name, where, rewards, mask, uids, episodes, options, config, dtype, sources)
+        out = compute_rllm_step_advantage(name, estimator, where, rewards, mask, uids, episodes, options, config, dtype, sources)
     data.batch["advantages"] = out
     data.batch["returns"] = out
     return data
@@ -168,16 +166,7 @@ SESSIONS = Extension(
     name="sessions",
     module="verl.trainer.ppo.v1.utils",
     attribute="compute_advantage_for_multi_trajectories",
-    parameters=(
-        ("data", _EMPTY),
-        ("batch_keys", _EMPTY),
-        ("adv_estimator", _EMPTY),
-        ("gamma", 1.0),
-        ("lam", 1.0),
-        ("num_repeat", 1),
-        ("norm_adv_by_std_in_grpo", True),
-        ("config", None),
-    ),
+    parameters=(("data", NO_DEFAULT), ("batch_keys", NO_DEFAULT), *ADVANTAGE_PARAMETERS),
     make=extend,
     env=SESSIONS_ENV,
     bound_in=("verl.trainer.ppo.v1.trainer_base",),

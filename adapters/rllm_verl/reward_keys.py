@@ -22,13 +22,12 @@ import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .extension import Extension
+from .extension import ADVANTAGE_PARAMETERS, NO_DEFAULT, Extension
 
 __all__ = ["REWARD_KEYS", "REWARD_KEYS_ENV", "current_gamma", "current_non_tensor_batch", "current_tensor", "gamma_argument"]
 
 REWARD_KEYS_ENV = "RLLM_PLUGINS_VERL_REWARD_KEYS"
 
-_EMPTY = inspect.Parameter.empty
 _batch: contextvars.ContextVar[Any] = contextvars.ContextVar("rllm_verl_batch", default=None)
 _gamma: contextvars.ContextVar[Any] = contextvars.ContextVar("rllm_verl_gamma", default=None)
 
@@ -94,15 +93,7 @@ REWARD_KEYS = Extension(
     name="reward_keys",
     module="verl.trainer.ppo.ray_trainer",
     attribute="compute_advantage",
-    parameters=(
-        ("data", _EMPTY),
-        ("adv_estimator", _EMPTY),
-        ("gamma", 1.0),
-        ("lam", 1.0),
-        ("num_repeat", 1),
-        ("norm_adv_by_std_in_grpo", True),
-        ("config", None),
-    ),
+    parameters=(("data", NO_DEFAULT), *ADVANTAGE_PARAMETERS),
     make=extend,
     env=REWARD_KEYS_ENV,
     bound_in=("verl.trainer.ppo.v1.utils", "verl.experimental.separation.ray_trainer"),

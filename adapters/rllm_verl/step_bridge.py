@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from rllm_plugins.outputs import as_advantages
-from rllm_plugins.registry import get_estimator
+from rllm_plugins.registry import Estimator
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.steps import StepBatch
 from rllm_plugins.steps.anchors import anchor_ids
@@ -189,6 +189,7 @@ def _prompt_state(prompt: Any) -> bytes:
 
 def compute_rllm_step_advantage(
     name: str,
+    estimator: Estimator,
     where: str,
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -205,7 +206,6 @@ def compute_rllm_step_advantage(
     token ids anchor states are read from, or the anchor states themselves (row b's entry: one hashable
     per turn of row b). With sessions of several outputs, each output's first turn is anchored at its prompt ids.
     """
-    estimator = get_estimator(name)
     mask = _numpy(response_mask)
     turns = find_turns(mask)
     step_rewards = turn_rewards(_numpy(token_level_rewards), turns)

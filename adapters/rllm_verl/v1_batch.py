@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import inspect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,14 +27,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from .extension import Extension
+from .extension import NO_DEFAULT, Extension
 
 __all__ = ["V1_BATCH", "V1_BATCH_ENV", "V1Batch", "V1Rows", "add_turn_metrics", "fetch_rows", "serving"]
 
 V1_BATCH_ENV = "RLLM_PLUGINS_VERL_V1_BATCH"
 FIELDS = ("uid", "prompts", "responses", "extra_fields")
-
-_EMPTY = inspect.Parameter.empty
 
 
 @dataclass(frozen=True)
@@ -132,7 +129,7 @@ V1_BATCH = Extension(
     name="v1_batch",
     module="verl.trainer.ppo.v1.trainer_base",
     attribute="PPOTrainer._compute_advantage",
-    parameters=(("self", _EMPTY), ("batch", _EMPTY), ("metrics", _EMPTY)),
+    parameters=(("self", NO_DEFAULT), ("batch", NO_DEFAULT), ("metrics", NO_DEFAULT)),
     make=extend,
     env=V1_BATCH_ENV,
 )

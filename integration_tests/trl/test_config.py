@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from types import SimpleNamespace
 
 import pytest
 from rllm_trl import RLLMGRPOConfig, advantage_settings
@@ -245,3 +246,24 @@ def test_passk_training_k_is_checked_against_num_generations():
         RLLMGRPOConfig(**BASE, adv_estimator_map={"judge": "passk_training"}, adv_estimator_kwargs={"k": 9}, role_column="role", num_generations=8)
     with pytest.raises(ValueError, match="option 'k' of estimator 'passk_training' must be an int, got str '4'"):
         RLLMGRPOConfig(**BASE, adv_estimator="passk_training", adv_estimator_kwargs={"k": "4"}, num_generations=8)
+
+
+def test_each_estimator_name_is_resolved_once_per_config(monkeypatch):
+    """Every config-time check (name, options, group size, level, keyword probe, dry run, trial) reads one resolution per name."""
+    from rllm_plugins.discovery import manager
+
+    looked_up: list[str] = []
+    original = manager.user_estimator
+    monkeypatch.setattr(manager, "user_estimator", lambda key: looked_up.append(key) or original(key))
+    advantage_settings(
+        SimpleNamespace(
+            adv_estimator="trl_grpo",
+            adv_estimator_map={"judge": "rloo", "critic": "trl_grpo"},
+            role_column="role",
+            adv_estimator_kwargs={"epsilon": 1e-4},
+            num_generations=4,
+            num_generations_eval=2,
+            scale_rewards="batch",
+        )
+    )
+    assert sorted(looked_up) == ["rloo", "trl_grpo"]

@@ -6,15 +6,17 @@ integers), then response lengths of 1.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 from .calls import Case, Subject
 from .rules import Rule
 
-__all__ = ["MAX_SHRINK_CALLS", "shrink", "smaller"]
+__all__ = ["MAX_SHRINK_CALLS", "greedy_shrink", "shrink", "smaller"]
 
 MAX_SHRINK_CALLS = 300
+
+C = TypeVar("C")
 
 
 def _replaced(items: tuple[Any, ...], i: int, item: Any) -> tuple[Any, ...]:
@@ -52,20 +54,30 @@ def smaller(case: Case) -> Iterator[Case]:
                 yield Case(rewards, _replaced(lengths, g, _replaced(group, t, 1)))
 
 
-def shrink(rule: Rule, subject: Subject, case: Case, message: str, seed: int) -> tuple[Case, str]:
-    """The simplest case found that still breaks ``rule`` (at most :data:`MAX_SHRINK_CALLS` tries), and its message."""
+def greedy_shrink(candidates: Callable[[C], Iterable[C]], judge: Callable[[C], str | None], case: C, message: str) -> tuple[C, str]:
+    """Take the first of ``candidates(case)`` that ``judge`` still faults, and repeat (at most :data:`MAX_SHRINK_CALLS` judgements).
+
+    Returns the simplest case reached and ``judge``'s message for it (``case``, ``message`` when none was simpler).
+    """
     calls = 0
     progress = True
     while progress and calls < MAX_SHRINK_CALLS:
         progress = False
-        for candidate in smaller(case):
-            if not rule.applies(candidate):
-                continue
+        for candidate in candidates(case):
             calls += 1
-            found = rule.judge(subject, candidate, seed)
+            found = judge(candidate)
             if found:
                 case, message, progress = candidate, found, True
                 break
             if calls >= MAX_SHRINK_CALLS:
                 break
     return case, message
+
+
+def shrink(rule: Rule, subject: Subject, case: Case, message: str, seed: int) -> tuple[Case, str]:
+    """The simplest case found that still breaks ``rule`` (at most :data:`MAX_SHRINK_CALLS` tries), and its message."""
+
+    def applicable(current: Case) -> Iterator[Case]:
+        return (candidate for candidate in smaller(current) if rule.applies(candidate))
+
+    return greedy_shrink(applicable, lambda candidate: rule.judge(subject, candidate, seed), case, message)

@@ -14,12 +14,18 @@ from rllm_plugins import (
     register_rllm_adv_estimator,
     unregister_rllm_adv_estimator,
 )
-from rllm_plugins.options import check_estimator_kwargs, estimator_options_of, spec_options
+from rllm_plugins.options import check_estimator_kwargs, spec_options
+from rllm_plugins.registry import get_estimator
 from rllm_plugins.types import Step, Trajectory, TrajectoryGroup
 
 BUILTIN = "rllm-plugins (built-in)"
 WHERE = "AlgorithmConfig.estimator_kwargs"
 NORM = "AlgorithmConfig.norm_adv_by_std_in_grpo"
+
+
+def selected(*names: str) -> dict:
+    """``{name: resolved estimator}``, as a config hands them to the options check."""
+    return {name: get_estimator(name) for name in names}
 
 
 def _groups() -> list[TrajectoryGroup]:
@@ -60,10 +66,10 @@ def test_a_valid_option_changes_the_result():
 
 
 def test_the_option_of_a_mapped_estimator_counts_and_one_nobody_takes_is_an_error():
-    assert estimator_options_of("rloo").defaults == {}
-    check_estimator_kwargs(["rloo", "grpo"], {"epsilon": 1e-3}, where=WHERE, norm_field="x")  # grpo takes it
+    assert spec_options(get_estimator("rloo").spec).defaults == {}
+    check_estimator_kwargs(selected("rloo", "grpo"), {"epsilon": 1e-3}, where=WHERE, norm_field="x")  # grpo takes it
     with pytest.raises(ValueError) as error:
-        check_estimator_kwargs(["rloo", "opo"], {"epsilon": 1e-3}, where=WHERE, norm_field="x")
+        check_estimator_kwargs(selected("rloo", "opo"), {"epsilon": 1e-3}, where=WHERE, norm_field="x")
     assert str(error.value) == f"{WHERE}: unknown option 'epsilon' for estimators 'rloo' ({BUILTIN}), 'opo' ({BUILTIN}), which accept no options."
 
 
@@ -93,8 +99,8 @@ def test_named_parameters_are_typed_by_their_defaults_and_open_estimators_take_a
     def open_estimator(rewards, **kwargs):
         return list(rewards), list(rewards)
 
-    assert set(estimator_options_of("h_typed").defaults) == {"scale", "clip", "rounds", "mode", "extra"}
-    check_estimator_kwargs("h_typed", {"scale": 2, "clip": np.bool_(True), "rounds": 3, "mode": "b", "extra": object()}, where=WHERE, norm_field="x")
+    assert set(spec_options(get_estimator("h_typed").spec).defaults) == {"scale", "clip", "rounds", "mode", "extra"}
+    check_estimator_kwargs(selected("h_typed"), {"scale": 2, "clip": np.bool_(True), "rounds": 3, "mode": "b", "extra": object()}, where=WHERE, norm_field="x")
     for key, value, problem in [
         ("scale", "2", "must be a number, got str '2'"),
         ("scale", float("nan"), "must be finite, got nan"),
@@ -103,10 +109,10 @@ def test_named_parameters_are_typed_by_their_defaults_and_open_estimators_take_a
         ("mode", 1, "must be a str, got int 1"),
     ]:
         with pytest.raises(ValueError) as error:
-            check_estimator_kwargs("h_typed", {key: value}, where=WHERE, norm_field="x")
+            check_estimator_kwargs(selected("h_typed"), {key: value}, where=WHERE, norm_field="x")
         assert str(error.value) == f"{WHERE}: option {key!r} of estimator 'h_typed' {problem}"
-    assert estimator_options_of("h_open").open
-    check_estimator_kwargs("h_open", {"anything": 1}, where=WHERE, norm_field="x")
+    assert spec_options(get_estimator("h_open").spec).open
+    check_estimator_kwargs(selected("h_open"), {"anything": 1}, where=WHERE, norm_field="x")
 
 
 def test_a_spec_declares_the_options_its_kwargs_read():
