@@ -29,7 +29,7 @@ from .calling import FRAMEWORK_KEYWORDS
 from .registry import get_estimator
 from .spec import AdvEstimatorSpec, is_plain_real
 
-__all__ = ["CONTEXT_KEYS", "EstimatorOptions", "check_estimator_kwargs", "estimator_options_of", "spec_options"]
+__all__ = ["CONTEXT_KEYS", "EstimatorOptions", "check_estimator_kwargs", "check_given_options", "estimator_options_of", "spec_options"]
 
 CONTEXT_KEYS = FRAMEWORK_KEYWORDS
 """Arguments the collector and the adapters pass themselves; never set through estimator kwargs."""
@@ -149,6 +149,21 @@ def check_estimator_kwargs(names: str | Iterable[str], kwargs: Mapping[str, Any]
                 estimator.spec.check_options({k: v for k, v in kwargs.items() if k in options.defaults})
             except ValueError as e:
                 raise ValueError(f"{where}: {e}") from None
+
+
+def check_given_options(name: str, kwargs: Mapping[str, Any], *, where: str, norm_field: str) -> None:
+    """:func:`check_estimator_kwargs` for one estimator, and its own check also when ``kwargs`` is empty.
+
+    An estimator that cannot run without options (``composite`` without ``terms``) raises
+    ``ValueError`` saying it needs options and what its check asks for.
+    """
+    check_estimator_kwargs(name, kwargs, where=where, norm_field=norm_field)
+    check = get_estimator(name).spec.check_options
+    if not kwargs and check is not None:
+        try:
+            check({})
+        except ValueError as e:
+            raise ValueError(f"{where}: estimator {name!r} needs options: {str(e).removeprefix(f'estimator {name!r}: ')}") from None
 
 
 def _unknown(where: str, key: str, who: str, accepted: list[str]) -> str:
