@@ -190,3 +190,21 @@ def test_the_trainer_warns_once_on_an_inverted_environment_first_mask_and_trains
     with caplog.at_level(logging.WARNING, logger="rllm_trl.rollout_checks"):
         trainer.train()
     assert len([r for r in caplog.records if WARNING in r.getMessage()]) == 1
+
+
+@pytest.mark.parametrize(
+    "masks, ids, logprobs, inverted",
+    [
+        ([[0, 1, 1, 0]], [[9, 5, 3, 8]], [[0.0, -1.0, -2.0, 0.0]], False),  # sampled where 1, the model's run ends at 3: as documented
+        ([[1, 0, 0, 1]], [[9, 5, 3, 8]], [[0.0, -1.0, -2.0, 0.0]], True),  # both signals: inverted
+        ([[1, 0, 0, 1]], [[9, 5, 3, 8]], [[-0.5, -1.0, -2.0, -0.5]], True),  # logprobs everywhere say nothing; the turn end does
+        ([[1, 0, 0, 1]], [[9, 5, 3, 8]], [[-0.5, 0.0, 0.0, -0.5]], False),  # the signals disagree: nothing is said
+        ([[1, 0, 1]], [[9, 5, 8]], [[0.0, 0.0, 0.0]], False),  # no end-of-turn token, no sampled logprob: no verdict
+        ([[1, 0, 1]], [[9, 5, 8]], [[float("nan"), -1.0, None]], True),  # NaN and None (TRL's unknown) say nothing
+        ([[0, 1]], [[5, 8]], None, False),  # no logprobs, no turn end: no verdict
+    ],
+)
+def test_the_two_signals_and_their_combination(masks, ids, logprobs, inverted):
+    from rllm_trl.mask_direction import mask_evidence
+
+    assert mask_evidence(masks, ids, logprobs, end_of_turn=[3]).inverted is inverted
