@@ -9,8 +9,8 @@ them: ``completion_ids`` and ``tool_mask``. A ``rollout_func`` then returns them
 
 each with the mask TRL built (correct) and with ``1 - mask`` (inverted), and with ``logprobs`` 0.0 everywhere (no
 log-probability signal) or the model's log-probabilities on its tokens and 0.0 on the tool's (as TRL's loop writes them).
-Expected: a warning exactly for the inverted masks; the old rule (0 on every completion's first token) gave a false
-alarm on the correct environment-first mask and missed the inverted one.
+Expected: a warning exactly for the inverted masks. Who speaks first cannot tell them apart: a correct
+environment-first mask is 0 on every completion's first token, as an inverted model-first one is.
 """
 
 from __future__ import annotations
