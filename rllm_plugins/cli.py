@@ -27,6 +27,7 @@ from typing import Any
 
 from . import __version__, registry
 from .discovery import manager
+from .options import check_given_options
 from .tables import format_table, plain, terminal_width
 from .testing import check_estimator
 
@@ -201,7 +202,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     try:
-        registry.get_estimator(args.name)
+        estimator = registry.get_estimator(args.name)
     except (registry.UnknownEstimatorError, registry.EstimatorConflictError) as e:
         print(f"rllm-plugins check: {e}", file=sys.stderr)
         return EXIT_FAILURE
@@ -212,6 +213,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
     if options is not None and not isinstance(options, dict):
         print(f"rllm-plugins check: --options must be a JSON object of option names to values, got {args.options}", file=sys.stderr)
+        return EXIT_FAILURE
+    try:  # before any rule runs: unknown names, wrong types and values out of range, or options missing
+        norm_field = "the framework's norm_adv_by_std_in_grpo (the rules pass True)"
+        check_given_options(args.name, estimator, options or {}, where="rllm-plugins check --options", norm_field=norm_field)
+    except ValueError as e:
+        print(e, file=sys.stderr)
         return EXIT_FAILURE
     report = check_estimator(args.name, options=options)
     if args.json:

@@ -31,7 +31,7 @@ from .spec import AdvEstimatorSpec, is_plain_real
 if TYPE_CHECKING:
     from .discovery.manager import Estimator
 
-__all__ = ["CONTEXT_KEYS", "EstimatorOptions", "check_estimator_kwargs", "spec_options"]
+__all__ = ["CONTEXT_KEYS", "EstimatorOptions", "check_estimator_kwargs", "check_given_options", "spec_options"]
 
 CONTEXT_KEYS = FRAMEWORK_KEYWORDS
 """Arguments the collector and the adapters pass themselves; never set through estimator kwargs."""
@@ -145,6 +145,21 @@ def check_estimator_kwargs(selected: Mapping[str, Estimator], kwargs: Mapping[st
                 estimator.spec.check_options({k: v for k, v in kwargs.items() if k in options.defaults})
             except ValueError as e:
                 raise ValueError(f"{where}: {e}") from None
+
+
+def check_given_options(name: str, estimator: Estimator, kwargs: Mapping[str, Any], *, where: str, norm_field: str) -> None:
+    """:func:`check_estimator_kwargs` for one estimator (selected as ``name``), and its own check also when ``kwargs`` is empty.
+
+    An estimator that cannot run without options (``composite`` without ``terms``) raises
+    ``ValueError`` saying it needs options and what its check asks for.
+    """
+    check_estimator_kwargs({name: estimator}, kwargs, where=where, norm_field=norm_field)
+    check = estimator.spec.check_options
+    if not kwargs and check is not None:
+        try:
+            check({})
+        except ValueError as e:
+            raise ValueError(f"{where}: estimator {name!r} needs options: {str(e).removeprefix(f'estimator {name!r}: ')}") from None
 
 
 def _unknown(where: str, key: str, who: str, accepted: list[str]) -> str:

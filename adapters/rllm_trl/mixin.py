@@ -48,6 +48,7 @@ from .turn_advantages import (
     step_advantages,
     without_rows,
 )
+from .turn_sources import multi_turn_path, single_turn_warning, turn_sources
 
 __all__ = ["OVERRIDDEN_METHODS", "RLLMAdvantageMixin", "check_trl_compatibility"]
 
@@ -93,12 +94,14 @@ class RLLMAdvantageMixin:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_trl_compatibility(next((c for c in type(self).__mro__[1:] if "_calculate_rewards" in c.__dict__ and c is not RLLMAdvantageMixin), GRPOTrainer))
         super().__init__(*args, **kwargs)
-        if getattr(self, "rollout_func", None) is not None:  # its env_mask checked before TRL pads it
-            self.rollout_func = checked_rollout_func(self.rollout_func)
         self._rllm_pending: dict[str, Any] | None = None
         self._rllm_single_turn_noted = False
+        self._rllm_turn_sources_logged = False
         self.advantage_settings: AdvantageSettings = check_trainer_setup(self.args, self.train_dataset, self.eval_dataset)
         settings = self.advantage_settings
+        self._rllm_multi_turn_path = multi_turn_path(self)
+        if getattr(self, "rollout_func", None) is not None:  # its keys and env_mask checked before TRL reads them
+            self.rollout_func = checked_rollout_func(self.rollout_func, step_level=settings.step_level)
         self._rllm_stateful = any(estimator.spec.stateful for estimator in settings.selected.values())
         self.estimator_state = EstimatorState()  # stateful estimators' state: the same on every process
         logger.info("%s: %s", type(self).__name__, self.advantage_settings.describe())
@@ -194,16 +197,13 @@ class RLLMAdvantageMixin:
         result = step_advantages(rows, batch.rewards, batch.num_generations, settings.estimator, options)
         device = output["advantages"].device
         start = self.accelerator.process_index * completion_mask.shape[0]
+        if not self._rllm_turn_sources_logged and self.accelerator.is_main_process:
+            self._rllm_turn_sources_logged = True
+            logger.info(turn_sources(settings.estimator, rows, self._rllm_multi_turn_path, has_tool_mask=tool_mask is not None, needs_anchors=with_anchors))
         if tool_mask is None:  # single-turn rows: one turn each, one advantage per completion as TRL's (B,)
             if not self._rllm_single_turn_noted:
                 self._rllm_single_turn_noted = True
-                logger.warning(
-                    "adv_estimator=%r is step-level, but the completions carry no tool_mask (no tools, environment_factory or "
-                    "rollout_func env_mask): each completion is one turn anchored at its prompt, so %r gives one advantage "
-                    "per completion, as an outcome-level estimator does",
-                    settings.estimator,
-                    settings.estimator,
-                )
+                logger.warning(single_turn_warning(settings.estimator, self._rllm_multi_turn_path))
             values = result.values[result.offsets[start : start + completion_mask.shape[0]]]
             output["advantages"] = torch.as_tensor(values, dtype=torch.float32, device=device)
         else:

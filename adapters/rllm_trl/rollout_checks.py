@@ -7,15 +7,21 @@ turns ``env_mask`` into ``tool_mask``; the loss, and the turns of a step-level e
 
 - an ``env_mask`` row longer or shorter than its ``completion_ids`` row, or a value other than 0/1, is a
   ``ValueError`` naming the completion, the lengths and the fix;
-- an ``env_mask`` that looks inverted (0 on the first token of every completion: the environment
-  would have spoken first in every episode) is logged once as a warning saying what to do.
+- an ``env_mask`` that looks inverted (1 on the environment's tokens), judged by where turns end and
+  where the sampling log-probabilities are, not by who speaks first (:mod:`.mask_direction`), is logged
+  once as a warning saying what to do;
+- a key that is a near miss of one TRL or rllm_trl reads (``turn_reward`` for ``turn_rewards``) is a
+  ``ValueError`` naming the key it is close to (:mod:`.rollout_keys`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
+
+from .mask_direction import MaskEvidence, mask_evidence
+from .rollout_keys import check_rollout_keys
 
 __all__ = ["check_rollout_output", "checked_rollout_func"]
 
@@ -32,20 +38,26 @@ def _row_length(value: Any, key: str, row: int) -> int:
         raise ValueError(f"{where}: {key} must be a list of one entry per token, got {type(value).__name__}") from None
 
 
-def check_rollout_output(output: Mapping[str, Any]) -> bool:
-    """Raise ``ValueError`` for an ``env_mask`` that does not match ``completion_ids``; True when it looks inverted (see the module)."""
-    masks = output.get(ENV_MASK_KEY) if isinstance(output, Mapping) else None
+def check_rollout_output(output: Mapping[str, Any], *, step_level: bool = False, end_of_turn: Collection[int] = (), judge: bool = True) -> MaskEvidence | None:
+    """Raise ``ValueError`` for a near-miss key or an ``env_mask`` that does not match ``completion_ids``; the mask's evidence.
+
+    ``step_level``: the keys of a step-level estimator are read too; ``end_of_turn``: the token ids the model
+    stops at. None without an ``env_mask``, or when not asked to ``judge`` its direction.
+    """
+    if not isinstance(output, Mapping):
+        return None
+    check_rollout_keys(output, step_level=step_level)
+    masks = output.get(ENV_MASK_KEY)
     if masks is None:
-        return False
+        return None
     completions: Sequence[Any] | None = output.get("completion_ids")
     if completions is None:  # TRL names the missing key itself
-        return False
+        return None
     if len(masks) != len(completions):
         raise ValueError(
             f"rollout_func output: env_mask has {len(masks)} rows for {len(completions)} completions (completion_ids); "
             "return one env_mask per completion, in the same order"
         )
-    starts_with_environment = 0
     for row, (mask, ids) in enumerate(zip(masks, completions, strict=True)):
         mask_length, ids_length = _row_length(mask, ENV_MASK_KEY, row), _row_length(ids, "completion_ids", row)
         if mask_length != ids_length:
@@ -53,30 +65,33 @@ def check_rollout_output(output: Mapping[str, Any]) -> bool:
                 f"rollout_func output, completion {row} of this process's batch: env_mask has {mask_length} entries for "
                 f"{ids_length} completion_ids; give one entry per completion token (1 on the model's tokens, 0 on the environment's)"
             )
-        values = list(mask)
-        wrong = next((m for m in values if not (m == 0 or m == 1)), None)
+        wrong = next((m for m in mask if not (m == 0 or m == 1)), None)
         if wrong is not None:
             raise ValueError(
                 f"rollout_func output, completion {row} of this process's batch: env_mask holds {wrong}; use 1 on the model's tokens and 0 on the environment's"
             )
-        starts_with_environment += bool(values) and values[0] == 0
-    non_empty = sum(1 for ids in completions if len(ids))
-    return non_empty > 0 and starts_with_environment == non_empty
+    return mask_evidence(masks, completions, output.get("logprobs"), end_of_turn) if judge else None
 
 
-def checked_rollout_func(rollout_func: Callable[..., Any]) -> Callable[..., Any]:
-    """``rollout_func`` whose output passes :func:`check_rollout_output` before TRL reads it (the inverted-mask warning once)."""
+def checked_rollout_func(rollout_func: Callable[..., Any], *, step_level: bool = False) -> Callable[..., Any]:
+    """``rollout_func`` whose output passes :func:`check_rollout_output` before TRL reads it (the inverted-mask warning once).
+
+    The end-of-turn tokens are the trainer's ``eos_token_ids`` (TRL's), read at each call.
+    """
     warned = False
 
     def rollout(prompts: list[Any], trainer: Any) -> Any:
         nonlocal warned
         output = rollout_func(prompts, trainer)
-        if check_rollout_output(output) and not warned:
+        end_of_turn = getattr(trainer, "eos_token_ids", None) or ()
+        evidence = check_rollout_output(output, step_level=step_level, end_of_turn=end_of_turn, judge=not warned)
+        if evidence is not None and evidence.inverted:
             warned = True
             logger.warning(
-                "rollout_func output: env_mask is 0 on the first token of every completion, as if the environment spoke first "
-                "in every episode. env_mask is 1 on the model's tokens (the ones it sampled and is trained on) and 0 on the "
-                "environment's; if yours marks the environment with 1, return [1 - m for m in mask] for each completion"
+                "rollout_func output: env_mask looks inverted, 1 on the environment's tokens: %s. env_mask is 1 on the model's tokens "
+                "(the ones it sampled and is trained on) and 0 on the environment's, whichever speaks first; if yours marks the "
+                "environment with 1, return [1 - m for m in mask] for each completion",
+                evidence.explain(),
             )
         return output
 

@@ -573,26 +573,44 @@ def test_an_env_mask_shorter_or_longer_than_its_completion_names_the_row_and_len
     assert "1 on the model's tokens, 0 on the environment's" in str(raised.value)
 
 
-def test_an_env_mask_that_looks_inverted_is_warned_about_once(multi_turn_trainer, tokenizer, caplog):
-    env = ToyEnvironment(tokenizer)
+def speaking_first(env: ToyEnvironment, first: str) -> Callable[..., dict[str, Any]]:
+    """The toy rollout, or (``first="environment"``) the same episodes opened by one environment token (env_mask 0, logprob 0.0)."""
+
+    def rollout(prompts: list[str], trainer: Any) -> dict[str, Any]:
+        out = env.rollout(prompts, trainer)
+        if first == "environment":
+            for key, opening in (("completion_ids", env.observations[0]), ("logprobs", 0.0), ("env_mask", 0)):
+                out[key] = [[opening, *row] for row in out[key]]
+        return out
+
+    return rollout
+
+
+@pytest.mark.parametrize("first", ["model", "environment"])
+def test_an_env_mask_that_looks_inverted_is_warned_about_once(multi_turn_trainer, tokenizer, caplog, first):
+    rollout = speaking_first(ToyEnvironment(tokenizer), first)
 
     def inverted(prompts: list[str], trainer: Any) -> dict[str, Any]:
-        out = env.rollout(prompts, trainer)
+        out = rollout(prompts, trainer)
         out["env_mask"] = [[1 - m for m in mask] for mask in out["env_mask"]]  # the mistake: 1 on the environment's tokens
         return out
 
     trainer = multi_turn_trainer(inverted, adv_estimator="gigpo", max_steps=2)
     with caplog.at_level(logging.WARNING, logger="rllm_trl.rollout_checks"):
         trainer.train()
-    warnings = [r.getMessage() for r in caplog.records if "env_mask is 0 on the first token of every completion" in r.getMessage()]
+    warnings = [r.getMessage() for r in caplog.records if "env_mask looks inverted" in r.getMessage()]
     assert len(warnings) == 1 and "[1 - m for m in mask]" in warnings[0]
+    assert "the non-zero logprobs (sampled tokens) are on " in warnings[0]  # the toy's actions are sampled: their logprobs speak
 
 
-def test_a_correct_env_mask_gives_no_warning(multi_turn_trainer, caplog):
-    trainer = multi_turn_trainer(adv_estimator="gigpo", max_steps=1)
+@pytest.mark.parametrize("first", ["model", "environment"])
+def test_a_correct_env_mask_gives_no_warning(multi_turn_trainer, tokenizer, caplog, first):
+    trainer = multi_turn_trainer(speaking_first(ToyEnvironment(tokenizer), first), adv_estimator="gigpo", max_steps=1)
     with caplog.at_level(logging.WARNING, logger="rllm_trl.rollout_checks"):
         trainer.train()
     assert not [r for r in caplog.records if r.name == "rllm_trl.rollout_checks"]
+    if first == "environment":
+        assert (trainer.outputs[0]["tool_mask"][:, 0] == 0).all()  # every completion opened with the environment's token
 
 
 @pytest.mark.parametrize(
