@@ -105,3 +105,12 @@ def test_the_documented_command_prints_what_docs_verl_md_shows(in_the_example, c
     assert argv[:2] == ["rllm-plugins", "verl-rehearse"]
     assert main(argv[2:]) == 0
     assert capsys.readouterr().out == shown
+
+
+def test_the_command_is_contributed_to_rllm_plugins():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "rllm_plugins", "verl-rehearse", "--help"], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage: rllm-plugins verl-rehearse" in done.stdout and "--agent-loop-config" in done.stdout
