@@ -73,6 +73,15 @@ def test_the_branch_fixtures_are_rllms_files_verbatim(name):
     assert below_header == (SHARED / VERBATIM[name]).read_text()
 
 
+@pytest.mark.skipif(not SHARED.is_dir(), reason="rLLM's base.yaml files are not next to this checkout")
+def test_the_main_fixture_holds_the_sections_of_main_9beb6e0():
+    real = OmegaConf.to_container(OmegaConf.load(SHARED / "main-9beb6e0-base.yaml"))
+    fixture = OmegaConf.to_container(load("main_efbe422.yaml").rllm)
+    assert (fixture["algorithm"], fixture["stepwise_advantage"]) == (real["algorithm"], real["stepwise_advantage"])
+    listed = re.search(r"^  adv_estimator: \w+ +# \[(.*?)\]", (SHARED / "main-9beb6e0-base.yaml").read_text(), re.M).group(1)
+    assert listed_estimators("main_efbe422.yaml") == [name.strip() for name in listed.split(",")]
+
+
 def test_the_two_branches_share_the_algorithm_and_stepwise_nodes():
     terminal, miles = (OmegaConf.to_container(load(name).rllm) for name in sorted(VERBATIM))
     assert (terminal["algorithm"], terminal["stepwise_advantage"]) == (miles["algorithm"], miles["stepwise_advantage"])
