@@ -83,8 +83,8 @@ _KNOWN = frozenset(m.value for m in rLLMAdvantageEstimator)
 class RolloutCorrectionConfig:
     """rLLM main's rollout correction (TIS) settings; stored for rLLM code, not applied by the adapters.
 
-    ``extra`` keeps keys of newer rLLM versions as given (IcePop's ``icepop_mode``, ``icepop_alpha``,
-    ``icepop_beta``): the whole section is the trainer's.
+    ``extra`` keeps keys this version does not know as given (a fork's IcePop ``icepop_beta``), said once
+    (:mod:`.trainer_fields`): the whole section is the trainer's.
     """
 
     tis_mode: str | None = None
@@ -306,7 +306,6 @@ _NODE_KEYS: dict[str, tuple[str, Any]] = {
     "pass_at_k": ("pass_at_k", None),
 }
 _ROLLOUT_CORRECTION_KEYS = tuple(f.name for f in fields(RolloutCorrectionConfig))
-_ICEPOP_KEYS = ("icepop_mode", "icepop_alpha", "icepop_beta")  # rLLM terminal-rl's IcePop (PR #740): known, kept in `extra`
 
 
 def _read_algorithm_node(node: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -325,8 +324,8 @@ def _rollout_correction(section: Any, *, default_cap: float, where: str = "rollo
     section = _plain(section)
     if not isinstance(section, Mapping):
         raise ValueError(f"{where} must be a mapping of {list(_ROLLOUT_CORRECTION_KEYS)}, got {type(section).__name__} {section!r}")
-    extra = {**_plain(section.get("extra") or {}), **{key: section[key] for key in _ICEPOP_KEYS if key in section}}
-    extra.update(split_trainer_fields(section, (*_ROLLOUT_CORRECTION_KEYS, *_ICEPOP_KEYS), where, estimator_keys=()))
+    extra = dict(_plain(section.get("extra") or {}))
+    extra.update(split_trainer_fields(section, _ROLLOUT_CORRECTION_KEYS, where, estimator_keys=()))
     cap = section.get("tis_cap")
     return RolloutCorrectionConfig(section.get("tis_mode"), section.get("bypass_mode"), default_cap if cap is None else cap, extra)
 

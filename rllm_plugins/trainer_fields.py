@@ -1,7 +1,7 @@
 """Which unknown keys of rLLM's algorithm node stop a run, and which are kept for rLLM's trainer.
 
-rLLM adds fields to ``rllm.algorithm`` with most releases (``loss_params`` and ``loss_plugins`` on its
-``terminal-rl`` branch, IcePop's ``rollout_correction.icepop_*``), nearly all of them read only by its
+rLLM adds fields to ``rllm.algorithm`` with most releases (``loss_params`` on its ``terminal-rl`` branch,
+``loss_plugins`` on main), and forks add more (IcePop's ``rollout_correction.icepop_*``), nearly all read only by a
 trainer (losses, schedules, rollout correction). The rule, so that such a field never stops a run
 while a typo never trains with a default:
 

@@ -12,7 +12,8 @@ through the function the configured trainer calls (``ray_trainer.compute_advanta
 trainer, ``compute_advantage_for_multi_trajectories`` inside a v1 advantage step, with the rows' token ids
 served as TransferQueue would), so an extension that is off fails here as it would in training. For a
 step-level estimator the report says where anchor states come from, the discount and step weight it
-resolved (and from where), and warns when the config is single-turn. The report names who provides the
+resolved (and from where), and warns when the agent loop gives every row one turn. The agent-loop configuration
+is resolved as verl resolves it (:mod:`rllm_verl.agent_loop_check`): its file, the default loop's name and class. The report names who provides the
 estimator (verl itself, rllm-plugins, a plugin), the group sizes tried, and whether the three verl
 extensions (sessions, reward keys, v1 batch; see :mod:`rllm_verl.extension`) are active.
 ``rllm-plugins verl-check OVERRIDES...`` calls :func:`main`, which prints the verdict first and keeps
@@ -212,6 +213,7 @@ def _step_level_lines(estimator: object, options: Mapping[str, object], config: 
 
     from omegaconf import OmegaConf
 
+    from .agent_loop_check import agent_loop_turn_warnings
     from .step_bridge import resolve_gamma
 
     spec = estimator.spec  # type: ignore[attr-defined]
@@ -241,17 +243,7 @@ def _step_level_lines(estimator: object, options: Mapping[str, object], config: 
                 "turn from data.batch['responses'] (reward-key extension)"
             )
         lines.append(f"anchor states: {where}; turn 0 is anchored at the prompt")
-    warnings = []
-    multi_turn = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.enable", default=False)  # type: ignore[arg-type]
-    agent_loop = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.default_agent_loop", default=None)  # type: ignore[arg-type]
-    if not multi_turn and agent_loop in (None, "single_turn_agent"):
-        warnings.append(
-            "this config is single-turn (actor_rollout_ref.rollout.multi_turn.enable=false, default_agent_loop=single_turn_agent): every row "
-            "has one turn, so a step-level estimator only rescales an outcome-level one (docs/turn_level.md). Enable multi-turn rollouts "
-            "(multi_turn.enable=true, or an agent loop of your own that returns environment tokens with response_mask 0) or choose an "
-            "outcome-level rllm_* estimator"
-        )
-    return lines, warnings
+    return lines, agent_loop_turn_warnings(config)
 
 
 def _group_size(config: object) -> int:
@@ -309,6 +301,7 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     from rllm_plugins.estimators import check_group_size
     from rllm_plugins.registry import get_estimator, unavailable_because
 
+    from .agent_loop_check import agent_loop_errors
     from .bridge import estimator_options
     from .registration import VERL_PREFIX, register_estimators_into_verl
 
@@ -325,6 +318,9 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     if name is None:
         return VerlCheckReport(False, None, config_name, rllm_names, ["the config has no algorithm.adv_estimator"])
     name = str(name)
+    loop_errors = agent_loop_errors(config)  # verl fails on these only on its rollout workers
+    if loop_errors:
+        return VerlCheckReport(False, name, config_name, rllm_names, loop_errors)
     known = sorted(core_algos.ADV_ESTIMATOR_REGISTRY)
     if name not in core_algos.ADV_ESTIMATOR_REGISTRY:
         because = unavailable_because(name.removeprefix(VERL_PREFIX)) if name.startswith(VERL_PREFIX) else None

@@ -9,7 +9,8 @@
 4. Builds a verl ``DataProto`` of toy rollouts and runs verl's own ``compute_advantage`` with
    ``rllm_grpo``/``rllm_rloo`` and verl's ``grpo``/``rloo``/``rloo_vectorized``, row by row.
 
-Run it with ``make demo`` (``make demo ARGS="--steps 20"``) or ``python examples/demo/rllm_demo.py --help``.
+Its numbers are the same on any x86-64 CPU: ``kernels.py`` pins torch's and MKL's kernels and the thread
+count before torch loads. Run it with ``make demo`` (``make demo ARGS="--steps 20"``) or ``python examples/demo/rllm_demo.py --help``.
 """
 
 from __future__ import annotations
@@ -86,6 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int | str:
     args = parse_args(argv)
     for key, value in OFFLINE_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
+    from kernels import PINNED_KERNELS, pin_kernels
+
+    pin_kernels()  # before anything loads torch: the same numbers on any x86-64 CPU
+    print(f"kernels pinned (examples/demo/kernels.py): {' '.join(f'{key}={value}' for key, value in PINNED_KERNELS.items())}")
     start = time.perf_counter()
 
     # imported here: the offline settings must come first, and --help stays instant

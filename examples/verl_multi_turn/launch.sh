@@ -2,7 +2,8 @@
 # GiGPO on verl with the corridor agent loop. Run from this folder (so `anchored_agent_loop` is importable) with your
 # data and model (data.train_files=..., actor_rollout_ref.model.path=...) appended; needs GPUs for the rollout.
 # verl's default v1 trainer; for the legacy trainer add trainer.use_v1=false (the advantages are the same).
-# Check first, with the same overrides: rllm-plugins verl-check <the overrides below>
+# Check first, with the same overrides: rllm-plugins verl-check <the overrides below>; rehearse the agent loop on a CPU:
+# rllm-plugins verl-rehearse <the overrides below> --prompt "walk the corridor" --replies "+,-,++"
 set -euo pipefail
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 python -m verl.trainer.main_ppo \

@@ -8,6 +8,7 @@ with dicts (as verl-agent's code is organised), all independent of the adapter.
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -375,18 +376,24 @@ def test_rows_that_are_all_single_turn_warn_once_naming_what_to_do():
         run("rllm_gigpo", responses, mask, rewards, index)  # multi-turn rows: no warning
 
 
-def test_verl_check_shows_the_discount_and_step_weight_it_resolved_and_where_they_came_from():
+def test_verl_check_shows_the_discount_and_step_weight_it_resolved_and_where_they_came_from(monkeypatch):
     from rllm_verl.check import verl_check
 
-    multi_turn = "actor_rollout_ref.rollout.multi_turn.enable=true"
-    from_algorithm = verl_check(["algorithm.adv_estimator=rllm_gigpo", "algorithm.gamma=0.9", multi_turn])
+    example = Path(__file__).resolve().parents[2] / "examples" / "verl_multi_turn"
+    monkeypatch.syspath_prepend(str(example))  # the corridor loop's module, as launch.sh's PYTHONPATH has it
+    multi_turn = [
+        "actor_rollout_ref.rollout.multi_turn.enable=true",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={example / 'agent_loops.yaml'}",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=corridor",
+    ]
+    from_algorithm = verl_check(["algorithm.adv_estimator=rllm_gigpo", "algorithm.gamma=0.9", *multi_turn])
     assert "gamma=0.9 (from algorithm.gamma), step_advantage_w=1.0 (from the default)" in str(from_algorithm)
     assert not from_algorithm.warnings
     overridden = verl_check(
         [
             "algorithm.adv_estimator=rllm_gigpo",
             "algorithm.gamma=0.9",
-            multi_turn,
+            *multi_turn,
             "+algorithm.rllm_estimator_kwargs.gamma=0.5",
             "+algorithm.rllm_estimator_kwargs.step_advantage_w=0.25",
         ]

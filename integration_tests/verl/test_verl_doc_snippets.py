@@ -108,7 +108,8 @@ def test_the_python_snippet_runs_on_an_rllm_style_batch():
 
 
 @pytest.mark.parametrize("use_v1", ["true", "false"])
-def test_the_recipes_launch_passes_verl_check_on_both_trainers(use_v1):
+def test_the_recipes_launch_passes_verl_check_on_both_trainers(use_v1, monkeypatch):
+    monkeypatch.chdir(ROOT / "examples" / "verl_multi_turn")  # launch.sh runs from its folder: agent_loops.yaml is found there
     script = (ROOT / "examples" / "verl_multi_turn" / "launch.sh").read_text()
     (argv,) = [a for a in commands(script) if a[:3] == ["python", "-m", "verl.trainer.main_ppo"]]
     overrides = [a for a in launch_overrides(argv) if a != "$@"]

@@ -24,7 +24,7 @@ def test_a_field_only_the_trainer_reads_is_kept_and_said_once():
 
 
 def test_an_unknown_rollout_correction_key_is_the_trainers_too():
-    with pytest.warns(TrainerFieldWarning, match=r"rllm\.algorithm\.rollout_correction: tis_floor not read"):
+    with pytest.warns(TrainerFieldWarning, match=r"rllm\.algorithm\.rollout_correction: tis_floor, icepop_beta not read"):
         config = AlgorithmConfig.from_config({"rllm": {"algorithm": {"rollout_correction": {"tis_floor": 0.5, "icepop_beta": 3.0}}}})
     assert config.rollout_correction.extra == {"icepop_beta": 3.0, "tis_floor": 0.5}
 

@@ -1,0 +1,116 @@
+"""``rllm-plugins verl-rehearse``: the example's corridor agent loop on a CPU, its per-turn advantages against GiGPO's formulas."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verl")
+
+from rllm_verl.rehearse import main, rehearse
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "verl_multi_turn"
+AGENT = "actor_rollout_ref.rollout.agent"
+LAUNCH = ["algorithm.adv_estimator=rllm_gigpo", "algorithm.gamma=0.95", "actor_rollout_ref.rollout.n=4"]
+CORRIDOR = [f"{AGENT}.agent_loop_config_path=agent_loops.yaml", f"{AGENT}.default_agent_loop=corridor"]
+PROMPTS = ["walk the corridor", "go to the end"]
+EPS = 1e-6
+
+
+@pytest.fixture
+def in_the_example(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(EXAMPLE)
+
+
+def gigpo(rows, gamma: float, w: float = 1.0) -> list[list[float]]:
+    """GiGPO per turn from the formulas: the score is the last turn's reward; episode GRPO plus w x the turn's
+    discounted return normalised among the turns of its group with the same anchor state (population std)."""
+    by_group = defaultdict(list)
+    for i, row in enumerate(rows):
+        by_group[row.group].append(i)
+    out = {}
+    for members in by_group.values():
+        outcomes = [rows[i].reward for i in members]
+        mean, sd = statistics.fmean(outcomes), statistics.pstdev(outcomes)
+        returns, same_anchor = {}, defaultdict(list)
+        for i in members:
+            turns = rows[i].turns
+            for t in range(turns):
+                returns[(i, t)] = rows[i].reward * gamma ** (turns - 1 - t)
+                same_anchor[rows[i].anchors[t]].append(returns[(i, t)])
+        for i in members:
+            values = []
+            for t in range(rows[i].turns):
+                peers = same_anchor[rows[i].anchors[t]]
+                relative = 0.0 if len(peers) == 1 else (returns[(i, t)] - statistics.fmean(peers)) / (statistics.pstdev(peers) + EPS)
+                values.append((rows[i].reward - mean) / (sd + EPS) + w * relative)
+            out[i] = values
+    return [out[i] for i in range(len(rows))]
+
+
+def test_the_corridor_loops_per_turn_advantages_are_gigpos(in_the_example):
+    rehearsal = rehearse([*LAUNCH, *CORRIDOR], PROMPTS, ["+", "-", "++"], seed=0)
+    rows = rehearsal.rows
+    assert (rehearsal.agent_loop, rehearsal.target, rehearsal.adv_estimator) == ("corridor", "anchored_agent_loop.CorridorAgentLoop", "rllm_gigpo")
+    assert [row.group for row in rows] == [0] * 4 + [1] * 4
+    assert all(row.anchors[0] == "cell 0" and len(row.anchors) == row.turns for row in rows)
+    assert max(row.turns for row in rows) > 1 and len({row.reward for row in rows}) == 2, "the rehearsal must show turns and a success"
+    for row, want in zip(rows, gigpo(rows, gamma=0.95), strict=True):
+        assert row.advantages == pytest.approx(want, abs=1e-4)
+
+
+def test_another_seed_draws_other_replies(in_the_example):
+    first = rehearse([*LAUNCH, *CORRIDOR], PROMPTS, ["+", "-", "++"], seed=0)
+    again = rehearse([*LAUNCH, *CORRIDOR], PROMPTS, ["+", "-", "++"], seed=0)
+    other = rehearse([*LAUNCH, *CORRIDOR], PROMPTS, ["+", "-", "++"], seed=1)
+    assert first.rows == again.rows and [r.anchors for r in first.rows] != [r.anchors for r in other.rows]
+
+
+def test_the_command_prints_turns_anchors_and_advantages(in_the_example, capsys):
+    argv = [*LAUNCH, "--agent-loop-config", "agent_loops.yaml", "--name", "corridor", "--prompt", PROMPTS[0], "--replies", "+,-,++"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out.splitlines()
+    rows = rehearse([*LAUNCH, *CORRIDOR], PROMPTS[:1], ["+", "-", "++"], seed=0).rows
+    assert printed[0] == "agent loop 'corridor' (anchored_agent_loop.CorridorAgentLoop) against a scripted server (replies '+', '-', '++', seed 0)"
+    assert printed[1] == "1 prompt(s) x 4 rollouts; rllm_gigpo through verl's compute_advantage"
+    for i, (line, row) in enumerate(zip(printed[3:7], rows, strict=True)):
+        *columns, turns = line.split(maxsplit=4)
+        assert columns == [str(i), "0", f"{row.reward:.3f}", str(row.turns)]
+        assert turns == " | ".join(f"{a} -> {v:+.4f}" for a, v in zip(row.anchors, row.advantages, strict=True))
+    assert printed[7] == f"turns per row: min {min(r.turns for r in rows)}, max {max(r.turns for r in rows)}"
+
+
+def test_a_mistake_in_the_agent_loop_config_is_named_and_exits_1(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main([*LAUNCH, "--agent-loop-config", "agent_loops.yaml", "--name", "corridor", "--prompt", "walk"]) == 1
+    assert "agent_loop_config_path='agent_loops.yaml': no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("prompts, replies, said", [([], ["+"], "at least one prompt"), (["walk"], [""], "the scripted model's replies")])
+def test_no_prompt_or_no_reply_is_refused(in_the_example, prompts, replies, said):
+    with pytest.raises(ValueError, match=said):
+        rehearse([*LAUNCH, *CORRIDOR], prompts, replies)
+
+
+def test_the_documented_command_prints_what_docs_verl_md_shows(in_the_example, capsys):
+    import re
+    import shlex
+
+    section = (EXAMPLE.parents[1] / "docs" / "verl.md").read_text().split("### Rehearse an agent loop on a CPU", 1)[1].split("\n## ", 1)[0]
+    command, shown = re.findall(r"```bash\n(.*?)```\n\n```\n(.*?)```", section, re.S)[0]
+    argv = shlex.split(command.replace("\\\n", " "))
+    assert argv[:2] == ["rllm-plugins", "verl-rehearse"]
+    assert main(argv[2:]) == 0
+    assert capsys.readouterr().out == shown
+
+
+def test_the_command_is_contributed_to_rllm_plugins():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "rllm_plugins", "verl-rehearse", "--help"], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage: rllm-plugins verl-rehearse" in done.stdout and "--agent-loop-config" in done.stdout
