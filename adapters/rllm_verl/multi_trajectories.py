@@ -95,6 +95,7 @@ def _session_steps(name: str, where: str, data: Any, sessions: Sessions, options
     import numpy as np
     import torch
 
+    from rllm_plugins.needs import needs_of
     from rllm_plugins.registry import get_estimator
 
     from .bridge import group_rows
@@ -116,7 +117,7 @@ def _session_steps(name: str, where: str, data: Any, sessions: Sessions, options
     responses = data.batch["responses"] if "responses" in tensors else None
     prompts = data.batch["prompts"] if "prompts" in tensors else None
     sources = StepSources()
-    if get_estimator(name).spec.needs_anchors:
+    if needs_of(get_estimator(name).spec, options).anchors:
         sources = step_sources(uids, rewards.shape[-1], where, responses, data.non_tensor_batch, prompts)
     with torch.no_grad():
         out = compute_rllm_step_advantage(name, where, rewards, mask, uids, episodes, options, config, dtype, sources)
