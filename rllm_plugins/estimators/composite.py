@@ -144,7 +144,7 @@ def composite(
     Called with ``state`` (a stateful term: :func:`composite_needs`), returns ``(advantages, new_state)``.
     """
     parsed = composite_terms(terms)
-    out = np.zeros(batch.num_steps)
+    out: np.ndarray | None = None
     new_states: dict[str, Any] = {}
     shared = {"norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo, "algorithm_config": algorithm_config, "traj_groups": traj_groups}
     for k, (name, weight, options) in enumerate(parsed):
@@ -174,7 +174,13 @@ def composite(
         expected, unit = (batch.num_steps, "steps") if stepped else (batch.num_trajectories, "trajectories")
         if advantages.size != expected:
             raise ValueError(f"{who} returned {advantages.size} advantages for {expected} {unit}")
-        out += weight * (advantages if stepped else batch.steps.expand(advantages))
+        if weight != 1.0:  # on the trajectories before the broadcast, for an outcome term
+            advantages = advantages * weight
+        per_step = advantages if stepped else batch.steps.expand(advantages)
+        if out is None:
+            out = np.array(per_step, dtype=np.float64)  # a copy: the term's output stays its own
+        else:
+            out += per_step
     return out if state is None else (out, {"terms": new_states})
 
 
