@@ -233,3 +233,24 @@ def test_a_failed_call_leaves_the_composite_state_as_it_was():
         collect_reward_and_advantage_from_trajectory_groups(bad, config)
     assert config.estimator_state.state_dict() == before
     assert np.isfinite(before["estimators"]["composite"]["solver"]["terms"]["0:rae"]["baseline"])
+
+
+@pytest.mark.parametrize(
+    "terms",
+    [
+        [["gigpo", 1.0, {"gamma": 0.9}], ["grpo", 2.0]],
+        [["opo", 1.0], ["verl_reinforce_plus_plus_baseline", 0.5]],
+        [["rae", 1.0, {"key_by": "task"}], ["minus_length_weighted_mean", 2.0], ["gigpo", 1.0]],
+    ],
+)
+def test_the_contract_check_calls_composite_with_what_its_terms_need(terms):
+    from rllm_plugins.testing import check_estimator
+
+    report = check_estimator("composite", options={"terms": terms})
+    assert report.ok, str(report)
+    assert all(v == "pass" or v.startswith("skipped") for v in report.verdicts.values())
+
+
+def test_a_weight_beyond_the_float_range_is_a_value_error_naming_the_term():
+    with pytest.raises(ValueError, match=r"term 0 \('grpo'\): the weight must be a finite number, got int 1000"):
+        calculate_composite_advantages([[1.0, 0.0]], [[[1.0], [0.0]]], terms=[["grpo", 10**400]])
