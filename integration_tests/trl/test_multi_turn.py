@@ -24,6 +24,7 @@ from datasets import Dataset
 from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer
 from rllm_trl.turn_advantages import local_turns, row_turns, spread_local, step_advantages
 
+from rllm_plugins.registry import available_estimators, get_estimator_spec
 from rllm_plugins.tiny import build_tiny_model
 
 MAX_TURNS = 3
@@ -662,3 +663,34 @@ def test_a_length_weighted_composite_term_gets_the_completion_lengths():
             assert result.values[result.offsets[i] : result.offsets[i + 1]] == pytest.approx(rewards[i] - (r * n).sum() / n.sum(), abs=1e-12)
     with pytest.raises(ValueError, match="reads the completion lengths, and none were given"):
         step_advantages(rows, rewards, 4, "composite", {"terms": [["opo", 1.0]]})
+
+
+ONE_TERM_OPTIONS = {"pkpo": {"k": 2}, "passk_training": {"k": 2}, "rae": {"decay": 0.5, "key_by": "task"}, "gigpo": {"gamma": 0.9}}
+
+
+@pytest.mark.parametrize("name", sorted(n for n in available_estimators() if n != "composite"))
+def test_a_one_term_composite_is_the_term_alone_on_the_gathered_rows(name):
+    """For every registered estimator: composite([[e, 1.0, opts]]) on the turn path gives what e gives alone (an outcome-level
+    one on TRL's outcome path, broadcast to the row's turns), lengths and state included."""
+    from rllm_trl.advantages import compute_advantages, prepare_batch
+
+    from rllm_plugins.state import EstimatorState
+
+    rows = functional_rows(6)
+    rewards = torch.tensor([[1.0], [0.0], [0.5], [0.0], [1.0], [1.0], [0.0], [0.25]])
+    tasks = ["p", "p", "p", "p", "q", "q", "q", "q"]
+    batch = prepare_batch(rewards, torch.ones(1), 4, lengths=torch.arange(1, 9), task_ids=tasks)
+    options = ONE_TERM_OPTIONS.get(name, {})
+    norm = {"norm_adv_by_std_in_grpo": True}
+    inside_state, alone_state = EstimatorState(), EstimatorState()
+    inside = step_advantages(
+        rows, batch.rewards, 4, "composite", {"terms": [[name, 1.0, options]], **norm}, lengths=batch.lengths, task_ids=batch.task_ids, state=inside_state
+    )
+    if get_estimator_spec(name).level == "step":
+        alone = step_advantages(rows, batch.rewards, 4, name, {**options, **norm}).values
+    else:
+        per_row = compute_advantages(batch, name, estimator_kwargs=options, state=alone_state)
+        alone = np.repeat(per_row, np.diff(inside.offsets))
+    np.testing.assert_allclose(inside.values, alone, rtol=1e-12, atol=1e-12)
+    if get_estimator_spec(name).stateful:
+        assert inside_state.get("composite", "all_groups") == {"terms": {f"0:{name}": alone_state.get(name, "all_groups")}}

@@ -18,6 +18,8 @@ from omegaconf import OmegaConf
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
+from rllm_plugins.registry import available_estimators
+
 EPS = 1e-6
 
 
@@ -504,3 +506,22 @@ def test_verl_check_refuses_a_composite_term_whose_k_reaches_the_group_size():
     )
     assert not report.ok and "term 1 ('pkpo'): estimator 'pkpo': k=4 is not below the group size 4" in str(report)
     assert verl_check(["algorithm.adv_estimator=rllm_composite", "+algorithm.rllm_estimator_kwargs.terms=[[gigpo,1.0],[grpo,2.0]]"]).ok
+
+
+ONE_TERM_OPTIONS = {"pkpo": {"k": 2}, "passk_training": {"k": 2}, "rae": {"decay": 0.5}, "gigpo": {"gamma": 0.9}}
+
+
+@pytest.mark.parametrize("name", sorted(n for n in available_estimators() if n != "composite"))
+def test_a_one_term_rllm_composite_is_rllm_term_alone(name):
+    """For every registered estimator: rllm_composite([[e, 1.0, opts]]) gives what rllm_<e> gives with opts, on multi-turn rows."""
+    from rllm_verl.estimator_state import verl_estimator_state
+
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(3))
+    options = ONE_TERM_OPTIONS.get(name, {})
+    verl_estimator_state().clear()
+    try:
+        alone, _ = run(f"rllm_{name}", responses, mask, rewards, index, rllm_estimator_kwargs=options)
+        inside, _ = run("rllm_composite", responses, mask, rewards, index, rllm_estimator_kwargs={"terms": [[name, 1.0, options]]})
+    finally:
+        verl_estimator_state().clear()
+    assert inside.numpy() == pytest.approx(alone.numpy(), rel=1e-6, abs=1e-6)
