@@ -22,10 +22,12 @@ def test_the_benchmark_reports_composite_against_its_terms_with_the_targets_boun
 
 
 def test_the_readme_and_benchmarks_page_rows_state_that_target():
-    for page in ("README.md", "docs/benchmarks.md"):
-        rows = [line for line in (ROOT / page).read_text().splitlines() if line.startswith("| step level: `composite`") and "called alone" in line]
+    for page in ("README.md", "docs/benchmarks.md", "docs/turn_level.md"):
+        rows = [line for line in (ROOT / page).read_text().splitlines() if re.match(r"\| (step level: )?`composite`", line) and "called alone" in line]
         assert len(rows) == 1, page
         assert "`gigpo` + 2 `grpo`" in rows[0] and f"≤ {TARGET_COMPOSITE:g}x" in rows[0], rows[0]
         measured = [float(x) for x in re.findall(r"(\d+\.\d+)x", rows[0].split("|")[2])]
-        verdict = "met" if max(measured) <= TARGET_COMPOSITE else "MISSED"
-        assert verdict in rows[0].split("|")[3], rows[0]
+        met = max(measured) <= TARGET_COMPOSITE
+        if page != "docs/turn_level.md":  # its table has no verdict column
+            assert ("met" if met else "MISSED") in rows[0].split("|")[3], rows[0]
+        assert met or "MISSED" in rows[0], rows[0]
