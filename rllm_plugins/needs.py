@@ -9,7 +9,9 @@ options it will call the estimator with, and hands over what the answer names:
 - ``lengths``: each trajectory's response tokens, ``(N,)`` float64 (``lengths=`` for an outcome-level form,
   :attr:`~rllm_plugins.steps.StepBatch.lengths` for a step-level one);
 - ``state``: the estimator's state across calls; the form then takes ``state`` (and ``task_ids``) and
-  returns ``(result, new_state)`` (:mod:`.state`).
+  returns ``(result, new_state)`` (:mod:`.state`);
+- ``values``: a critic's value per step, for a spec that declares ``needs_values`` (read here by name, so
+  that a ``composite`` of a value-based term declares it too; the paths supply the values).
 """
 
 from __future__ import annotations
@@ -30,19 +32,21 @@ class Needs:
     anchors: bool = False
     lengths: bool = False
     state: bool = False
+    values: bool = False
 
     def __or__(self, other: Needs) -> Needs:
-        return Needs(self.anchors or other.anchors, self.lengths or other.lengths, self.state or other.state)
+        return Needs(self.anchors or other.anchors, self.lengths or other.lengths, self.state or other.state, self.values or other.values)
 
 
 def needs_of(spec: Any, options: Mapping[str, Any] | None = None) -> Needs:
     """What ``spec`` (an :class:`~rllm_plugins.spec.AdvEstimatorSpec`) reads when called with ``options``.
 
-    Its declared flags (``needs_anchors``, ``stateful``, a form naming ``lengths``), joined with what its
+    Its declared flags (``needs_anchors``, ``stateful``, ``needs_values``, a form naming ``lengths``), joined with what its
     ``needs_for(options)`` says; a ``ValueError`` of ``needs_for`` (bad options) propagates.
     """
     form = spec.batched if spec.batched is not None else spec.fn
-    declared = Needs(anchors=spec.needs_anchors, lengths="lengths" in accepted_keywords(form)[0], state=spec.stateful)
+    lengths = "lengths" in accepted_keywords(form)[0]
+    declared = Needs(anchors=spec.needs_anchors, lengths=lengths, state=spec.stateful, values=bool(getattr(spec, "needs_values", False)))
     if spec.needs_for is None:
         return declared
     extra = spec.needs_for(dict(options or {}))

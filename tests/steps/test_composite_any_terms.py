@@ -254,3 +254,18 @@ def test_the_contract_check_calls_composite_with_what_its_terms_need(terms):
 def test_a_weight_beyond_the_float_range_is_a_value_error_naming_the_term():
     with pytest.raises(ValueError, match=r"term 0 \('grpo'\): the weight must be a finite number, got int 1000"):
         calculate_composite_advantages([[1.0, 0.0]], [[[1.0], [0.0]]], terms=[["grpo", 10**400]])
+
+
+def test_a_spec_that_declares_needs_values_needs_values_and_so_does_a_composite_of_it(monkeypatch):
+    import importlib
+    from types import SimpleNamespace
+
+    from rllm_plugins.needs import Needs, needs_of
+
+    composite_module = importlib.import_module("rllm_plugins.estimators.composite")  # the module, not the function of that name
+
+    valued = SimpleNamespace(name="valued", batched=lambda batch, /, **_: None, fn=None, needs_anchors=False, stateful=False, needs_for=None, needs_values=True)
+    assert needs_of(valued) == Needs(values=True)
+    monkeypatch.setattr(composite_module, "composite_terms", lambda terms: [("valued", 1.0, {}), ("grpo", 1.0, {})])
+    monkeypatch.setattr(composite_module, "get_estimator_spec", lambda name: valued if name == "valued" else get_estimator_spec(name))
+    assert composite_module.composite_needs({"terms": "given"}) == Needs(values=True)
