@@ -7,7 +7,8 @@
   Both include building anchor ids from hashable states (the loop: its dicts; ours: ``anchor_ids``).
 - **catalogue**: the step-level built-ins' batched forms on one prebuilt :class:`~rllm_plugins.steps.batch.StepBatch`
   (anchor ids included), each against ``gigpo``: ``turn_grpo``, ``step_reinforce``, ``composite`` of batched
-  terms; and ``gigpo(anchor_similarity=0.95)`` on text observations (pairwise ``SequenceMatcher`` comparisons).
+  terms; and ``gigpo(anchor_similarity=0.95)`` on text observations (pairwise ``SequenceMatcher`` comparisons);
+  ``composite`` of ``gigpo`` and ``grpo`` against the two terms called alone (its own overhead).
 - **collector**: ``collect_reward_and_advantage_from_trajectory_groups`` with ``gigpo`` on
   ``Trajectory``/``Step`` objects, per step.
 - **verl**: ``compute_advantage`` with ``rllm_gigpo`` vs ``rllm_grpo`` on one multi-turn CPU
@@ -38,6 +39,7 @@ TARGET_VS_LOOP = 20.0
 TARGET_VERL_VS_GRPO = 3.0
 TARGET_VERL_MEMORY = 2.0
 TARGET_VS_GIGPO = 1.5
+TARGET_COMPOSITE = 1.3  # composite vs the sum of its terms' own calls
 EPS = 1e-6
 
 
@@ -173,6 +175,32 @@ def _catalogue(report: Report, batch: Any, quick: bool) -> None:
     for name in ("turn_grpo (ended='absorbing')", "composite (0.5 grpo + 0.5 turn_grpo)"):
         ratio = times[name] / times["gigpo"]
         report.targets.append(Target(f"{name} vs gigpo", format_ratio(ratio), f"≤ {TARGET_VS_GIGPO:g}x", ratio <= TARGET_VS_GIGPO))
+    _composite_overhead(report, batch, quick)
+
+
+COMPOSITE_VS_TERMS = "composite (gigpo + grpo) vs gigpo + grpo called alone"
+
+
+def _composite_overhead(report: Report, batch: Any, quick: bool) -> None:
+    """``composite`` of an anchored term and an outcome term against the sum of the terms' own calls on the same batch."""
+    from rllm_plugins.estimators import composite, gigpo, grpo
+
+    terms = [["gigpo", 1.0, {"gamma": 0.95}], ["grpo", 2.0]]
+    impls = {
+        "gigpo": lambda: gigpo(batch, gamma=0.95),
+        "grpo (outcome level, on the trajectories)": lambda: grpo(batch.outcomes, batch.traj_offsets),
+        "composite (gigpo + 2 grpo)": lambda: composite(batch, terms=terms),
+    }
+    expected = gigpo(batch, gamma=0.95) + 2.0 * batch.steps.expand(grpo(batch.outcomes, batch.traj_offsets))
+    assert np.array_equal(composite(batch, terms=terms), expected), "composite and the sum of its terms disagree"
+    times = measure_interleaved(impls, 1 if quick else 3, 0.0 if quick else 2.0, 1 if quick else 5)
+    terms_alone = times["gigpo"] + times["grpo (outcome level, on the trajectories)"]
+    table = Table(f"composite: an anchored and an outcome term on one StepBatch ({batch.num_steps:,} steps)", ["call", "time", "vs the terms alone"])
+    for name in impls:
+        table.add(name, format_time(times[name]), format_ratio(times[name] / terms_alone))
+    report.tables.append(table)
+    ratio = times["composite (gigpo + 2 grpo)"] / terms_alone
+    report.targets.append(Target(COMPOSITE_VS_TERMS, format_ratio(ratio), f"≤ {TARGET_COMPOSITE:g}x", ratio <= TARGET_COMPOSITE))
 
 
 def make_text_steps(groups: int, per_group: int, max_steps: int, seed: int = 0) -> tuple[np.ndarray, list[list[float]], list[list[str]]]:

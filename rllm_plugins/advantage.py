@@ -22,6 +22,7 @@ import numpy as np
 
 from .calling import as_finite_real, describe
 from .config import PER_STEP_DEPRECATION, AlgorithmConfig
+from .needs import needs_of
 from .options import check_estimator_kwargs, spec_options
 from .outputs import as_advantages, as_groups
 from .registry import get_estimator, prepare_adv_estimator_input
@@ -230,24 +231,36 @@ def _call_estimator(
 
 
 def _call_step_estimator(
-    role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator
+    role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator, new_states: dict[tuple[str, str], dict[str, Any]]
 ) -> tuple[list[list[np.ndarray]], dict[str, float]]:
-    """Run the role's step-level estimator (``name``, resolved): per group, per trajectory, one advantage per step; and anchor metrics."""
+    """Run the role's step-level estimator (``name``, resolved): per group, per trajectory, one advantage per step; and anchor metrics.
+
+    It gets what it needs with the config's options (:func:`.needs.needs_of`): anchor states, lengths, its state
+    (whose update goes into ``new_states``).
+    """
     who = f"step-level estimator {name!r} ({estimator.provider}) for role {role!r}"
     if config.multi_objective_aggregation == "normalize_then_sum":
         raise ValueError(
             f"{who}: multi_objective_aggregation='normalize_then_sum' combines outcome advantages and has no per-step form; "
             "use 'sum_then_normalize' (the step-level estimator then reads the weighted sum as the outcome)"
         )
+    needs = needs_of(estimator.spec, config.estimator_kwargs)
     steps = step_batch_from_groups(
         batch.groups,
         batch.rewards,
         lambda g, i: _where(role, batch.indices[g], batch.groups[g], i),
-        with_anchors=estimator.spec.needs_anchors,
+        with_anchors=needs.anchors,
         who=who,
+        with_lengths=needs.lengths,
     )
     kwargs = {**config.estimator_kwargs, "algorithm_config": config, "traj_groups": batch.groups, "norm_adv_by_std_in_grpo": config.norm_adv_by_std_in_grpo}
-    advantages = as_advantages(call_with_accepted_kwargs(estimator.batched_form, steps, **kwargs), who)
+    if needs.state:  # a composite with a stateful term: the state is the composite's, per role
+        kwargs["task_ids"] = np.array([group.task_id for group in batch.groups for _ in group.trajectories], dtype=object)
+        form = functools.partial(call_with_accepted_kwargs, estimator.batched_form)
+        result, new_states[(estimator.spec.name, role)] = call_stateful(form, config.estimator_state.get(estimator.spec.name, role), who, steps, **kwargs)
+    else:
+        result = call_with_accepted_kwargs(estimator.batched_form, steps, **kwargs)
+    advantages = as_advantages(result, who)
     if advantages.size != steps.num_steps:
         raise ValueError(f"{who} returned {advantages.size} advantages for {steps.num_steps} steps")
     if not np.isfinite(advantages).all():
@@ -371,7 +384,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
 
             warnings.warn(f"role {role!r}, estimator {estimator.spec.name!r} (outcome-level): {PER_STEP_DEPRECATION}", DeprecationWarning, stacklevel=2)
         if estimator.spec.level == "step":
-            by_group, anchor_metrics = _call_step_estimator(role, batch, algorithm_config, name, estimator)
+            by_group, anchor_metrics = _call_step_estimator(role, batch, algorithm_config, name, estimator, new_states)
             step_metrics.update(anchor_metrics)
             for group, per_traj in zip(batch.groups, by_group, strict=True):
                 step_writes.append((group, per_traj))

@@ -245,6 +245,9 @@ class AdvEstimatorSpec:
 
     ``stateful=True`` declares an estimator with memory across calls (a running baseline): its
     forms take ``state`` and return ``(result, new_state)`` (:mod:`.state`); outcome level only.
+
+    ``needs_for(options) -> Needs``, when given, says what the estimator reads beyond its declared flags
+    with these options (``composite``: what its terms need); every path asks :func:`.needs.needs_of`.
     """
 
     name: str
@@ -259,6 +262,7 @@ class AdvEstimatorSpec:
     needs_anchors: bool = False
     check_options: Callable[[Mapping[str, Any]], object] | None = field(default=None, compare=False)
     stateful: bool = False
+    needs_for: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False)
     list_form: ListEstimator = field(init=False, repr=False, compare=False)
     batched_form: BatchedEstimator = field(init=False, repr=False, compare=False)
 
@@ -280,6 +284,8 @@ class AdvEstimatorSpec:
             raise TypeError(f"estimator {self.name!r}: check_group_size must be callable, got {type(self.check_group_size).__name__}")
         if self.check_options is not None and not callable(self.check_options):
             raise TypeError(f"estimator {self.name!r}: check_options must be callable, got {type(self.check_options).__name__}")
+        if self.needs_for is not None and not callable(self.needs_for):
+            raise TypeError(f"estimator {self.name!r}: needs_for must be callable, got {type(self.needs_for).__name__}")
         for flag in ("group_order_invariant", "needs_anchors"):
             value = getattr(self, flag)
             if not isinstance(value, (bool, np.bool_)):

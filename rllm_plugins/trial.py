@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .calling import call_with_accepted_kwargs
+from .needs import needs_of
 from .outputs import as_advantages
 from .steps.batch import StepBatch
 
@@ -57,8 +59,15 @@ def trial_run(name: str, estimator: Estimator, options: Mapping[str, Any], *, no
     who = f"{where}: estimator {name!r} ({estimator.provider}) failed a trial on two tiny groups"
     try:
         if spec.level == "step":
-            batch = _tiny_step_batch(spec.needs_anchors)
-            out = as_advantages(call_with_accepted_kwargs(estimator.batched_form, batch, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, **options), who)
+            needs = needs_of(spec, options)
+            batch = _tiny_step_batch(needs.anchors)
+            kwargs = {**options, "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo}
+            if needs.lengths:
+                batch = replace(batch, lengths=np.array([3.0, 5.0, 2.0, 4.0]))
+            if needs.state:  # from a fresh state, as on a run's first step; the new state is dropped
+                kwargs.update(state={}, task_ids=np.array(["p", "p", "q", "q"], dtype=object))
+            out = call_with_accepted_kwargs(estimator.batched_form, batch, **kwargs)
+            out = as_advantages(out[0] if needs.state else out, who)
             expected = batch.num_steps
         else:
             values, offsets, lengths = np.array([1.0, 0.0, 0.5, 0.25]), np.array([0, 2, 4]), np.array([3.0, 5.0, 2.0, 4.0])

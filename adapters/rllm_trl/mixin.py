@@ -31,6 +31,7 @@ from accelerate.utils import gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
+from rllm_plugins.needs import needs_of
 from rllm_plugins.state import EstimatorState
 
 from .advantages import RewardBatch, compute_advantages, compute_metrics, prepare_batch, role_name
@@ -102,7 +103,7 @@ class RLLMAdvantageMixin:
         self._rllm_multi_turn_path = multi_turn_path(self)
         if getattr(self, "rollout_func", None) is not None:  # its keys and env_mask checked before TRL reads them
             self.rollout_func = checked_rollout_func(self.rollout_func, step_level=settings.step_level)
-        self._rllm_stateful = any(estimator.spec.stateful for estimator in settings.selected.values())
+        self._rllm_stateful = any(needs_of(estimator.spec, settings.estimator_kwargs).state for estimator in settings.selected.values())
         self.estimator_state = EstimatorState()  # stateful estimators' state: the same on every process
         logger.info("%s: %s", type(self).__name__, self.advantage_settings.describe())
 
@@ -181,7 +182,7 @@ class RLLMAdvantageMixin:
         completion_mask = output["completion_mask"].detach().cpu().numpy()
         tool_mask = output.get("tool_mask")
         turns = local_turns(completion_mask, None if tool_mask is None else tool_mask.detach().cpu().numpy())
-        with_anchors = settings.selected[settings.estimator].spec.needs_anchors
+        with_anchors = needs_of(settings.selected[settings.estimator].spec, settings.estimator_kwargs).anchors
         local = row_turns(
             output["completion_ids"].detach().cpu().numpy(),
             completion_mask,
@@ -194,7 +195,18 @@ class RLLMAdvantageMixin:
         rows = gather_object(local)  # every process needs the turns (and anchor states) of the rows of its groups
         batch = without_rows(batch, np.array([row.idle for row in rows], dtype=bool))  # no model token: nothing to train
         options = {**settings.estimator_kwargs, "norm_adv_by_std_in_grpo": settings.norm_adv_by_std_in_grpo}
-        result = step_advantages(rows, batch.rewards, batch.num_generations, settings.estimator, options)
+        state = self.estimator_state if mode == "train" else EstimatorState.from_json(self.estimator_state.to_json())  # eval: a copy
+        result = step_advantages(
+            rows,
+            batch.rewards,
+            batch.num_generations,
+            settings.estimator,
+            options,
+            lengths=batch.lengths,
+            task_ids=batch.task_ids,
+            state=state,
+            roles=batch.roles,
+        )
         device = output["advantages"].device
         start = self.accelerator.process_index * completion_mask.shape[0]
         if not self._rllm_turn_sources_logged and self.accelerator.is_main_process:

@@ -29,6 +29,7 @@ per-turn advantages of the gathered batch identically everywhere.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -36,16 +37,18 @@ from typing import Any
 import numpy as np
 
 from rllm_plugins.advantage import compute_role_metrics
-from rllm_plugins.calling import as_finite_real, describe
+from rllm_plugins.calling import as_finite_real, call_with_accepted_kwargs, describe
+from rllm_plugins.needs import needs_of
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
+from rllm_plugins.state import EstimatorState, call_stateful
 from rllm_plugins.steps import StepBatch
 from rllm_plugins.steps.anchors import anchor_ids
 from rllm_plugins.steps.diagnostics import turn_metrics
 from rllm_plugins.steps.turns import PROMPT_ANCHOR, Turns, find_turns, spread_to_tokens, turn_anchor_states
 
-from .advantages import RewardBatch
+from .advantages import DEFAULT_ROLE, RewardBatch
 
 __all__ = [
     "ANCHOR_STATES_KEY",
@@ -200,14 +203,23 @@ def step_advantages(
     num_generations: int,
     estimator_name: str,
     options: Mapping[str, Any],
+    *,
+    lengths: np.ndarray | None = None,
+    task_ids: np.ndarray | None = None,
+    state: EstimatorState | None = None,
+    roles: Sequence[str] = (DEFAULT_ROLE,),
 ) -> StepAdvantages:
     """Run step-level estimator ``estimator_name`` on the gathered rows (``rewards`` ``(N,)`` float64, NaN: unscorable).
 
     Unscorable rows (NaN reward) and idle rows (tokens but no model token) get 0 and stay out of the
     statistics. Raises ``ValueError`` naming the completion, its group and the turn for an override
-    with the wrong number of turns or a bad value, and a non-finite advantage.
+    with the wrong number of turns or a bad value, and a non-finite advantage. The estimator gets what it
+    needs with ``options`` (:func:`rllm_plugins.needs.needs_of`): anchor states, ``lengths`` ``(N,)`` (the
+    completion lengths, as an outcome-level estimator gets them), and its state in ``state`` under the batch's
+    one role of ``roles`` (with ``task_ids`` ``(N,)``), updated once the call succeeded.
     """
     estimator = get_estimator(estimator_name)
+    needs = needs_of(estimator.spec, options)
     who = f"step-level estimator {estimator_name!r} ({estimator.provider})"
     G = num_generations  # noqa: N806 - the paper's name
     if len(rows) != rewards.size:
@@ -228,7 +240,7 @@ def step_advantages(
     np.cumsum(kept_counts, out=step_offsets[1:])
     traj_offsets = np.concatenate([[0], np.cumsum(scorable.reshape(-1, G).sum(axis=1), dtype=np.int64)])
     anchors, states = None, None
-    if estimator.spec.needs_anchors:
+    if needs.anchors:
         states = list[Hashable]()
         for i, row in enumerate(rows):
             if not scorable[i]:
@@ -245,8 +257,23 @@ def step_advantages(
 
         group_index = np.repeat(np.arange(traj_offsets.size - 1), np.diff(step_offsets[traj_offsets])).tolist()
         anchors = anchor_ids(states, group_index, where)
-    batch = StepBatch(rewards[scorable], traj_offsets, step_rewards[keep], step_offsets, anchors, states)
-    values = as_advantages(estimator.batched_form(batch, **options), who)
+    if needs.lengths and lengths is None:
+        raise ValueError(f"{who} reads the completion lengths, and none were given")
+    batch = StepBatch(rewards[scorable], traj_offsets, step_rewards[keep], step_offsets, anchors, states, lengths[scorable] if needs.lengths else None)
+    new_state = None
+    if needs.state:
+        if len(roles) != 1:
+            raise ValueError(
+                f"{who} keeps a state per role, and this batch holds the roles {list(roles)} in one call of the step-level path: "
+                "drop role_column, or the stateful term"
+            )
+        form = functools.partial(call_with_accepted_kwargs, estimator.batched_form)
+        current = state.get(estimator.spec.name, roles[0]) if state is not None else {}
+        ids = None if task_ids is None else task_ids[scorable]
+        result, new_state = call_stateful(form, current, who, batch, task_ids=ids, **options)
+    else:
+        result = estimator.batched_form(batch, **options)
+    values = as_advantages(result, who)
     if values.size != batch.num_steps:
         raise ValueError(f"{who} returned {values.size} advantages for {batch.num_steps} turns")
     per_turn = np.zeros(step_rewards.size)
@@ -256,6 +283,8 @@ def step_advantages(
         s = int(np.flatnonzero(~np.isfinite(per_turn))[0])
         i = int(np.searchsorted(offsets, s, side="right") - 1)
         raise ValueError(f"{who} gave advantage {per_turn[s]} to {_where(i, G)}, turn {s - int(offsets[i])}; advantages must be finite")
+    if new_state is not None and state is not None:  # every check passed
+        state.commit({(estimator.spec.name, roles[0]): new_state})
     return StepAdvantages(per_turn, offsets, anchors, step_rewards, scorable)
 
 

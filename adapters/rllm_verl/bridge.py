@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from rllm_plugins.aggregation import aggregate_advantages
+from rllm_plugins.needs import needs_of
 from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import Estimator, get_estimator
@@ -31,7 +32,7 @@ from rllm_plugins.spec import AdvEstimatorSpec, accepted_keywords
 from rllm_plugins.state import call_stateful
 from rllm_plugins.steps.anchors import is_hashable
 
-from .estimator_state import verl_estimator_state
+from .estimator_state import VERL_ROLE, verl_estimator_state
 from .multi_objective import reward_key_options, reward_table
 from .reward_keys import current_non_tensor_batch, current_tensor
 from .step_bridge import Episodes, StepSources, compute_rllm_step_advantage, step_sources
@@ -50,7 +51,6 @@ __all__ = [
 ]
 
 ESTIMATOR_KWARGS_KEY = "rllm_estimator_kwargs"
-VERL_ROLE = "all_groups"  # the role a stateful estimator's state is kept under (verl's registry path has no roles)
 
 
 def group_rows(index: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
@@ -253,7 +253,8 @@ def compute_rllm_advantage(
         if estimator.spec.level == "step":
             responses = responses if responses is not None else current_tensor(index, "responses")
             batch = non_tensor_batch if non_tensor_batch is not None else current_non_tensor_batch(index)
-            sources = step_sources(index, token_level_rewards.shape[-1], where, responses, batch) if estimator.spec.needs_anchors else StepSources()
+            with_anchors = needs_of(estimator.spec, options).anchors
+            sources = step_sources(index, token_level_rewards.shape[-1], where, responses, batch) if with_anchors else StepSources()
             episodes = Episodes.one_row_each(order, offsets, index.size)
             out = compute_rllm_step_advantage(name, estimator, where, token_level_rewards, response_mask, index, episodes, options, config, dtype, sources)
             return out, out

@@ -213,6 +213,8 @@ def _step_level_lines(estimator: object, options: Mapping[str, object], config: 
 
     from omegaconf import OmegaConf
 
+    from rllm_plugins.needs import needs_of
+
     from .agent_loop_check import agent_loop_turn_warnings
     from .step_bridge import resolve_gamma
 
@@ -231,7 +233,7 @@ def _step_level_lines(estimator: object, options: Mapping[str, object], config: 
             given = option in options
             resolved.append(f"{option}={options[option] if given else defaults[option]} (from {'algorithm.rllm_estimator_kwargs' if given else 'the default'})")
     lines = [f"step level: one advantage per turn (runs of response_mask == 1); {', '.join(resolved) or 'no discount option'}"]
-    if spec.needs_anchors:
+    if needs_of(spec, options).anchors:
         if use_v1:
             where = (
                 "each output's extra_fields['anchor_states'] when the agent loop sets it, else the environment tokens before each turn "

@@ -27,11 +27,12 @@ from rllm_plugins.state import EstimatorState
 
 from .extension import Extension
 
-__all__ = ["CHECKPOINTS", "ENV", "STATE_FILE", "checkpoint_folder", "checkpoint_status", "load_state", "save_state", "verl_estimator_state"]
+__all__ = ["CHECKPOINTS", "ENV", "STATE_FILE", "VERL_ROLE", "checkpoint_folder", "checkpoint_status", "load_state", "save_state", "verl_estimator_state"]
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "rllm_estimator_state.json"
+VERL_ROLE = "all_groups"  # the role a stateful estimator's state is kept under (verl's registry path has no roles)
 ENV = "RLLM_PLUGINS_VERL_ESTIMATOR_STATE"
 _STATE = EstimatorState()
 

@@ -95,6 +95,8 @@ def _session_steps(name: str, estimator: Estimator, where: str, data: Any, sessi
     import numpy as np
     import torch
 
+    from rllm_plugins.needs import needs_of
+
     from .bridge import group_rows
     from .step_bridge import Episodes, StepSources, compute_rllm_step_advantage, step_sources
 
@@ -114,7 +116,7 @@ def _session_steps(name: str, estimator: Estimator, where: str, data: Any, sessi
     responses = data.batch["responses"] if "responses" in tensors else None
     prompts = data.batch["prompts"] if "prompts" in tensors else None
     sources = StepSources()
-    if estimator.spec.needs_anchors:
+    if needs_of(estimator.spec, options).anchors:
         sources = step_sources(uids, rewards.shape[-1], where, responses, data.non_tensor_batch, prompts)
     with torch.no_grad():
         out = compute_rllm_step_advantage(name, estimator, where, rewards, mask, uids, episodes, options, config, dtype, sources)

@@ -17,6 +17,7 @@ from TransferQueue for the keys of the batch ``PPOTrainer._compute_advantage`` i
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -25,14 +26,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from rllm_plugins.calling import call_with_accepted_kwargs
+from rllm_plugins.needs import needs_of
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import Estimator
 from rllm_plugins.segments import offsets_from_sizes
+from rllm_plugins.state import call_stateful
 from rllm_plugins.steps import StepBatch
 from rllm_plugins.steps.anchors import anchor_ids
 from rllm_plugins.steps.diagnostics import turn_metrics
 from rllm_plugins.steps.turns import Turns, find_turns, spread_to_tokens, turn_anchor_states, turn_rewards
 
+from .estimator_state import VERL_ROLE, verl_estimator_state
 from .reward_keys import REWARD_KEYS_ENV, current_gamma
 from .v1_batch import V1_BATCH_ENV, add_turn_metrics, fetch_rows
 
@@ -225,7 +230,8 @@ def compute_rllm_step_advantage(
     np.cumsum(counts, out=row_steps[1:])
     turn_order = np.repeat(turns.row_offsets[:-1][rows] - row_steps[:-1], counts) + np.arange(turns.num_turns)  # turns in episode order
     anchors, ordered_states = None, None
-    if estimator.spec.needs_anchors:
+    needs = needs_of(estimator.spec, options)
+    if needs.anchors:
         states = _anchor_states(where, index, turns, sources.responses, sources.anchor_states)
         if sources.anchor_states is None:
             _anchor_outputs_at_their_prompts(where, index, turns, episodes, sources, states)
@@ -243,10 +249,18 @@ def compute_rllm_step_advantage(
     gamma, _ = resolve_gamma(options, config)
     if gamma is not None and "gamma" not in options:
         options = {**options, "gamma": gamma}
+    lengths = _episode_lengths(mask, episodes) if needs.lengths else None
     batch = StepBatch(
-        row_totals[episodes.final_rows], episodes.traj_offsets, step_rewards[turn_order], row_steps[episodes.row_offsets], anchors, ordered_states
+        row_totals[episodes.final_rows], episodes.traj_offsets, step_rewards[turn_order], row_steps[episodes.row_offsets], anchors, ordered_states, lengths
     )
-    grouped = as_advantages(estimator.batched_form(batch, **options), f"{where}: the estimator ({estimator.provider})")
+    who = f"{where}: the estimator ({estimator.provider})"
+    new_state = None
+    if needs.state:  # a composite with a stateful term: the state is this process's, as for rllm_rae
+        state = verl_estimator_state().get(estimator.spec.name, VERL_ROLE)
+        result, new_state = call_stateful(functools.partial(call_with_accepted_kwargs, estimator.batched_form), state, who, batch, **options)
+    else:
+        result = estimator.batched_form(batch, **options)
+    grouped = as_advantages(result, who)
     if grouped.size != turns.num_turns:
         raise ValueError(f"{where}: the estimator ({estimator.provider}) returned {grouped.size} advantages for {turns.num_turns} turns")
     per_turn = np.empty_like(grouped)
@@ -264,10 +278,19 @@ def compute_rllm_step_advantage(
             f"{where}: advantage {per_turn[j]} of row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])} overflows {dtype} "
             f"(largest {limit:g}), the dtype of token_level_rewards; compute rewards in a wider dtype, or scale them down"
         )
+    if new_state is not None:  # every check passed
+        verl_estimator_state().commit({(estimator.spec.name, VERL_ROLE): new_state})
     episode_steps = row_steps[episodes.row_offsets]  # turn t of an episode: of a session, across its outputs
     add_turn_metrics(lambda: {f"rllm/{k}": v for k, v in turn_metrics(grouped, step_rewards[turn_order], episode_steps).items()})
     spread = spread_to_tokens(per_turn, turns, dtype=np.float64 if dtype == torch.float64 else np.float32)
     return torch.from_numpy(spread).to(device=token_level_rewards.device, dtype=dtype)
+
+
+def _episode_lengths(mask: np.ndarray, episodes: Episodes) -> np.ndarray:
+    """``(N,)`` each episode's response tokens (``response_mask`` summed over its rows; a session's over all its outputs)."""
+    row_lengths = mask.sum(axis=-1, dtype=np.float64)[episodes.rows]
+    episode_of_row = np.repeat(np.arange(episodes.row_offsets.size - 1), np.diff(episodes.row_offsets))
+    return np.bincount(episode_of_row, weights=row_lengths, minlength=episodes.row_offsets.size - 1)
 
 
 def _anchor_outputs_at_their_prompts(where: str, index: np.ndarray, turns: Turns, episodes: Episodes, sources: StepSources, states: list[Hashable]) -> None:

@@ -24,6 +24,7 @@ from datasets import Dataset
 from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer
 from rllm_trl.turn_advantages import local_turns, row_turns, spread_local, step_advantages
 
+from rllm_plugins.registry import available_estimators, get_estimator_spec
 from rllm_plugins.tiny import build_tiny_model
 
 MAX_TURNS = 3
@@ -626,3 +627,88 @@ def test_rollout_output_checks_name_the_row(output, message):
 
     with pytest.raises(ValueError, match=message):
         check_rollout_output(output)
+
+
+def test_a_trainer_with_composite_of_gigpo_and_grpo_trains_on_their_weighted_sum(multi_turn_trainer):
+    terms = [["gigpo", 1.0, {"gamma": 0.9}], ["grpo", 2.0]]
+    trainer = multi_turn_trainer(adv_estimator="composite", adv_estimator_kwargs={"terms": terms}, max_steps=1)
+    trainer.train()
+    for record in trainer.outputs:
+        ids, mask = record["completion_ids"].numpy(), (record["completion_mask"] * record["tool_mask"]).numpy()
+        gigpo, _ = plain_gigpo(ids, mask, record["rewards"].tolist(), 4, 0.9, 1.0)
+        grpo, _ = plain_gigpo(ids, mask, record["rewards"].tolist(), 4, 0.9, 0.0)  # w = 0: the episode's GRPO on every model token
+        np.testing.assert_allclose(record["advantages"].numpy(), gigpo + 2.0 * grpo, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("term", [["pkpo", 1.0, {"k": 4}], ["passk_training", 1.0, {"k": 5}]])
+def test_config_refuses_a_composite_term_whose_k_reaches_num_generations_as_it_refuses_the_term_alone(tmp_path, term):
+    common = {"output_dir": str(tmp_path), "use_cpu": True, "report_to": "none", "num_generations": 4}
+    with pytest.raises(ValueError, match=rf"num_generations=4: estimator '{term[0]}': k={term[2]['k']}"):
+        RLLMGRPOConfig(**common, adv_estimator=term[0], adv_estimator_kwargs=term[2])
+    with pytest.raises(ValueError, match=rf"num_generations=4: estimator 'composite', term 1 \('{term[0]}'\): estimator '{term[0]}': k={term[2]['k']}"):
+        RLLMGRPOConfig(**common, adv_estimator="composite", adv_estimator_kwargs={"terms": [["grpo", 1.0], term]})
+
+
+def functional_rows(seed: int, rows: int = 8):
+    ids, completion, tool = random_batch(np.random.default_rng(seed), rows, 10)
+    turns = local_turns(completion, tool)
+    prompts = np.full((rows, 2), 7)
+    return row_turns(ids, completion, turns, [{}] * rows, with_anchors=True, prompt_ids=prompts, prompt_mask=np.ones_like(prompts))
+
+
+def test_a_stateful_composite_term_keeps_its_running_baseline_in_the_trainers_state():
+    from rllm_plugins.state import EstimatorState
+
+    state, b = EstimatorState(), 0.0
+    for seed in range(3):
+        rows = functional_rows(seed)
+        rewards = np.random.default_rng(10 + seed).choice([0.0, 0.5, 1.0], size=len(rows))
+        result = step_advantages(rows, rewards, 4, "composite", {"terms": [["rae", 1.0, {"decay": 0.5}]]}, state=state)
+        for i, reward in enumerate(rewards):  # RAE by hand, rows in order: A = r - b, then b <- 0.5 b + 0.5 r, on every turn of the row
+            assert result.values[result.offsets[i] : result.offsets[i + 1]] == pytest.approx(reward - b, abs=1e-12)
+            b = 0.5 * b + 0.5 * reward
+        assert state.get("composite", "all_groups") == {"terms": {"0:rae": {"baseline": pytest.approx(b, abs=1e-12)}}}
+
+
+def test_a_length_weighted_composite_term_gets_the_completion_lengths():
+    rows = functional_rows(4)
+    rewards = np.array([1.0, 0.0, 0.5, 0.0, 1.0, 1.0, 0.0, 0.5])
+    lengths = np.arange(1.0, 9.0)
+    result = step_advantages(rows, rewards, 4, "composite", {"terms": [["opo", 1.0]]}, lengths=lengths)
+    for g in range(2):
+        r, n = rewards[4 * g : 4 * g + 4], lengths[4 * g : 4 * g + 4]
+        for i in range(4 * g, 4 * g + 4):  # OPO by hand: r - the group's length-weighted mean reward
+            assert result.values[result.offsets[i] : result.offsets[i + 1]] == pytest.approx(rewards[i] - (r * n).sum() / n.sum(), abs=1e-12)
+    with pytest.raises(ValueError, match="reads the completion lengths, and none were given"):
+        step_advantages(rows, rewards, 4, "composite", {"terms": [["opo", 1.0]]})
+
+
+ONE_TERM_OPTIONS = {"pkpo": {"k": 2}, "passk_training": {"k": 2}, "rae": {"decay": 0.5, "key_by": "task"}, "gigpo": {"gamma": 0.9}}
+
+
+@pytest.mark.parametrize("name", sorted(n for n in available_estimators() if n != "composite"))
+def test_a_one_term_composite_is_the_term_alone_on_the_gathered_rows(name):
+    """For every registered estimator: composite([[e, 1.0, opts]]) on the turn path gives what e gives alone (an outcome-level
+    one on TRL's outcome path, broadcast to the row's turns), lengths and state included."""
+    from rllm_trl.advantages import compute_advantages, prepare_batch
+
+    from rllm_plugins.state import EstimatorState
+
+    rows = functional_rows(6)
+    rewards = torch.tensor([[1.0], [0.0], [0.5], [0.0], [1.0], [1.0], [0.0], [0.25]])
+    tasks = ["p", "p", "p", "p", "q", "q", "q", "q"]
+    batch = prepare_batch(rewards, torch.ones(1), 4, lengths=torch.arange(1, 9), task_ids=tasks)
+    options = ONE_TERM_OPTIONS.get(name, {})
+    norm = {"norm_adv_by_std_in_grpo": True}
+    inside_state, alone_state = EstimatorState(), EstimatorState()
+    inside = step_advantages(
+        rows, batch.rewards, 4, "composite", {"terms": [[name, 1.0, options]], **norm}, lengths=batch.lengths, task_ids=batch.task_ids, state=inside_state
+    )
+    if get_estimator_spec(name).level == "step":
+        alone = step_advantages(rows, batch.rewards, 4, name, {**options, **norm}).values
+    else:
+        per_row = compute_advantages(batch, name, estimator_kwargs=options, state=alone_state)
+        alone = np.repeat(per_row, np.diff(inside.offsets))
+    np.testing.assert_allclose(inside.values, alone, rtol=1e-12, atol=1e-12)
+    if get_estimator_spec(name).stateful:
+        assert inside_state.get("composite", "all_groups") == {"terms": {f"0:{name}": alone_state.get(name, "all_groups")}}

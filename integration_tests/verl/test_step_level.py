@@ -19,6 +19,8 @@ from omegaconf import OmegaConf
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
+from rllm_plugins.registry import available_estimators
+
 EPS = 1e-6
 
 
@@ -455,3 +457,78 @@ def test_verl_check_passes_turn_grpo_and_composite_on_the_v1_trainer_and_refuses
     assert verl_check(["algorithm.adv_estimator=rllm_composite", "+algorithm.rllm_estimator_kwargs.terms=[[grpo,0.5],[turn_grpo,0.5]]"]).ok
     bad = verl_check(["algorithm.adv_estimator=rllm_turn_grpo", "+algorithm.rllm_estimator_kwargs.ended=absorb"])
     assert not bad.ok and "ended must be one of ['absorbing', 'present']" in str(bad)
+
+
+@pytest.mark.parametrize(("algorithm_gamma", "terms"), [(1.0, [["gigpo", 1.0, {"gamma": 0.9}], ["grpo", 2.0]]), (0.9, [["gigpo", 1.0], ["grpo", 2.0]])])
+def test_rllm_composite_of_gigpo_and_grpo_is_the_weighted_sum_of_plain_gigpo_and_grpo(algorithm_gamma, terms):
+    """The anchored term reads the environment tokens as it does alone; its discount is its own, else verl's algorithm.gamma."""
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(11))
+    got, _ = run("rllm_composite", responses, mask, rewards, index, gamma=algorithm_gamma, rllm_estimator_kwargs={"terms": terms})
+    turns = reference_turns(responses, mask, rewards)
+    want = reference_gigpo(turns, index, 0.9, 1.0) + 2.0 * reference_gigpo(turns, index, 0.9, 0.0)
+    assert got.numpy()[:, : want.shape[1]] == pytest.approx(want, rel=1e-5, abs=1e-5)
+    assert (got[mask == 0] == 0).all()
+
+
+@pytest.mark.parametrize("name", ["opo", "minus_length_weighted_mean", "verl_reinforce_plus_plus_baseline"])
+def test_a_length_weighted_term_of_rllm_composite_gets_the_rows_response_lengths(name):
+    """Inside composite the term gives what rllm_<term> gives alone (its lengths: response_mask summed), plus the other term."""
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(5))
+    got, _ = run("rllm_composite", responses, mask, rewards, index, rllm_estimator_kwargs={"terms": [[name, 1.0], ["grpo", 0.5]]})
+    alone, _ = run(f"rllm_{name}", responses, mask, rewards, index)
+    grpo, _ = run("rllm_grpo", responses, mask, rewards, index)
+    assert got.numpy() == pytest.approx((alone + 0.5 * grpo).numpy(), rel=1e-5, abs=1e-5)
+    lengths = mask.sum(-1).numpy()
+    outcomes = rewards.sum(-1).numpy()
+    if name == "opo":  # and by hand: r - the group's length-weighted mean reward, on every model token
+        for r, uid in enumerate(index):
+            rows = index == uid
+            baseline = (lengths[rows] * outcomes[rows]).sum() / lengths[rows].sum()
+            assert got[r][mask[r] == 1].numpy() - 0.5 * grpo[r][mask[r] == 1].numpy() == pytest.approx(outcomes[r] - baseline, abs=1e-5)
+
+
+def test_a_stateful_term_of_rllm_composite_keeps_its_running_baseline_across_calls_as_rllm_rae_alone():
+    from rllm_verl.estimator_state import verl_estimator_state
+
+    batches = [random_multi_turn_batch(np.random.default_rng(seed)) for seed in (1, 2, 3)]
+    verl_estimator_state().clear()
+    alone = [run("rllm_rae", *batch, rllm_estimator_kwargs={"decay": 0.5})[0] for batch in batches]
+    rae_state = verl_estimator_state().get("rae", "all_groups")
+    verl_estimator_state().clear()
+    try:
+        terms = [["rae", 1.0, {"decay": 0.5}]]
+        inside = [run("rllm_composite", *batch, rllm_estimator_kwargs={"terms": terms})[0] for batch in batches]
+        assert verl_estimator_state().get("composite", "all_groups") == {"terms": {"0:rae": rae_state}}
+    finally:
+        verl_estimator_state().clear()
+    for got, want in zip(inside, alone, strict=True):
+        assert got.numpy() == pytest.approx(want.numpy(), rel=1e-6, abs=1e-6)
+
+
+def test_verl_check_refuses_a_composite_term_whose_k_reaches_the_group_size():
+    from rllm_verl.check import verl_check
+
+    report = verl_check(
+        ["algorithm.adv_estimator=rllm_composite", "actor_rollout_ref.rollout.n=4", "+algorithm.rllm_estimator_kwargs.terms=[[grpo,1.0],[pkpo,1.0,{k:4}]]"]
+    )
+    assert not report.ok and "term 1 ('pkpo'): estimator 'pkpo': k=4 is not below the group size 4" in str(report)
+    assert verl_check(["algorithm.adv_estimator=rllm_composite", "+algorithm.rllm_estimator_kwargs.terms=[[gigpo,1.0],[grpo,2.0]]"]).ok
+
+
+ONE_TERM_OPTIONS = {"pkpo": {"k": 2}, "passk_training": {"k": 2}, "rae": {"decay": 0.5}, "gigpo": {"gamma": 0.9}}
+
+
+@pytest.mark.parametrize("name", sorted(n for n in available_estimators() if n != "composite"))
+def test_a_one_term_rllm_composite_is_rllm_term_alone(name):
+    """For every registered estimator: rllm_composite([[e, 1.0, opts]]) gives what rllm_<e> gives with opts, on multi-turn rows."""
+    from rllm_verl.estimator_state import verl_estimator_state
+
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(3))
+    options = ONE_TERM_OPTIONS.get(name, {})
+    verl_estimator_state().clear()
+    try:
+        alone, _ = run(f"rllm_{name}", responses, mask, rewards, index, rllm_estimator_kwargs=options)
+        inside, _ = run("rllm_composite", responses, mask, rewards, index, rllm_estimator_kwargs={"terms": [[name, 1.0, options]]})
+    finally:
+        verl_estimator_state().clear()
+    assert inside.numpy() == pytest.approx(alone.numpy(), rel=1e-6, abs=1e-6)

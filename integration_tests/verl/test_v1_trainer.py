@@ -456,3 +456,16 @@ def test_a_reward_key_no_row_reports_on_v1_is_named():
     assert advantages[:, 0].tolist() == [1.0, -1.0]  # rloo of the scores read from reward_extra_info
     with pytest.raises(ValueError, match=r"reward key 'fmt' of algorithm.gdpo_reward_keys is not in the batch"):
         v1_call(rows, "rllm_rloo", gdpo_reward_keys=["acc", "fmt"])
+
+
+@pytest.mark.parametrize("outputs", [(1,), (1, 2)])
+def test_rllm_composite_of_gigpo_and_grpo_on_padded_reordered_rows_is_the_weighted_sum(transfer_queue, outputs):
+    """composite([["gigpo", 1.0, {"gamma": 0.9}], ["grpo", 2.0]]) on v1: anchors from TransferQueue, padding rows 0."""
+    rng = np.random.default_rng(20 + len(outputs))
+    rows = multi_turn_rows(rng, outputs=outputs)
+    batch = store(rows)
+    terms = "[[gigpo,1.0,{gamma:0.9}],[grpo,2.0]]"
+    got, _ = compute(trainer_for("algorithm.adv_estimator=rllm_composite", f"+algorithm.rllm_estimator_kwargs.terms={terms}"), batch)
+    gigpo, grpo = reference(rows, gamma=0.9, w=1.0), reference(rows, gamma=0.9, w=0.0)  # gigpo with w = 0: the episode's GRPO
+    want = {key: {p: gigpo[key][p] + 2.0 * grpo[key][p] for p in positions} for key, positions in gigpo.items()}
+    assert_matches(got, batch, rows, want)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..spec import AdvEstimatorSpec
-from .composite import calculate_composite_advantages, check_composite_options, composite
+from .composite import calculate_composite_advantages, check_composite_group_size, check_composite_options, composite, composite_needs
 from .dr_grpo import calculate_dr_grpo_advantages, dr_grpo
 from .echo import calculate_echo_advantages, echo
 from .gigpo import calculate_gigpo_advantages, check_gigpo_options, gigpo
@@ -59,7 +59,16 @@ BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
     AdvEstimatorSpec(
         "step_reinforce", calculate_step_reinforce_advantages, step_reinforce, options=(), level="step", check_options=check_step_reinforce_options
     ),
-    AdvEstimatorSpec("composite", calculate_composite_advantages, composite, options=(), level="step", check_options=check_composite_options),
+    AdvEstimatorSpec(
+        "composite",
+        calculate_composite_advantages,
+        composite,
+        options=(),
+        level="step",
+        check_options=check_composite_options,
+        check_group_size=check_composite_group_size,
+        needs_for=composite_needs,
+    ),
     AdvEstimatorSpec("turn_grpo", calculate_turn_grpo_advantages, turn_grpo, options=(), level="step", check_options=check_turn_grpo_options),
 )
 

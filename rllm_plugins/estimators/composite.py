@@ -6,29 +6,57 @@
                                        or the outcome-level term's advantage of trajectory i (broadcast)
 
 ``composite`` is step level: on single-turn data each trajectory is one step, so a composite of outcome
-terms gives each trajectory the weighted sum of their advantages. Each term runs with the call's
-``norm_adv_by_std_in_grpo`` and its own options; a term that reads anchor states (``gigpo``) is refused,
-as ``composite`` declares none. ``gamma`` (None) is the discount of every term that takes one and does not
-set its own (verl's ``algorithm.gamma`` arrives here). The names resolve through the registry at each call, so plugins compose too
+terms gives each trajectory the weighted sum of their advantages. A term may be any registered estimator
+but ``composite``, and each gets what it would get alone:
+
+- the call's ``norm_adv_by_std_in_grpo``, ``algorithm_config`` (``pkpo`` reads ``pass_at_k``) and
+  ``traj_groups``; its own options, checked as its own (ranges, group size);
+- ``gamma`` (None): the discount of every term that takes one and does not set its own (verl's
+  ``algorithm.gamma`` arrives here);
+- the anchor states (``gigpo``), the response lengths (``opo``, ``minus_length_weighted_mean``,
+  ``verl_reinforce_plus_plus_baseline``) and a state (``rae``): ``composite`` needs what its terms need
+  (:func:`composite_needs`, the spec's ``needs_for``), and every path hands it over (:mod:`rllm_plugins.needs`).
+
+State: with a stateful term, ``composite`` is called with ``state`` and returns ``(advantages, new_state)``;
+its state is ``{"terms": {"<k>:<name>": state of term k}}``, each term's kept apart by index and name and
+handed to it as its own. The names resolve through the registry at each call, so plugins compose too
 (the registry sits below the estimators: its plugin manager imports the built-ins by name, when first asked).
 """
 
 from __future__ import annotations
 
-import math
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..calling import accepted_keywords, call_with_accepted_kwargs, check_call_options, closed_keywords, is_plain_real, refuse_unknown_options
+from ..calling import (
+    accepted_keywords,
+    as_finite_real,
+    call_with_accepted_kwargs,
+    check_call_options,
+    closed_keywords,
+    describe,
+    is_plain_real,
+    refuse_unknown_options,
+)
+from ..needs import Needs, needs_of
 from ..outputs import as_advantages
 from ..registry import get_estimator_spec
+from ..state import call_stateful
 from ..steps.batch import StepBatch
 from ..steps.forms import step_list_form_of
 from .gigpo import check_discount
 
-__all__ = ["calculate_composite_advantages", "check_composite_options", "composite", "composite_terms"]
+__all__ = [
+    "calculate_composite_advantages",
+    "check_composite_group_size",
+    "check_composite_options",
+    "composite",
+    "composite_needs",
+    "composite_terms",
+]
 
 Term = tuple[str, float, dict[str, Any]]
 
@@ -46,18 +74,13 @@ def composite_terms(terms: object) -> list[Term]:
         name, weight, options = term[0], term[1], term[2] if len(term) == 3 else {}
         if not isinstance(name, str):
             raise ValueError(f"{where}: the name must be a str, got {type(name).__name__} {name!r}")
-        if not is_plain_real(weight) or not math.isfinite(weight):
-            raise ValueError(f"{where} ({name!r}): the weight must be a finite number, got {type(weight).__name__} {weight!r}")
+        if not is_plain_real(weight) or as_finite_real(weight) is None:  # an int beyond the float64 range (10**400) too
+            raise ValueError(f"{where} ({name!r}): the weight must be a finite number, got {describe(weight)}")
         if not isinstance(options, Mapping):
             raise ValueError(f"{where} ({name!r}): options must be a mapping of option names to values, got {type(options).__name__} {options!r}")
         spec = get_estimator_spec(name)  # an unknown name: the registry's error lists the names
         if spec.name == "composite":
             raise ValueError(f"{where}: a composite cannot be a term; list its terms directly")
-        if spec.needs_anchors:
-            raise ValueError(
-                f"{where} ({name!r}) reads anchor states, which a composite is not given; combine it by its options instead "
-                "(gigpo's step_advantage_w) or use turn_grpo / step_reinforce as the step-level term"
-            )
         _check_term_options(spec, dict(options), f"{where} ({name!r}) options")
         parsed.append((spec.name, float(weight), dict(options)))
     return parsed
@@ -83,22 +106,90 @@ def check_composite_options(options: Mapping[str, Any]) -> None:
     composite_terms(options.get("terms"))
 
 
-def composite(batch: StepBatch, /, *, norm_adv_by_std_in_grpo: bool = True, terms: Any = None, gamma: float | None = None, **_: Any) -> np.ndarray:
-    """Composite: the weighted sum of the terms' advantages, outcome-level terms broadcast to their trajectory's steps."""
-    out = np.zeros(batch.num_steps)
-    for name, weight, options in composite_terms(terms):
+def check_composite_group_size(options: Mapping[str, Any], group_size: int) -> None:
+    """Config-time check of every term's options against the configured group size, as the term alone is checked."""
+    for k, (name, _, term_options) in enumerate(composite_terms(options.get("terms"))):
         spec = get_estimator_spec(name)
-        who = f"estimator 'composite', term {name!r}"
+        if spec.check_group_size is None:
+            continue
+        try:
+            spec.check_group_size(term_options, group_size)
+        except ValueError as e:
+            raise ValueError(f"estimator 'composite', term {k} ({name!r}): {e}") from None
+
+
+def composite_needs(options: Mapping[str, Any]) -> Needs:
+    """What ``composite`` reads with these options: what any of its terms reads (anchor states, lengths, a state)."""
+    needs = Needs()
+    for name, _, term_options in composite_terms(options.get("terms")):
+        needs |= needs_of(get_estimator_spec(name), term_options)
+    return needs
+
+
+def _term_states(state: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The per-term states held in composite's ``state`` (``{"terms": {"<k>:<name>": ...}}``; ``{}`` at first)."""
+    held = state.get("terms", {})
+    if not isinstance(held, Mapping):
+        raise ValueError(f"estimator 'composite': state['terms'] must map '<index>:<name>' to each stateful term's state, got {type(held).__name__}")
+    return held
+
+
+def composite(
+    batch: StepBatch,
+    /,
+    *,
+    norm_adv_by_std_in_grpo: bool = True,
+    terms: Any = None,
+    gamma: float | None = None,
+    algorithm_config: Any = None,
+    traj_groups: Sequence[Any] | None = None,
+    state: Mapping[str, Any] | None = None,
+    task_ids: np.ndarray | None = None,
+    **_: Any,
+) -> Any:
+    """Composite: the weighted sum of the terms' advantages ``(S,)``, outcome-level terms broadcast to their trajectory's steps.
+
+    Called with ``state`` (a stateful term: :func:`composite_needs`), returns ``(advantages, new_state)``.
+    """
+    parsed = composite_terms(terms)
+    out: np.ndarray | None = None
+    new_states: dict[str, Any] = {}
+    shared = {"norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo, "algorithm_config": algorithm_config, "traj_groups": traj_groups}
+    for k, (name, weight, options) in enumerate(parsed):
+        spec = get_estimator_spec(name)
+        who = f"estimator 'composite', term {k} ({name!r})"
         if gamma is not None and "gamma" not in options and "gamma" in accepted_keywords(spec.batched_form)[0]:
             options = {**options, "gamma": gamma}
+        needs = needs_of(spec, options)
         stepped = spec.level == "step"
+        if needs.anchors and batch.anchors is None:
+            raise ValueError(f"{who} reads anchor states, and this batch carries none (StepBatch.anchors); the caller must build them for composite")
+        kwargs = {**shared, **options}
+        if needs.lengths and not stepped:
+            if batch.lengths is None:
+                raise ValueError(f"{who} needs the response length of every trajectory, and this batch carries none (StepBatch.lengths)")
+            kwargs["lengths"] = batch.lengths
         inputs = (batch,) if stepped else (batch.outcomes, batch.traj_offsets)
-        advantages = as_advantages(call_with_accepted_kwargs(spec.batched_form, *inputs, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, **options), who)
+        if needs.state:
+            if state is None:
+                raise ValueError(f"{who} is stateful: call composite with state=(what its previous call returned, {{}} at first)")
+            key = f"{k}:{name}"
+            form = functools.partial(call_with_accepted_kwargs, spec.batched_form)
+            result, new_states[key] = call_stateful(form, _term_states(state).get(key, {}), who, *inputs, task_ids=task_ids, **kwargs)
+        else:
+            result = call_with_accepted_kwargs(spec.batched_form, *inputs, **kwargs)
+        advantages = as_advantages(result, who)
         expected, unit = (batch.num_steps, "steps") if stepped else (batch.num_trajectories, "trajectories")
         if advantages.size != expected:
             raise ValueError(f"{who} returned {advantages.size} advantages for {expected} {unit}")
-        out += weight * (advantages if stepped else batch.steps.expand(advantages))
-    return out
+        if weight != 1.0:  # on the trajectories before the broadcast, for an outcome term
+            advantages = advantages * weight
+        per_step = advantages if stepped else batch.steps.expand(advantages)
+        if out is None:
+            out = np.array(per_step, dtype=np.float64)  # a copy: the term's output stays its own
+        else:
+            out += per_step
+    return out if state is None else (out, {"terms": new_states})
 
 
 calculate_composite_advantages = step_list_form_of(composite, "calculate_composite_advantages")

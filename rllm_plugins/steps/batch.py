@@ -10,7 +10,9 @@ A role's task groups hold trajectories, which hold steps (turns). Flat, in one o
   anchor group, and an id never spans two task groups (:func:`rllm_plugins.anchors.anchor_ids`
   builds them from any hashable states);
 - ``anchor_states`` ``(S,)`` sequence or None: the states the ids were built from, in step order (read only
-  by similarity grouping, :mod:`rllm_plugins.similarity`; the builders pass their list, no copy).
+  by similarity grouping, :mod:`rllm_plugins.similarity`; the builders pass their list, no copy);
+- ``lengths`` ``(N,)`` float64 or None: each trajectory's response tokens, given when the estimator reads
+  them (:mod:`rllm_plugins.needs`; ``composite`` hands them to a length-weighted term).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class StepBatch:
     step_offsets: np.ndarray
     anchors: np.ndarray | None = None
     anchor_states: Sequence[Hashable] | None = None
+    lengths: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         outcomes = np.asarray(self.outcomes, dtype=np.float64)
@@ -56,6 +59,14 @@ class StepBatch:
         object.__setattr__(self, "step_offsets", _offsets(self.step_offsets, "step_offsets", step_rewards.size))
         if self.step_offsets.size != outcomes.size + 1:
             raise ValueError(f"StepBatch: step_offsets has {self.step_offsets.size - 1} trajectories, outcomes {outcomes.size}")
+        if self.lengths is not None:
+            lengths = np.asarray(self.lengths, dtype=np.float64)
+            if lengths.shape != outcomes.shape:
+                raise ValueError(f"StepBatch.lengths must hold one response length per trajectory {outcomes.shape}, got shape {lengths.shape}")
+            if not (np.isfinite(lengths) & (lengths >= 0)).all():
+                i = int(np.flatnonzero(~(np.isfinite(lengths) & (lengths >= 0)))[0])
+                raise ValueError(f"StepBatch.lengths: trajectory {i} has length {lengths[i]}; lengths must be finite and >= 0")
+            object.__setattr__(self, "lengths", lengths)
         if self.anchors is not None:
             anchors = np.asarray(self.anchors)
             if anchors.shape != step_rewards.shape or not np.issubdtype(anchors.dtype, np.integer):

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from ..calling import call_with_accepted_kwargs, check_call_options, closed_keywords, flatten_groups, refuse_unknown_options
+from ..calling import accepted_keywords, call_with_accepted_kwargs, check_call_options, closed_keywords, flatten_groups, refuse_unknown_options
 from ..outputs import as_advantages, as_groups
 from .anchors import anchor_ids
 from .batch import StepBatch
@@ -109,17 +110,29 @@ def step_list_form_of(batched: StepBatchedEstimator, name: str | None = None) ->
     ) -> tuple[list[Any], list[Any]]:
         refuse_unknown_options(func_name, kwargs, accepted)
         config = kwargs.pop("algorithm_config", None)
-        kwargs.pop("traj_groups", None)
+        traj_groups = kwargs.pop("traj_groups", None)
+        lengths = kwargs.pop("lengths", None)
         source = ""
         if config is not None and "norm_adv_by_std_in_grpo" not in kwargs and hasattr(config, "norm_adv_by_std_in_grpo"):
             kwargs["norm_adv_by_std_in_grpo"], source = config.norm_adv_by_std_in_grpo, " (from algorithm_config)"
         check_call_options(func_name, kwargs, source)
         batch = batch_from_lists(rewards, step_rewards, anchor_states)
-        advantages = as_advantages(batched(batch, **kwargs), who)
+        if lengths is None and traj_groups is not None:
+            lengths = [sum(len(step.response_ids) for step in traj.steps) for group in traj_groups for traj in group.trajectories]
+        if lengths is not None:
+            batch = replace(batch, lengths=lengths)
+        names, var_kw = accepted_keywords(batched)
+        for key, value in (("algorithm_config", config), ("traj_groups", traj_groups)):
+            if value is not None and (var_kw or key in names):  # a batched form that reads them (composite hands them to its terms)
+                kwargs[key] = value
+        result = batched(batch, **kwargs)
+        stateful = "state" in kwargs  # then the form returns (advantages, new_state)
+        advantages = as_advantages(result[0] if stateful else result, who)
         if advantages.size != batch.num_steps:
             raise ValueError(f"{who} returned {advantages.size} advantages for {batch.num_steps} steps")
         nested = _nested(advantages, batch)
-        return nested, [list(group) for group in nested]
+        out = (nested, [list(group) for group in nested])
+        return (out, result[1]) if stateful else out  # type: ignore[return-value]
 
     list_form.__doc__ = batched.__doc__
     list_form.__name__ = list_form.__qualname__ = func_name

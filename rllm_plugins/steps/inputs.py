@@ -38,13 +38,16 @@ def step_batch_from_groups(
     *,
     with_anchors: bool,
     who: str,
+    with_lengths: bool = False,
 ) -> StepBatch:
     """The groups' steps, flat; ``outcomes[g]`` are group ``g``'s trajectory rewards, ``where(g, i)`` names a trajectory.
 
-    ``with_anchors``: every step needs an anchor state (the estimator ``who`` reads them). Values are
+    ``with_anchors``: every step needs an anchor state (the estimator ``who`` reads them); ``with_lengths``: each
+    trajectory's response length (its steps' ``response_ids``) goes into ``StepBatch.lengths``. Values are
     gathered in one pass and checked in bulk; the slow search for the culprit runs only on error.
     """
     step_counts: list[int] = []
+    lengths: list[int] = []
     rewards: list[object] = []
     states: list[Hashable | None] = []
     for g, group in enumerate(groups):
@@ -52,6 +55,8 @@ def step_batch_from_groups(
             if not traj.steps:
                 raise ValueError(f"{where(g, i)}: the trajectory has no steps; {who} gives one advantage per step")
             step_counts.append(len(traj.steps))
+            if with_lengths:
+                lengths.append(sum(len(step.response_ids) for step in traj.steps))
             rewards.extend([step.reward for step in traj.steps])
             if with_anchors:
                 states.extend([anchor_state(step) for step in traj.steps])
@@ -80,6 +85,7 @@ def step_batch_from_groups(
         step_offsets=step_offsets,
         anchors=anchors,
         anchor_states=states if with_anchors else None,
+        lengths=np.array(lengths, dtype=np.float64) if with_lengths else None,
     )
 
 

@@ -9,6 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from ..needs import needs_of
+from ..registry import get_estimator
+from ..spec import AdvEstimatorSpec
 from ..trial import step_level_hint
 from .calls import Case, subject_of
 from .rules import ALL_RULES, NOT_APPLICABLE, RULES
@@ -120,7 +123,13 @@ def check_estimator(name_or_fn: Any, *, seed: int = 0, options: Mapping[str, Any
         label = f"{subject.label} with {bound!r}"
         subject = replace(subject, label=label, list_form=partial(subject.list_form, **bound), batched_form=partial(subject.batched_form, **bound))
     if subject.level == "step":
-        from .step_contract import STEP_RULES, check_step_rules  # only for step-level estimators
+        from .step_contract import STEP_RULES, bind_needs, check_step_rules  # only for step-level estimators
+
+        if isinstance(name_or_fn, AdvEstimatorSpec) or not callable(name_or_fn):  # called as the paths call it with these options
+            spec = name_or_fn if isinstance(name_or_fn, AdvEstimatorSpec) else get_estimator(name_or_fn).spec
+            needs = needs_of(spec, options)
+            if needs.lengths or needs.state or needs.anchors != spec.needs_anchors:
+                subject = bind_needs(subject, needs)
 
         verdicts, found = check_step_rules(subject, seed)
         violations = [Violation(rule, message, example) for rule, message, example in found]

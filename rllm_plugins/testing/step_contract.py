@@ -13,18 +13,20 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from dataclasses import replace as replace_subject
 from typing import Any
 
 import numpy as np
 
 from ..calling import call_with_accepted_kwargs
+from ..needs import Needs
 from ..outputs import as_advantages
 from ..steps.batch import StepBatch
 from ..steps.forms import anchor_id_lists, batch_from_lists
 from .step_shrinker import shrink_step_case
 
-__all__ = ["STEP_RULES", "StepCase", "check_step_rules", "option_trials", "step_cases"]
+__all__ = ["STEP_RULES", "StepCase", "bind_needs", "check_step_rules", "option_trials", "step_cases"]
 
 TOL = 1e-6
 
@@ -288,6 +290,8 @@ def _skip_reason(name: str, spec: Any, verdicts: dict[str, str]) -> str | None:
         return "not deterministic"
     if name == "anchor_ids_are_labels" and not spec.needs_anchors:
         return "the estimator reads no anchor states (needs_anchors=False)"
+    if name in ("group_order", "trajectory_order") and spec.stateful and not spec.group_order_invariant:
+        return "stateful with group_order_invariant=False (the scan order of trajectories matters)"
     if name == "group_order" and not spec.group_order_invariant:
         return "declared group_order_invariant=False"
     if name == "options_matter" and not any(option_trials(d) for d in spec.options.values()):
@@ -331,3 +335,36 @@ def judge(check: Callable[[Any, StepCase, int], str | None], spec: Any, case: St
         return check(spec, case, seed)
     except Exception as e:
         return f"raised {type(e).__name__}: {e}"
+
+
+def bind_needs(subject: Any, needs: Needs) -> Any:
+    """``subject`` called as the paths call it when its options make it read more (:func:`rllm_plugins.needs.needs_of`, say
+    ``composite`` of ``gigpo``, ``opo`` or ``rae``): with anchor states, with each trajectory's length (``2 * steps + 1``, so it
+    moves with its trajectory), and from a fresh state (as on a run's first step; task ids ``task<g>``), the new state dropped.
+    """
+    batched, listed = subject.batched_form, subject.list_form
+
+    def batched_form(batch: StepBatch, /, **kwargs: Any) -> Any:
+        if needs.lengths:
+            batch = replace(batch, lengths=2.0 * np.diff(batch.step_offsets) + 1.0)
+        if needs.state:
+            tasks = np.array([f"task{g}" for g in batch.trajectories.group_index.tolist()], dtype=object)
+            return batched(batch, state={}, task_ids=tasks, **kwargs)[0]
+        return batched(batch, **kwargs)
+
+    def list_form(rewards: Any, step_rewards: Any, anchor_states: Any = None, **kwargs: Any) -> Any:
+        if needs.lengths:
+            kwargs["lengths"] = [2.0 * len(t) + 1.0 for g in step_rewards for t in g]
+        if needs.state:
+            tasks = np.array([f"task{g}" for g, group in enumerate(rewards) for _ in group], dtype=object)
+            return listed(rewards, step_rewards, anchor_states, state={}, task_ids=tasks, **kwargs)[0]
+        return listed(rewards, step_rewards, anchor_states, **kwargs)
+
+    return replace_subject(
+        subject,
+        needs_anchors=subject.needs_anchors or needs.anchors,
+        stateful=needs.state,
+        group_order_invariant=subject.group_order_invariant and not needs.state,  # a running baseline scans in order
+        batched_form=batched_form,
+        list_form=list_form,
+    )

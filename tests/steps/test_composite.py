@@ -93,7 +93,6 @@ def test_the_collector_and_a_role_of_single_step_trajectories_give_the_outcome_n
         ([["grpo", 1.0, [0.1]]], r"term 0 \('grpo'\): options must be a mapping"),
         ([["rloo", 1.0, {"epslion": 1e-4}]], r"term 0 \('rloo'\) options: rloo\(\): unknown option 'epslion'.*Did you mean 'epsilon'\?"),
         ([["grpo", 1.0, {"epsilon": -1.0}]], r"term 0 \('grpo'\) options: grpo\(\): epsilon must be a finite number >= 0"),
-        ([["gigpo", 1.0]], r"term 0 \('gigpo'\) reads anchor states, which a composite is not given"),
         ([["composite", 1.0]], r"term 0: a composite cannot be a term"),
         ([["step_reinforce", 1.0, {"gamma": 2.0}]], r"term 0 \('step_reinforce'\) options: estimator 'step_reinforce': gamma"),
     ],
