@@ -29,6 +29,7 @@ from .segments import GroupLayout, offsets_from_sizes
 from .spec import call_with_accepted_kwargs, flatten_groups, normalize_name
 from .state import call_stateful
 from .steps.diagnostics import turn_metrics
+from .steps.forms import split_step_output
 from .steps.inputs import step_batch_from_groups
 from .types import Step, TrajectoryGroup
 
@@ -244,11 +245,11 @@ def _call_step_estimator(role: str, batch: _RoleBatch, config: AlgorithmConfig) 
         lambda g, i: _where(role, batch.indices[g], batch.groups[g], i),
         with_anchors=estimator.spec.needs_anchors,
         who=who,
+        with_values=estimator.spec.needs_values,
     )
     kwargs = {**config.estimator_kwargs, "algorithm_config": config, "traj_groups": batch.groups, "norm_adv_by_std_in_grpo": config.norm_adv_by_std_in_grpo}
-    advantages = as_advantages(call_with_accepted_kwargs(estimator.batched_form, steps, **kwargs), who)
-    if advantages.size != steps.num_steps:
-        raise ValueError(f"{who} returned {advantages.size} advantages for {steps.num_steps} steps")
+    result = call_with_accepted_kwargs(estimator.batched_form, steps, **kwargs)
+    advantages, _ = split_step_output(result, estimator.spec.needs_values, steps.num_steps, who)  # returns: the forms give them
     if not np.isfinite(advantages).all():
         s = int(np.flatnonzero(~np.isfinite(advantages))[0])
         i = int(np.searchsorted(steps.step_offsets, s, side="right") - 1)

@@ -19,6 +19,7 @@ from .calling import call_with_accepted_kwargs
 from .outputs import as_advantages
 from .registry import get_estimator
 from .steps.batch import StepBatch
+from .steps.forms import split_step_output
 
 __all__ = ["step_level_hint", "trial_run"]
 
@@ -41,12 +42,15 @@ def step_level_hint(*forms: Callable[..., Any] | None) -> str:
     return ""
 
 
-def _tiny_step_batch(with_anchors: bool) -> StepBatch:
-    """Two task groups of two trajectories, 1 to 3 steps each; anchors (ids and the text states they stand for) repeat within a group."""
+def _tiny_step_batch(with_anchors: bool, with_values: bool) -> StepBatch:
+    """Two task groups of two trajectories, 1 to 3 steps each; anchors (ids and the text states they stand for) repeat within a group;
+    with values, a critic's value and model tokens per step."""
     anchors = np.array([0, 1, 0, 2, 3, 2, 3]) if with_anchors else None
     states = ["start", "door", "start", "start", "hall", "start", "hall"] if with_anchors else None
     rewards = np.array([0.0, 1.0, 0.0, 0.5, 0.0, 0.25, 0.0])
-    return StepBatch(np.array([1.0, 0.0, 0.5, 0.25]), np.array([0, 2, 4]), rewards, np.array([0, 2, 3, 5, 7]), anchors, states)
+    values = np.array([0.5, 0.75, 0.25, 0.5, 0.25, 0.5, 0.0]) if with_values else None
+    tokens = np.array([3.0, 2.0, 4.0, 1.0, 2.0, 5.0, 1.0]) if with_values else None
+    return StepBatch(np.array([1.0, 0.0, 0.5, 0.25]), np.array([0, 2, 4]), rewards, np.array([0, 2, 3, 5, 7]), anchors, states, values, tokens)
 
 
 def trial_run(name: str, options: Mapping[str, Any], *, norm_adv_by_std_in_grpo: bool, where: str) -> None:
@@ -56,8 +60,9 @@ def trial_run(name: str, options: Mapping[str, Any], *, norm_adv_by_std_in_grpo:
     who = f"{where}: estimator {name!r} ({estimator.provider}) failed a trial on two tiny groups"
     try:
         if spec.level == "step":
-            batch = _tiny_step_batch(spec.needs_anchors)
-            out = as_advantages(call_with_accepted_kwargs(estimator.batched_form, batch, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, **options), who)
+            batch = _tiny_step_batch(spec.needs_anchors, spec.needs_values)
+            result = call_with_accepted_kwargs(estimator.batched_form, batch, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, **options)
+            out = split_step_output(result, spec.needs_values, batch.num_steps, who)[0]
             expected = batch.num_steps
         else:
             values, offsets, lengths = np.array([1.0, 0.0, 0.5, 0.25]), np.array([0, 2, 4]), np.array([3.0, 5.0, 2.0, 4.0])

@@ -256,8 +256,8 @@ def compute_rllm_advantage(
             batch = non_tensor_batch if non_tensor_batch is not None else current_non_tensor_batch(index)
             sources = step_sources(index, token_level_rewards.shape[-1], where, responses, batch) if estimator.spec.needs_anchors else StepSources()
             episodes = Episodes.one_row_each(order, offsets, index.size)
-            out = compute_rllm_step_advantage(name, where, token_level_rewards, response_mask, index, episodes, options, config, dtype, sources)
-            return out, out
+            values = current_tensor(index, "values") if estimator.spec.needs_values else None
+            return compute_rllm_step_advantage(name, where, token_level_rewards, response_mask, index, episodes, options, config, dtype, sources, values)
         if wants_lengths(name):
             lengths = _row_sums(response_mask)
             options["lengths"] = lengths if order is None else lengths[order]

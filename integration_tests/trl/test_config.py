@@ -245,3 +245,9 @@ def test_passk_training_k_is_checked_against_num_generations():
         RLLMGRPOConfig(**BASE, adv_estimator_map={"judge": "passk_training"}, adv_estimator_kwargs={"k": 9}, role_column="role", num_generations=8)
     with pytest.raises(ValueError, match="option 'k' of estimator 'passk_training' must be an int, got str '4'"):
         RLLMGRPOConfig(**BASE, adv_estimator="passk_training", adv_estimator_kwargs={"k": "4"}, num_generations=8)
+
+
+@pytest.mark.parametrize("fields", [{"adv_estimator": "turn_gae"}, {"adv_estimator_map": {"judge": "turn_gae"}, "role_column": "role"}])
+def test_a_value_based_estimator_is_refused_at_config_time_because_grpo_trainer_has_no_critic(fields):
+    with pytest.raises(ValueError, match=r"'turn_gae' is value-based: .*GRPOTrainer has no critic .*critic.enable=true"):
+        RLLMGRPOConfig(**BASE, **fields)

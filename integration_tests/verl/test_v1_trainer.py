@@ -456,3 +456,43 @@ def test_a_reward_key_no_row_reports_on_v1_is_named():
     assert advantages[:, 0].tolist() == [1.0, -1.0]  # rloo of the scores read from reward_extra_info
     with pytest.raises(ValueError, match=r"reward key 'fmt' of algorithm.gdpo_reward_keys is not in the batch"):
         v1_call(rows, "rllm_rloo", gdpo_reward_keys=["acc", "fmt"])
+
+
+@pytest.mark.parametrize("outputs", [(1,), (1, 2)])
+def test_rllm_turn_gae_reads_the_critics_values_from_transfer_queue_and_writes_its_returns(transfer_queue, outputs):
+    """Values stored as verl's ``_compute_values`` leaves them (nested, one per response token), padded rows included."""
+    from tensordict import TensorDict
+
+    rng = np.random.default_rng(20 + len(outputs))
+    rows = multi_turn_rows(rng, outputs=outputs)
+    batch = store(rows)
+    lengths = [len(m) for m in tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["response_mask"])["response_mask"].unbind(0)]
+    values = {key: rng.normal(size=n).round(3) for key, n in zip(batch.keys, lengths, strict=True)}
+    nested = torch.nested.as_nested_tensor([torch.tensor(values[k], dtype=torch.float32) for k in batch.keys], layout=torch.jagged)
+    tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict({"values": nested}, batch_size=len(batch.keys)))
+    trainer = trainer_for("algorithm.adv_estimator=rllm_turn_gae", "critic.enable=true", "algorithm.gamma=0.9", "algorithm.lam=0.8")
+    got, _ = compute(trainer, batch)
+    returns = list(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["returns"])["returns"].unbind(0))
+    # the reference: a session is one episode of its outputs' turns in index order; GAE over its turns; whitened over model tokens
+    sessions = defaultdict(list)
+    for row in rows:
+        sessions[row["key"].rsplit("_", 1)[0]].append(row)
+    steps = []  # (key, positions, advantage, return)
+    for outs in sessions.values():
+        outs.sort(key=lambda r: int(r["key"].rsplit("_", 1)[1]))
+        turns = [(row["key"], positions, reward, float(np.float32(values[row["key"]][positions[0]]))) for row in outs for positions, reward, _ in turns_of(row)]
+        running, gae = 0.0, [0.0] * len(turns)
+        for t in reversed(range(len(turns))):
+            following = turns[t + 1][3] if t + 1 < len(turns) else 0.0
+            running = turns[t][2] + 0.9 * following - turns[t][3] + 0.9 * 0.8 * running
+            gae[t] = running
+        steps += [(key, positions, a, a + v) for (key, positions, _, v), a in zip(turns, gae, strict=True)]
+    tokens = [a for _, positions, a, _ in steps for _ in positions]
+    mean = statistics.fmean(tokens)
+    scale = (statistics.variance(tokens) + 1e-8) ** -0.5
+    want, want_returns = defaultdict(dict), defaultdict(dict)
+    for key, positions, a, ret in steps:
+        want[key].update(dict.fromkeys(positions, (a - mean) * scale))
+        want_returns[key].update(dict.fromkeys(positions, ret))
+    assert_matches(got, batch, rows, want)
+    assert_matches(returns, batch, rows, want_returns)

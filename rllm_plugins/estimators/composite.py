@@ -58,6 +58,8 @@ def composite_terms(terms: object) -> list[Term]:
                 f"{where} ({name!r}) reads anchor states, which a composite is not given; combine it by its options instead "
                 "(gigpo's step_advantage_w) or use turn_grpo / step_reinforce as the step-level term"
             )
+        if spec.needs_values:
+            raise ValueError(f"{where} ({name!r}) reads a critic's value per step, which a composite is not given; use it on its own")
         _check_term_options(spec, dict(options), f"{where} ({name!r}) options")
         parsed.append((spec.name, float(weight), dict(options)))
     return parsed
