@@ -37,7 +37,8 @@ from rllm_plugins.steps.forms import split_step_output
 from rllm_plugins.steps.turns import Turns, find_turns, spread_to_tokens, turn_anchor_states, turn_rewards
 
 from .reward_keys import REWARD_KEYS_ENV, current_gamma
-from .v1_batch import V1_BATCH_ENV, add_turn_metrics, fetch_rows
+from .rollout_order import in_rollout_order
+from .v1_batch import V1_BATCH_ENV, add_turn_metrics, current_keys, fetch_rows
 
 __all__ = ["ANCHOR_STATES_KEY", "Episodes", "StepSources", "compute_rllm_step_advantage", "resolve_gamma", "step_sources"]
 
@@ -226,6 +227,13 @@ def compute_rllm_step_advantage(
     if not estimator.spec.needs_values:  # a critic's value makes a single turn more than a rescaled outcome
         _warn_if_single_turn(name, where, turns)
     episodes = episodes.with_turns(turns.per_row)
+    states: list[Hashable] = []
+    if estimator.spec.needs_anchors:
+        states = _anchor_states(where, index, turns, sources.responses, sources.anchor_states)
+        if sources.anchor_states is None:
+            _anchor_outputs_at_their_prompts(where, index, turns, episodes, sources, states)
+        if options.get("anchor_similarity") is not None:  # greedy clustering: visit the episodes in rollout order
+            episodes = in_rollout_order(episodes, turns, states, current_keys(index, where), where)
 
     rows = episodes.rows
     counts = turns.per_row[rows]
@@ -234,9 +242,6 @@ def compute_rllm_step_advantage(
     turn_order = np.repeat(turns.row_offsets[:-1][rows] - row_steps[:-1], counts) + np.arange(turns.num_turns)  # turns in episode order
     anchors, ordered_states = None, None
     if estimator.spec.needs_anchors:
-        states = _anchor_states(where, index, turns, sources.responses, sources.anchor_states)
-        if sources.anchor_states is None:
-            _anchor_outputs_at_their_prompts(where, index, turns, episodes, sources, states)
         group_of_row = np.empty(index.size, dtype=np.int64)
         episode_sizes = np.diff(episodes.row_offsets)
         group_of_row[rows] = np.repeat(np.repeat(np.arange(episodes.traj_offsets.size - 1), np.diff(episodes.traj_offsets)), episode_sizes)

@@ -496,3 +496,30 @@ def test_rllm_turn_gae_reads_the_critics_values_from_transfer_queue_and_writes_i
         want_returns[key].update(dict.fromkeys(positions, ret))
     assert_matches(got, batch, rows, want)
     assert_matches(returns, batch, rows, want_returns)
+
+
+def test_similarity_anchors_on_v1_are_verl_agents_clusters_on_rows_in_rollout_order(transfer_queue):
+    """_balance_batch reorders the rows; the keys' session and index give the rollout order the clusters are formed in."""
+    from difflib import SequenceMatcher
+
+    chain = ["abcdefghij", "abcdefghXY", "abcdefWXYZ", "abcdVWXYZ!"]  # neighbours similar at 0.8, the ends not
+    pick = np.random.default_rng(31)
+
+    def states(row):
+        turns = sum(1 for t, m in enumerate(row["mask"]) if m and (t == 0 or not row["mask"][t - 1]))
+        return {"anchor_states": [chain[int(i)] for i in pick.integers(0, len(chain), turns)]}
+
+    rows = multi_turn_rows(np.random.default_rng(30), sessions=6, extra=states)
+    batch = store(rows)
+    got, _ = compute(trainer_for("algorithm.adv_estimator=rllm_gigpo", "+algorithm.rllm_estimator_kwargs.anchor_similarity=0.8"), batch)
+    labels = {}
+    for uid in ("task_a", "task_b"):  # verl-agent: visit the steps in rollout order (sessions, then turns), first match wins
+        firsts = []
+        for row in sorted((r for r in rows if r["uid"] == uid), key=lambda r: int(r["key"].rsplit("_", 2)[1])):
+            for k, state in enumerate(row["extra"]["anchor_states"]):
+                match = next((c for c, first in enumerate(firsts) if SequenceMatcher(None, state, first).ratio() >= 0.8), None)
+                if match is None:
+                    firsts.append(state)
+                    match = len(firsts) - 1
+                labels[(row["key"], k)] = match
+    assert_matches(got, batch, rows, reference(rows, gamma=1.0, w=1.0, anchors_of=lambda row: [labels[(row["key"], k)] for k in range(len(turns_of(row)))]))
