@@ -111,3 +111,19 @@ def test_contradictions_and_unknown_types_are_refused_naming_the_options(options
         check_step_reinforce_options(options)
     with pytest.raises(ValueError, match=message):
         calculate_step_reinforce_advantages([np.array([1.0, 0.0])], [[np.array([1.0]), np.array([0.0])]], **options)
+
+
+def test_the_docs_head_rows_name_options_that_give_roll_heads_pair():
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "turn_level.md").read_text()
+    rows = re.findall(r"^\| HEAD `norm_mean_type: (\w+), norm_std_type: (\w+)`[^|]* \| `([^|]*)` \|", doc, re.M)
+    assert len(rows) == 4
+    step_rewards = random_step_rewards(5)
+    outcomes = [np.array([sum(r) for r in group]) for group in step_rewards]
+    for mean_type, std_type, cell in rows:
+        kwargs = eval(f"dict({cell})")  # the cell is the options as Python keywords
+        got, _ = calculate_step_reinforce_advantages(outcomes, [[np.array(r) for r in g] for g in step_rewards], **kwargs)
+        want = roll_head(step_rewards, 1.0, "group", *(None if t == "null" else t for t in (mean_type, std_type)))
+        np.testing.assert_allclose(np.concatenate([a for g in got for a in g]), [x for g in want for t in g for x in t], rtol=1e-9, atol=1e-12)
