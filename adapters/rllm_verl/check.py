@@ -242,6 +242,17 @@ def _step_level_lines(estimator: object, options: Mapping[str, object], config: 
                 "turn from data.batch['responses'] (reward-key extension)"
             )
         lines.append(f"anchor states: {where}; turn 0 is anchored at the prompt")
+    if spec.needs_values:
+        lam, source = options.get("lam"), "algorithm.rllm_estimator_kwargs"
+        if lam is None:
+            lam, source = OmegaConf.select(algorithm, "lam", default=None), "algorithm.lam"  # type: ignore[arg-type]
+        if lam is None:
+            lam, source = defaults.get("lam"), "the default"
+        held = "TransferQueue" if use_v1 else "the DataProto"
+        lines.append(
+            f"values: the critic's values at each turn's first model token ({held}); returns (the critic's targets) into "
+            f"data.batch['returns']; lam={lam} (from {source})"
+        )
     warnings = []
     multi_turn = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.enable", default=False)  # type: ignore[arg-type]
     agent_loop = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.default_agent_loop", default=None)  # type: ignore[arg-type]

@@ -16,17 +16,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.steps.turns import Turns
 
-if TYPE_CHECKING:
-    from .step_bridge import Episodes
-
-__all__ = ["in_rollout_order"]
+__all__ = ["rollout_order"]
 
 
 def _session_and_index(key: str, where: str) -> tuple[int, int]:
@@ -37,23 +32,24 @@ def _session_and_index(key: str, where: str) -> tuple[int, int]:
         raise ValueError(f"{where}: TransferQueue key {key!r} is not {{uid}}_{{session}}_{{index}} with integer session and index") from None
 
 
-def in_rollout_order(episodes: Episodes, turns: Turns, states: Sequence[Hashable], keys: Sequence[str] | None, where: str) -> Episodes:
-    """``episodes`` with each task group's episodes sorted by rollout order: by ``keys`` (one per row, v1), else by content.
+def rollout_order(
+    rows: np.ndarray, row_offsets: np.ndarray, traj_offsets: np.ndarray, turns: Turns, states: Sequence[Hashable], keys: Sequence[str] | None, where: str
+) -> np.ndarray:
+    """``(N,)`` the episodes in rollout order, each task group's sorted by ``keys`` (one per row, v1), else by content.
 
-    ``states`` ``(K,)`` are the turns' anchor states in turn (row-major) order.
+    ``rows`` ``(B,)``, ``row_offsets`` ``(N + 1,)`` and ``traj_offsets`` ``(G + 1,)`` are the episodes' layout
+    (:class:`rllm_verl.step_bridge.Episodes`); ``states`` ``(K,)`` the turns' anchor states in turn (row-major) order.
     """
-    firsts = episodes.rows[episodes.row_offsets[:-1]]
+    firsts = rows[row_offsets[:-1]].tolist()
     if keys is not None:
-        sort_keys: list[object] = [_session_and_index(keys[row], where) for row in firsts.tolist()]
+        sort_keys: list[object] = [_session_and_index(keys[row], where) for row in firsts]
     else:
         bounds = turns.row_offsets.tolist()
-        per_row = [tuple(repr(states[j]) for j in range(bounds[row], bounds[row + 1])) for row in range(len(bounds) - 1)]
-        rows, offsets = episodes.rows.tolist(), episodes.row_offsets.tolist()
-        sort_keys = [tuple(s for row in rows[a:b] for s in per_row[row]) for a, b in itertools.pairwise(offsets)]
+        per_row = {row: tuple(repr(states[j]) for j in range(bounds[row], bounds[row + 1])) for row in rows.tolist()}
+        listed, offsets = rows.tolist(), row_offsets.tolist()
+        sort_keys = [tuple(s for row in listed[a:b] for s in per_row[row]) for a, b in itertools.pairwise(offsets)]
     order: list[int] = []
-    traj_offsets = episodes.traj_offsets.tolist()
-    for a, b in itertools.pairwise(traj_offsets):
+    groups = traj_offsets.tolist()
+    for a, b in itertools.pairwise(groups):
         order.extend(sorted(range(a, b), key=sort_keys.__getitem__))
-    sizes = np.diff(episodes.row_offsets)
-    rows = np.concatenate([episodes.rows[episodes.row_offsets[e] : episodes.row_offsets[e + 1]] for e in order]) if order else episodes.rows
-    return type(episodes)(rows, offsets_from_sizes(sizes[order]), episodes.traj_offsets, episodes.final_rows[order])
+    return np.array(order, dtype=np.int64)

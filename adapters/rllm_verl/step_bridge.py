@@ -37,7 +37,7 @@ from rllm_plugins.steps.forms import split_step_output
 from rllm_plugins.steps.turns import Turns, find_turns, spread_to_tokens, turn_anchor_states, turn_rewards
 
 from .reward_keys import REWARD_KEYS_ENV, current_gamma
-from .rollout_order import in_rollout_order
+from .rollout_order import rollout_order
 from .v1_batch import V1_BATCH_ENV, add_turn_metrics, current_keys, fetch_rows
 
 __all__ = ["ANCHOR_STATES_KEY", "Episodes", "StepSources", "compute_rllm_step_advantage", "resolve_gamma", "step_sources"]
@@ -166,6 +166,12 @@ class Episodes:
         per_group = np.bincount(group_of_episode[live], minlength=self.traj_offsets.size - 1)
         return Episodes(self.rows[keep], offsets_from_sizes(rows_per_episode[live]), offsets_from_sizes(per_group[per_group > 0]), self.final_rows[live])
 
+    def reordered(self, order: np.ndarray) -> Episodes:
+        """The episodes in ``order`` ``(N,)`` (a permutation within each group: the groups keep their bounds)."""
+        sizes = np.diff(self.row_offsets)
+        parts = [self.rows[self.row_offsets[e] : self.row_offsets[e + 1]] for e in order.tolist()]
+        return Episodes(np.concatenate(parts) if parts else self.rows, offsets_from_sizes(sizes[order]), self.traj_offsets, self.final_rows[order])
+
     @property
     def continuing_rows(self) -> np.ndarray:
         """The rows that are not the first of their episode (later outputs of a session)."""
@@ -233,7 +239,8 @@ def compute_rllm_step_advantage(
         if sources.anchor_states is None:
             _anchor_outputs_at_their_prompts(where, index, turns, episodes, sources, states)
         if options.get("anchor_similarity") is not None:  # greedy clustering: visit the episodes in rollout order
-            episodes = in_rollout_order(episodes, turns, states, current_keys(index, where), where)
+            keys = current_keys(index, where)
+            episodes = episodes.reordered(rollout_order(episodes.rows, episodes.row_offsets, episodes.traj_offsets, turns, states, keys, where))
 
     rows = episodes.rows
     counts = turns.per_row[rows]

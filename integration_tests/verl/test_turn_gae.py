@@ -155,6 +155,8 @@ def test_verl_check_refuses_rllm_turn_gae_without_a_critic_and_passes_it_with_on
     for v1 in ("true", "false"):
         report = verl_check(["algorithm.adv_estimator=rllm_turn_gae", "critic.enable=true", f"trainer.use_v1={v1}", "algorithm.gamma=0.9"])
         assert report.ok, report.errors
+        values_line = next(line for line in report.step_level if line.startswith("values:"))
+        assert "first model token" in values_line and "lam=1.0 (from algorithm.lam)" in values_line
     bad = verl_check(["algorithm.adv_estimator=rllm_turn_gae", "critic.enable=true", "+algorithm.rllm_estimator_kwargs.lam=2.0"])
     assert not bad.ok and "lam" in bad.errors[0]
 
