@@ -7,8 +7,9 @@
   Both include building anchor ids from hashable states (the loop: its dicts; ours: ``anchor_ids``).
 - **catalogue**: the step-level built-ins' batched forms on one prebuilt :class:`~rllm_plugins.steps.batch.StepBatch`
   (anchor ids included), each against ``gigpo``: ``turn_grpo``, ``step_reinforce``, ``composite`` of batched
-  terms; and ``gigpo(anchor_similarity=0.95)`` on text observations (pairwise ``SequenceMatcher`` comparisons);
-  ``composite`` of ``gigpo`` and ``grpo`` against the two terms called alone (its own overhead).
+  terms, ``turn_gae`` (with a critic's value and a token count per step); and ``gigpo(anchor_similarity=0.95)``
+  on text observations (pairwise ``SequenceMatcher`` comparisons); ``composite`` of ``gigpo`` and ``grpo`` against
+  the two terms called alone (its own overhead).
 - **collector**: ``collect_reward_and_advantage_from_trajectory_groups`` with ``gigpo`` on
   ``Trajectory``/``Step`` objects, per step.
 - **verl**: ``compute_advantage`` with ``rllm_gigpo`` vs ``rllm_grpo`` on one multi-turn CPU
@@ -33,13 +34,14 @@ import numpy as np
 from .report import Report, Target, script_main
 from .timing import Table, format_bytes, format_ratio, format_time, measure_interleaved
 
-__all__ = ["loop_gigpo", "make_steps", "run"]
+__all__ = ["CATALOGUE_TARGETS", "loop_gigpo", "make_steps", "run"]
 
 TARGET_VS_LOOP = 20.0
 TARGET_VERL_VS_GRPO = 3.0
 TARGET_VERL_MEMORY = 2.0
 TARGET_VS_GIGPO = 1.5
 TARGET_COMPOSITE = 1.3  # composite vs the sum of its terms' own calls
+CATALOGUE_TARGETS = ("turn_grpo (ended='absorbing')", "composite (0.5 grpo + 0.5 turn_grpo)", "turn_gae (gamma=0.95, lam=0.95, whitened)")
 EPS = 1e-6
 
 
@@ -153,9 +155,19 @@ def _core(report: Report, quick: bool) -> None:
 
 def _catalogue(report: Report, batch: Any, quick: bool) -> None:
     """Each step-level built-in's batched form on the same batch, against gigpo's."""
-    from rllm_plugins.estimators import composite, gigpo, step_reinforce, turn_grpo
+    from rllm_plugins.estimators import composite, gigpo, step_reinforce, turn_gae, turn_grpo
+    from rllm_plugins.steps import StepBatch
 
     terms = [["grpo", 0.5], ["turn_grpo", 0.5]]
+    rng = np.random.default_rng(1)
+    valued = StepBatch(
+        batch.outcomes,
+        batch.traj_offsets,
+        batch.step_rewards,
+        batch.step_offsets,
+        step_values=rng.normal(size=batch.num_steps),
+        step_tokens=rng.integers(1, 200, batch.num_steps).astype(np.float64),
+    )
     impls = {
         "gigpo": lambda: gigpo(batch, gamma=0.95),
         "turn_grpo (ended='absorbing')": lambda: turn_grpo(batch, gamma=0.95),
@@ -163,6 +175,7 @@ def _catalogue(report: Report, batch: Any, quick: bool) -> None:
         "step_reinforce": lambda: step_reinforce(batch, gamma=0.95),
         "step_reinforce (ROLL's mean_std: std_ddof=1, min_std=1e-6)": lambda: step_reinforce(batch, gamma=0.95, std_ddof=1, min_std=1e-6),
         "composite (0.5 grpo + 0.5 turn_grpo)": lambda: composite(batch, gamma=0.95, terms=terms),
+        "turn_gae (gamma=0.95, lam=0.95, whitened)": lambda: turn_gae(valued, gamma=0.95, lam=0.95),
     }
     times = measure_interleaved(impls, 1 if quick else 3, 0.0 if quick else 2.0, 1 if quick else 5)
     table = Table(
@@ -172,7 +185,7 @@ def _catalogue(report: Report, batch: Any, quick: bool) -> None:
     for name in impls:
         table.add(name, format_time(times[name]), format_time(times[name] / batch.num_steps), format_ratio(times[name] / times["gigpo"]))
     report.tables.append(table)
-    for name in ("turn_grpo (ended='absorbing')", "composite (0.5 grpo + 0.5 turn_grpo)"):
+    for name in CATALOGUE_TARGETS:
         ratio = times[name] / times["gigpo"]
         report.targets.append(Target(f"{name} vs gigpo", format_ratio(ratio), f"≤ {TARGET_VS_GIGPO:g}x", ratio <= TARGET_VS_GIGPO))
     _composite_overhead(report, batch, quick)

@@ -30,6 +30,7 @@ from .segments import GroupLayout, offsets_from_sizes
 from .spec import call_with_accepted_kwargs, flatten_groups, normalize_name
 from .state import call_stateful
 from .steps.diagnostics import turn_metrics
+from .steps.forms import split_step_output
 from .steps.inputs import step_batch_from_groups
 from .types import Step, TrajectoryGroup
 
@@ -252,6 +253,7 @@ def _call_step_estimator(
         with_anchors=needs.anchors,
         who=who,
         with_lengths=needs.lengths,
+        with_values=needs.values,
     )
     kwargs = {**config.estimator_kwargs, "algorithm_config": config, "traj_groups": batch.groups, "norm_adv_by_std_in_grpo": config.norm_adv_by_std_in_grpo}
     if needs.state:  # a composite with a stateful term: the state is the composite's, per role
@@ -260,9 +262,7 @@ def _call_step_estimator(
         result, new_states[(estimator.spec.name, role)] = call_stateful(form, config.estimator_state.get(estimator.spec.name, role), who, steps, **kwargs)
     else:
         result = call_with_accepted_kwargs(estimator.batched_form, steps, **kwargs)
-    advantages = as_advantages(result, who)
-    if advantages.size != steps.num_steps:
-        raise ValueError(f"{who} returned {advantages.size} advantages for {steps.num_steps} steps")
+    advantages, _ = split_step_output(result, needs.values, steps.num_steps, who)  # returns: the forms give them
     if not np.isfinite(advantages).all():
         s = int(np.flatnonzero(~np.isfinite(advantages))[0])
         i = int(np.searchsorted(steps.step_offsets, s, side="right") - 1)

@@ -38,6 +38,8 @@ FRAMEWORK_KEYWORDS = frozenset(
         "norm_adv_by_std_in_grpo",
         "step_rewards",
         "anchor_states",
+        "step_values",
+        "step_tokens",
         "state",
         "task_ids",
     }

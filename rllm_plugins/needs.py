@@ -10,8 +10,7 @@ options it will call the estimator with, and hands over what the answer names:
   :attr:`~rllm_plugins.steps.StepBatch.lengths` for a step-level one);
 - ``state``: the estimator's state across calls; the form then takes ``state`` (and ``task_ids``) and
   returns ``(result, new_state)`` (:mod:`.state`);
-- ``values``: a critic's value per step, for a spec that declares ``needs_values`` (read here by name, so
-  that a ``composite`` of a value-based term declares it too; the paths supply the values).
+- ``values``: a critic's value per step, for a spec that declares ``needs_values`` (the paths supply the values).
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ def needs_of(spec: Any, options: Mapping[str, Any] | None = None) -> Needs:
     """
     form = spec.batched if spec.batched is not None else spec.fn
     lengths = "lengths" in accepted_keywords(form)[0]
-    declared = Needs(anchors=spec.needs_anchors, lengths=lengths, state=spec.stateful, values=bool(getattr(spec, "needs_values", False)))
+    declared = Needs(anchors=spec.needs_anchors, lengths=lengths, state=spec.stateful, values=spec.needs_values)
     if spec.needs_for is None:
         return declared
     extra = spec.needs_for(dict(options or {}))

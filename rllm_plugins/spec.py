@@ -14,6 +14,7 @@ advantages float64 ``(N,)``; returns equal advantages for every built-in.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -248,6 +249,10 @@ class AdvEstimatorSpec:
 
     ``needs_for(options) -> Needs``, when given, says what the estimator reads beyond its declared flags
     with these options (``composite``: what its terms need); every path asks :func:`.needs.needs_of`.
+    ``needs_values=True`` declares a value-based step-level estimator: it reads a critic's value of every
+    step (``StepBatch.step_values``; in the core ``Step.value``, in verl the critic's ``values`` at each
+    turn's first model token) and gives the critic's targets as its returns: its batched form returns
+    ``(advantages, returns)`` (:mod:`.steps.forms`). TRL has no critic and refuses such estimators.
     """
 
     name: str
@@ -263,6 +268,7 @@ class AdvEstimatorSpec:
     check_options: Callable[[Mapping[str, Any]], object] | None = field(default=None, compare=False)
     stateful: bool = False
     needs_for: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False)
+    needs_values: bool = False
     list_form: ListEstimator = field(init=False, repr=False, compare=False)
     batched_form: BatchedEstimator = field(init=False, repr=False, compare=False)
 
@@ -286,7 +292,7 @@ class AdvEstimatorSpec:
             raise TypeError(f"estimator {self.name!r}: check_options must be callable, got {type(self.check_options).__name__}")
         if self.needs_for is not None and not callable(self.needs_for):
             raise TypeError(f"estimator {self.name!r}: needs_for must be callable, got {type(self.needs_for).__name__}")
-        for flag in ("group_order_invariant", "needs_anchors"):
+        for flag in ("group_order_invariant", "needs_anchors", "needs_values"):
             value = getattr(self, flag)
             if not isinstance(value, (bool, np.bool_)):
                 raise ValueError(f"estimator {self.name!r}: {flag} must be a bool (True or False), got {type(value).__name__} {value!r}")
@@ -295,6 +301,8 @@ class AdvEstimatorSpec:
             raise ValueError(f"estimator {self.name!r}: level must be one of {list(LEVELS)}, got {self.level!r}")
         if self.needs_anchors and self.level != "step":
             raise ValueError(f"estimator {self.name!r}: needs_anchors=True needs level='step'")
+        if self.needs_values and self.level != "step":
+            raise ValueError(f"estimator {self.name!r}: needs_values=True (a value per step) needs level='step'")
         if self.batched is not None and not callable(self.batched):
             raise TypeError(f"estimator {self.name!r}: batched must be callable, got {type(self.batched).__name__}")
         description = self.description or _first_line(self.fn or self.batched)
@@ -312,7 +320,8 @@ class AdvEstimatorSpec:
         if self.stateful:
             to_list, to_batched = stateful_list_form_of, stateful_batched_form_of
         elif self.level == "step":
-            to_list, to_batched = step_list_form_of, step_batched_form_of
+            to_list = functools.partial(step_list_form_of, with_returns=self.needs_values)
+            to_batched = functools.partial(step_batched_form_of, with_returns=self.needs_values)
         else:
             to_list, to_batched = list_form_of, batched_form_of
         object.__setattr__(self, "list_form", self.fn if self.fn is not None else to_list(self.batched, self.name))  # type: ignore[arg-type]

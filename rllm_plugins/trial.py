@@ -20,6 +20,7 @@ from .calling import call_with_accepted_kwargs
 from .needs import needs_of
 from .outputs import as_advantages
 from .steps.batch import StepBatch
+from .steps.forms import split_step_output
 
 if TYPE_CHECKING:
     from .discovery.manager import Estimator
@@ -45,12 +46,17 @@ def step_level_hint(*forms: Callable[..., Any] | None) -> str:
     return ""
 
 
-def _tiny_step_batch(with_anchors: bool) -> StepBatch:
-    """Two task groups of two trajectories, 1 to 3 steps each; anchors (ids and the text states they stand for) repeat within a group."""
+def _tiny_step_batch(with_anchors: bool, with_values: bool) -> StepBatch:
+    """Two task groups of two trajectories, 1 to 3 steps each; anchors (ids and the text states they stand for) repeat within a group;
+    with values, a critic's value and model tokens per step."""
     anchors = np.array([0, 1, 0, 2, 3, 2, 3]) if with_anchors else None
     states = ["start", "door", "start", "start", "hall", "start", "hall"] if with_anchors else None
     rewards = np.array([0.0, 1.0, 0.0, 0.5, 0.0, 0.25, 0.0])
-    return StepBatch(np.array([1.0, 0.0, 0.5, 0.25]), np.array([0, 2, 4]), rewards, np.array([0, 2, 3, 5, 7]), anchors, states)
+    values = np.array([0.5, 0.75, 0.25, 0.5, 0.25, 0.5, 0.0]) if with_values else None
+    tokens = np.array([3.0, 2.0, 4.0, 1.0, 2.0, 5.0, 1.0]) if with_values else None
+    return StepBatch(
+        np.array([1.0, 0.0, 0.5, 0.25]), np.array([0, 2, 4]), rewards, np.array([0, 2, 3, 5, 7]), anchors, states, step_values=values, step_tokens=tokens
+    )
 
 
 def trial_run(name: str, estimator: Estimator, options: Mapping[str, Any], *, norm_adv_by_std_in_grpo: bool, where: str) -> None:
@@ -60,14 +66,14 @@ def trial_run(name: str, estimator: Estimator, options: Mapping[str, Any], *, no
     try:
         if spec.level == "step":
             needs = needs_of(spec, options)
-            batch = _tiny_step_batch(needs.anchors)
+            batch = _tiny_step_batch(needs.anchors, needs.values)
             kwargs = {**options, "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo}
             if needs.lengths:
                 batch = replace(batch, lengths=np.array([3.0, 5.0, 2.0, 4.0]))
             if needs.state:  # from a fresh state, as on a run's first step; the new state is dropped
                 kwargs.update(state={}, task_ids=np.array(["p", "p", "q", "q"], dtype=object))
-            out = call_with_accepted_kwargs(estimator.batched_form, batch, **kwargs)
-            out = as_advantages(out[0] if needs.state else out, who)
+            result = call_with_accepted_kwargs(estimator.batched_form, batch, **kwargs)
+            out = split_step_output(result[0] if needs.state else result, spec.needs_values, batch.num_steps, who)[0]
             expected = batch.num_steps
         else:
             values, offsets, lengths = np.array([1.0, 0.0, 0.5, 0.25]), np.array([0, 2, 4]), np.array([3.0, 5.0, 2.0, 4.0])

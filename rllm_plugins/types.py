@@ -14,7 +14,8 @@ class Step:
     ``advantage`` is a float (broadcast to every response token), a per-token list, or None.
     ``reward`` is the step's own reward and ``observation`` what the agent saw before acting; a
     step-level estimator reads both (the anchor state is ``metadata["anchor_state"]`` when given,
-    else ``observation``).
+    else ``observation``). ``value`` is a critic's estimate of the step's state (the expected return from
+    it), read by value-based step-level estimators (``turn_gae``); None: no critic.
     """
 
     prompt_ids: list[int] = field(default_factory=list)
@@ -28,6 +29,7 @@ class Step:
     model_response: str = ""
     info: dict[str, Any] = field(default_factory=dict)
     observation: Any = None
+    value: float | None = None
 
 
 @dataclass

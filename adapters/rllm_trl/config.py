@@ -226,6 +226,7 @@ def advantage_settings(args: Any) -> AdvantageSettings:
     norm = getattr(args, "norm_adv_by_std_in_grpo", True)
     if not isinstance(norm, (bool, np.bool_)):
         raise ValueError(f"norm_adv_by_std_in_grpo must be a bool (True or False), got {type(norm).__name__} {norm!r}")
+    _refuse_value_based(estimator, estimator_map, selected)
     kwargs = check_adv_estimator_kwargs(getattr(args, "adv_estimator_kwargs", None), selected)
     # a group is one prompt's num_generations completions (num_generations_eval in evaluation, when set)
     group_sizes = [(field, size) for field in ("num_generations", "num_generations_eval") if (size := getattr(args, field, None)) is not None]
@@ -275,6 +276,18 @@ def advantage_settings(args: Any) -> AdvantageSettings:
         step_level=step_level,
         selected=selected,
     )
+
+
+def _refuse_value_based(estimator: str, estimator_map: dict[str, str], selected: dict[str, Estimator]) -> None:
+    """Refuse an estimator that reads a critic's values (``needs_values``): GRPOTrainer trains no critic."""
+    named = [("adv_estimator", estimator), *((f"adv_estimator_map[{r!r}]", n) for r, n in estimator_map.items())]
+    for where, name in named:
+        if selected[name].spec.needs_values:
+            raise ValueError(
+                f"{where}={name!r} is value-based: it reads a critic's value of every turn and gives the critic's targets, and TRL's "
+                "GRPOTrainer has no critic (no value model, no value loss). Use it in verl with critic.enable=true, or choose a "
+                "critic-free step-level estimator (gigpo, turn_grpo, step_reinforce)"
+            )
 
 
 def _check_step_level(estimator: str, estimator_map: dict[str, str], aggregation: str, selected: dict[str, Estimator]) -> bool:

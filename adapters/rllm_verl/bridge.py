@@ -256,8 +256,10 @@ def compute_rllm_advantage(
             with_anchors = needs_of(estimator.spec, options).anchors
             sources = step_sources(index, token_level_rewards.shape[-1], where, responses, batch) if with_anchors else StepSources()
             episodes = Episodes.one_row_each(order, offsets, index.size)
-            out = compute_rllm_step_advantage(name, estimator, where, token_level_rewards, response_mask, index, episodes, options, config, dtype, sources)
-            return out, out
+            values = current_tensor(index, "values") if needs_of(estimator.spec, options).values else None
+            return compute_rllm_step_advantage(
+                name, estimator, where, token_level_rewards, response_mask, index, episodes, options, config, dtype, sources, values
+            )
         if wants_lengths(estimator.spec):
             lengths = _row_sums(response_mask)
             options["lengths"] = lengths if order is None else lengths[order]

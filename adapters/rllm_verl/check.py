@@ -177,6 +177,7 @@ def _dry_run(name: str, algorithm: object, group_size: int, use_v1: bool) -> Non
     mask = torch.tensor([[1, 0, 1, 1, 0], [1, 1, 0, 0, 1], [1, 0, 0, 0, 0], [1, 1, 0, 1, 0]]).repeat(group_size, 1)[:rows]
     responses = torch.arange(rows * 5).reshape(rows, 5) % 3
     prompts = torch.tensor([[9, 9]] * rows)
+    values = torch.linspace(-0.5, 0.5, rows * 5).reshape(rows, 5)  # the critic's, as the trainer holds them when critic.enable=true
     index = np.array(["p"] * group_size + ["q"] * group_size, dtype=object)
     keys = OmegaConf.select(algorithm, "gdpo_reward_keys", default=None)  # type: ignore[arg-type]
     scores = [{str(k): [1.0, 0.0, 0.5, None][i % 4] for k in keys} for i in range(rows)] if keys and not isinstance(keys, str) else None
@@ -189,10 +190,10 @@ def _dry_run(name: str, algorithm: object, group_size: int, use_v1: bool) -> Non
     }
     if not use_v1:  # the legacy trainer's DataProto holds the token ids and the reward keys
         non_tensors = {"uid": index, **({k: np.array([s[k] for s in scores], dtype=object) for k in scores[0]} if scores else {})}
-        tensors = {"token_level_rewards": rewards, "response_mask": mask, "responses": responses, "prompts": prompts}
+        tensors = {"token_level_rewards": rewards, "response_mask": mask, "responses": responses, "prompts": prompts, "values": values}
         compute_advantage(DataProto.from_dict(tensors=tensors, non_tensors=non_tensors), adv_estimator=name, **kwargs)
         return
-    data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": index})
+    data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask, "values": values}, non_tensors={"uid": index})
     row_keys = [f"{uid}_{row}_0" for row, uid in enumerate(index.tolist())]
     if not extension_status().get(V1_BATCH.name, "").startswith("active"):  # as in training: nothing serves the rows
         compute_advantage_for_multi_trajectories(data, row_keys, adv_estimator=name, **kwargs)
@@ -245,7 +246,30 @@ def _step_level_lines(estimator: object, options: Mapping[str, object], config: 
                 "turn from data.batch['responses'] (reward-key extension)"
             )
         lines.append(f"anchor states: {where}; turn 0 is anchored at the prompt")
+    if spec.needs_values:
+        lam, source = options.get("lam"), "algorithm.rllm_estimator_kwargs"
+        if lam is None:
+            lam, source = OmegaConf.select(algorithm, "lam", default=None), "algorithm.lam"  # type: ignore[arg-type]
+        if lam is None:
+            lam, source = defaults.get("lam"), "the default"
+        held = "TransferQueue" if use_v1 else "the DataProto"
+        lines.append(
+            f"values: the critic's values at each turn's first model token ({held}); returns (the critic's targets) into "
+            f"data.batch['returns']; lam={lam} (from {source})"
+        )
     return lines, agent_loop_turn_warnings(config)
+
+
+def _critic_error(name: str, spec: object, config: object) -> str | None:
+    """For a value-based estimator (``needs_values``): an error unless ``critic.enable`` is true (verl runs a critic by default for ``gae`` only)."""
+    from omegaconf import OmegaConf
+
+    if not spec.needs_values or OmegaConf.select(config, "critic.enable", default=None) is True:  # type: ignore[attr-defined, arg-type]
+        return None
+    return (
+        f"{name!r} is value-based: it reads the critic's values and trains the critic on its returns, but the critic is off "
+        "(verl runs one by default only for adv_estimator=gae); set critic.enable=true"
+    )
 
 
 def _group_size(config: object) -> int:
@@ -358,6 +382,9 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     except ValueError as error:
         message = f"{name!r} with actor_rollout_ref.rollout.n={group_size}: {error}"
         return VerlCheckReport(False, name, config_name, rllm_names, [message], provider=provider)
+    critic_error = _critic_error(name, estimator.spec, config)
+    if critic_error is not None:
+        return VerlCheckReport(False, name, config_name, rllm_names, [critic_error], provider=provider)
     use_v1 = bool(OmegaConf.select(config, "trainer.use_v1", default=False))
     step_lines, warnings = _step_level_lines(estimator, options, config, use_v1)
     sizes, note = _trial_sizes(estimator.spec, options, group_size)

@@ -118,10 +118,11 @@ def _session_steps(name: str, estimator: Estimator, where: str, data: Any, sessi
     sources = StepSources()
     if needs_of(estimator.spec, options).anchors:
         sources = step_sources(uids, rewards.shape[-1], where, responses, data.non_tensor_batch, prompts)
+    values = data.batch["values"] if needs_of(estimator.spec, options).values and "values" in tensors else None
     with torch.no_grad():
-        out = compute_rllm_step_advantage(name, estimator, where, rewards, mask, uids, episodes, options, config, dtype, sources)
-    data.batch["advantages"] = out
-    data.batch["returns"] = out
+        advantages, returns = compute_rllm_step_advantage(name, estimator, where, rewards, mask, uids, episodes, options, config, dtype, sources, values)
+    data.batch["advantages"] = advantages
+    data.batch["returns"] = returns
     return data
 
 

@@ -7,7 +7,10 @@ first). Rows are grouped by ``uid``; the outcome of a row is its total reward. E
 turn k gets that turn's advantage, every other token 0. A row without model tokens (``response_mask``
 all 0, as the rows verl's v1 ``_balance_batch`` pads a batch with) has no turn: it gets 0 and stays out
 of every statistic. ``gamma``: ``algorithm.rllm_estimator_kwargs.gamma``, else ``algorithm.gamma``, else the
-``gamma`` verl's ``compute_advantage`` was called with (:func:`resolve_gamma`).
+``gamma`` verl's ``compute_advantage`` was called with (:func:`resolve_gamma`). A value-based estimator
+(``needs_values``, ``rllm_turn_gae``) reads the critic's ``values`` (B, T) at each turn's first model token and
+gives the returns (the critic's targets), spread over the turn's model tokens like the advantages; its ``lam``
+is ``rllm_estimator_kwargs.lam``, else ``algorithm.lam``.
 
 verl passes estimators no ``responses``: on the legacy trainer they are read from the DataProto that
 ``compute_advantage`` is processing (the ``reward_keys`` extension makes it visible); on the v1 trainer,
@@ -28,18 +31,19 @@ import torch
 
 from rllm_plugins.calling import call_with_accepted_kwargs
 from rllm_plugins.needs import needs_of
-from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import Estimator
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.state import call_stateful
 from rllm_plugins.steps import StepBatch
 from rllm_plugins.steps.anchors import anchor_ids
 from rllm_plugins.steps.diagnostics import turn_metrics
+from rllm_plugins.steps.forms import split_step_output
 from rllm_plugins.steps.turns import Turns, find_turns, spread_to_tokens, turn_anchor_states, turn_rewards
 
 from .estimator_state import VERL_ROLE, verl_estimator_state
 from .reward_keys import REWARD_KEYS_ENV, current_gamma
-from .v1_batch import V1_BATCH_ENV, add_turn_metrics, fetch_rows
+from .rollout_order import rollout_order
+from .v1_batch import V1_BATCH_ENV, add_turn_metrics, current_keys, fetch_rows
 
 __all__ = ["ANCHOR_STATES_KEY", "Episodes", "StepSources", "compute_rllm_step_advantage", "resolve_gamma", "step_sources"]
 
@@ -167,6 +171,12 @@ class Episodes:
         per_group = np.bincount(group_of_episode[live], minlength=self.traj_offsets.size - 1)
         return Episodes(self.rows[keep], offsets_from_sizes(rows_per_episode[live]), offsets_from_sizes(per_group[per_group > 0]), self.final_rows[live])
 
+    def reordered(self, order: np.ndarray) -> Episodes:
+        """The episodes in ``order`` ``(N,)`` (a permutation within each group: the groups keep their bounds)."""
+        sizes = np.diff(self.row_offsets)
+        parts = [self.rows[self.row_offsets[e] : self.row_offsets[e + 1]] for e in order.tolist()]
+        return Episodes(np.concatenate(parts) if parts else self.rows, offsets_from_sizes(sizes[order]), self.traj_offsets, self.final_rows[order])
+
     @property
     def continuing_rows(self) -> np.ndarray:
         """The rows that are not the first of their episode (later outputs of a session)."""
@@ -204,8 +214,12 @@ def compute_rllm_step_advantage(
     config: Any,
     dtype: torch.dtype,
     sources: StepSources,
-) -> torch.Tensor:
-    """``(B, T)`` advantages in ``dtype`` of the step-level estimator ``name``; ``options`` are checked by the caller.
+    values: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(B, T)`` advantages and returns in ``dtype`` of the step-level estimator ``name``; ``options`` are checked by the caller.
+
+    The returns are the advantages, except for a value-based estimator, which reads ``values`` (B, T) (the critic's,
+    at each turn's first model token) and gives the critic's targets.
 
     The steps of an episode are the turns of its rows, in ``episodes.rows`` order. ``sources`` gives the
     token ids anchor states are read from, or the anchor states themselves (row b's entry: one hashable
@@ -221,8 +235,18 @@ def compute_rllm_step_advantage(
             f"{where}: row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])} has reward {step_rewards[j]}; rewards must be finite"
         )
     row_totals = _row_totals(step_rewards, turns, token_level_rewards)
-    _warn_if_single_turn(name, where, turns)
+    needs = needs_of(estimator.spec, options)
+    if not needs.values:  # a critic's value makes a single turn more than a rescaled outcome
+        _warn_if_single_turn(name, where, turns)
     episodes = episodes.with_turns(turns.per_row)
+    states: list[Hashable] = []
+    if needs.anchors:
+        states = _anchor_states(where, index, turns, sources.responses, sources.anchor_states)
+        if sources.anchor_states is None:
+            _anchor_outputs_at_their_prompts(where, index, turns, episodes, sources, states)
+        if options.get("anchor_similarity") is not None:  # greedy clustering: visit the episodes in rollout order
+            keys = current_keys(index, where)
+            episodes = episodes.reordered(rollout_order(episodes.rows, episodes.row_offsets, episodes.traj_offsets, turns, states, keys, where))
 
     rows = episodes.rows
     counts = turns.per_row[rows]
@@ -230,11 +254,7 @@ def compute_rllm_step_advantage(
     np.cumsum(counts, out=row_steps[1:])
     turn_order = np.repeat(turns.row_offsets[:-1][rows] - row_steps[:-1], counts) + np.arange(turns.num_turns)  # turns in episode order
     anchors, ordered_states = None, None
-    needs = needs_of(estimator.spec, options)
     if needs.anchors:
-        states = _anchor_states(where, index, turns, sources.responses, sources.anchor_states)
-        if sources.anchor_states is None:
-            _anchor_outputs_at_their_prompts(where, index, turns, episodes, sources, states)
         group_of_row = np.empty(index.size, dtype=np.int64)
         episode_sizes = np.diff(episodes.row_offsets)
         group_of_row[rows] = np.repeat(np.repeat(np.arange(episodes.traj_offsets.size - 1), np.diff(episodes.traj_offsets)), episode_sizes)
@@ -249,9 +269,21 @@ def compute_rllm_step_advantage(
     gamma, _ = resolve_gamma(options, config)
     if gamma is not None and "gamma" not in options:
         options = {**options, "gamma": gamma}
-    lengths = _episode_lengths(mask, episodes) if needs.lengths else None
+    per_step: dict[str, np.ndarray] = {}
+    if needs.lengths:
+        per_step["lengths"] = _episode_lengths(mask, episodes)
+    if needs.values:
+        if "lam" not in options and config is not None and config.get("lam", None) is not None:  # GAE's lambda: verl's algorithm.lam
+            options = {**options, "lam": config.get("lam")}
+        per_step.update(step_values=turn_values(where, index, turns, values)[turn_order], step_tokens=(turns.end - turns.start)[turn_order])
     batch = StepBatch(
-        row_totals[episodes.final_rows], episodes.traj_offsets, step_rewards[turn_order], row_steps[episodes.row_offsets], anchors, ordered_states, lengths
+        row_totals[episodes.final_rows],
+        episodes.traj_offsets,
+        step_rewards[turn_order],
+        row_steps[episodes.row_offsets],
+        anchors,
+        ordered_states,
+        **per_step,
     )
     who = f"{where}: the estimator ({estimator.provider})"
     new_state = None
@@ -260,30 +292,19 @@ def compute_rllm_step_advantage(
         result, new_state = call_stateful(functools.partial(call_with_accepted_kwargs, estimator.batched_form), state, who, batch, **options)
     else:
         result = estimator.batched_form(batch, **options)
-    grouped = as_advantages(result, who)
-    if grouped.size != turns.num_turns:
-        raise ValueError(f"{where}: the estimator ({estimator.provider}) returned {grouped.size} advantages for {turns.num_turns} turns")
-    per_turn = np.empty_like(grouped)
-    per_turn[turn_order] = grouped
-    if not np.isfinite(per_turn).all():
-        j = int(np.flatnonzero(~np.isfinite(per_turn))[0])
-        row = int(turns.row[j])
-        turn = j - int(turns.row_offsets[row])
-        raise ValueError(f"{where}: the estimator ({estimator.provider}) gave advantage {per_turn[j]} for row {row} (uid {index[row]!r}), turn {turn}")
-    limit = float(torch.finfo(dtype).max)
-    if np.abs(per_turn).max(initial=0.0) > limit:
-        j = int(np.flatnonzero(np.abs(per_turn) > limit)[0])
-        row = int(turns.row[j])
-        raise ValueError(
-            f"{where}: advantage {per_turn[j]} of row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])} overflows {dtype} "
-            f"(largest {limit:g}), the dtype of token_level_rewards; compute rewards in a wider dtype, or scale them down"
-        )
+    grouped, grouped_returns = split_step_output(result, needs.values, turns.num_turns, who)
+    per_turn = _checked_per_turn(grouped, turn_order, "advantage", where, who, index, turns, dtype)
+    per_turn_returns = per_turn if grouped_returns is grouped else _checked_per_turn(grouped_returns, turn_order, "return", where, who, index, turns, dtype)
     if new_state is not None:  # every check passed
         verl_estimator_state().commit({(estimator.spec.name, VERL_ROLE): new_state})
     episode_steps = row_steps[episodes.row_offsets]  # turn t of an episode: of a session, across its outputs
     add_turn_metrics(lambda: {f"rllm/{k}": v for k, v in turn_metrics(grouped, step_rewards[turn_order], episode_steps).items()})
-    spread = spread_to_tokens(per_turn, turns, dtype=np.float64 if dtype == torch.float64 else np.float32)
-    return torch.from_numpy(spread).to(device=token_level_rewards.device, dtype=dtype)
+    device = token_level_rewards.device
+    spread = torch.from_numpy(spread_to_tokens(per_turn, turns, dtype=np.float64 if dtype == torch.float64 else np.float32)).to(device=device, dtype=dtype)
+    if per_turn_returns is per_turn:
+        return spread, spread
+    returns = spread_to_tokens(per_turn_returns, turns, dtype=np.float64 if dtype == torch.float64 else np.float32)
+    return spread, torch.from_numpy(returns).to(device=device, dtype=dtype)
 
 
 def _episode_lengths(mask: np.ndarray, episodes: Episodes) -> np.ndarray:
@@ -291,6 +312,49 @@ def _episode_lengths(mask: np.ndarray, episodes: Episodes) -> np.ndarray:
     row_lengths = mask.sum(axis=-1, dtype=np.float64)[episodes.rows]
     episode_of_row = np.repeat(np.arange(episodes.row_offsets.size - 1), np.diff(episodes.row_offsets))
     return np.bincount(episode_of_row, weights=row_lengths, minlength=episodes.row_offsets.size - 1)
+
+
+def _checked_per_turn(
+    grouped: np.ndarray, turn_order: np.ndarray, what: str, where: str, who: str, index: np.ndarray, turns: Turns, dtype: torch.dtype
+) -> np.ndarray:
+    """``grouped`` (K,) in episode order, back in turn order; refuses a non-finite value or one past ``dtype``'s range, naming row and turn."""
+    per_turn = np.empty_like(grouped)
+    per_turn[turn_order] = grouped
+    if not np.isfinite(per_turn).all():
+        j = int(np.flatnonzero(~np.isfinite(per_turn))[0])
+        row = int(turns.row[j])
+        raise ValueError(f"{who} gave {what} {per_turn[j]} for row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])}")
+    limit = float(torch.finfo(dtype).max)
+    if np.abs(per_turn).max(initial=0.0) > limit:
+        j = int(np.flatnonzero(np.abs(per_turn) > limit)[0])
+        row = int(turns.row[j])
+        raise ValueError(
+            f"{where}: {what} {per_turn[j]} of row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])} "
+            f"overflows {dtype} (largest {limit:g}), the dtype of token_level_rewards; compute rewards in a wider dtype, or scale them down"
+        )
+    return per_turn
+
+
+def turn_values(where: str, index: np.ndarray, turns: Turns, values: torch.Tensor | None) -> np.ndarray:
+    """``(K,)`` the critic's value of each turn: ``values`` (B, T) at the turn's first model token; refuses missing or non-finite values."""
+    if values is None:
+        raise ValueError(
+            f"{where} is value-based: it reads the critic's values (data.batch['values']), and the batch has none. verl computes them "
+            f"only with a critic: set critic.enable=true; on verl's trainers the {REWARD_KEYS_ENV} extension must not be 0 "
+            "(`rllm-plugins verl-check` reports it); when calling verl's functions yourself, put `values` (B, T) in data.batch"
+        )
+    if tuple(values.shape) != (turns.row_offsets.size - 1, turns.length):
+        raise ValueError(
+            f"{where}: values has shape {tuple(values.shape)} but response_mask {(turns.row_offsets.size - 1, turns.length)}; "
+            "the critic's values are read at each turn's first model token, so they must match"
+        )
+    per_turn = _numpy(values).astype(np.float64, copy=False)[turns.row, turns.start]
+    if not np.isfinite(per_turn).all():
+        j = int(np.flatnonzero(~np.isfinite(per_turn))[0])
+        row = int(turns.row[j])
+        turn = j - int(turns.row_offsets[row])
+        raise ValueError(f"{where}: row {row} (uid {index[row]!r}), turn {turn} has critic value {per_turn[j]}; values must be finite")
+    return per_turn
 
 
 def _anchor_outputs_at_their_prompts(where: str, index: np.ndarray, turns: Turns, episodes: Episodes, sources: StepSources, states: list[Hashable]) -> None:

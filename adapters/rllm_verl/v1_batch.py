@@ -29,7 +29,7 @@ import torch
 
 from .extension import NO_DEFAULT, Extension
 
-__all__ = ["V1_BATCH", "V1_BATCH_ENV", "V1Batch", "V1Rows", "add_turn_metrics", "fetch_rows", "serving"]
+__all__ = ["V1_BATCH", "V1_BATCH_ENV", "V1Batch", "V1Rows", "add_turn_metrics", "current_keys", "fetch_rows", "serving"]
 
 V1_BATCH_ENV = "RLLM_PLUGINS_VERL_V1_BATCH"
 FIELDS = ("uid", "prompts", "responses", "extra_fields")
@@ -97,6 +97,14 @@ def fetch_rows(index: Sequence[Any] | np.ndarray, where: str) -> V1Rows | None:
             "advantages on the DataProto that PPOTrainer._compute_advantage builds (rows in key order)"
         )
     return rows
+
+
+def current_keys(index: Sequence[Any] | np.ndarray, where: str) -> list[str] | None:
+    """The TransferQueue keys (``{uid}_{session}_{index}``) of the current v1 batch's rows, in row order (None outside a v1 advantage step)."""
+    batch = _batch.get()
+    if batch is None or fetch_rows(index, where) is None:
+        return None
+    return batch.keys
 
 
 def add_turn_metrics(compute: Callable[[], dict[str, float]]) -> None:

@@ -267,3 +267,9 @@ def test_each_estimator_name_is_resolved_once_per_config(monkeypatch):
         )
     )
     assert sorted(looked_up) == ["rloo", "trl_grpo"]
+
+
+@pytest.mark.parametrize("fields", [{"adv_estimator": "turn_gae"}, {"adv_estimator_map": {"judge": "turn_gae"}, "role_column": "role"}])
+def test_a_value_based_estimator_is_refused_at_config_time_because_grpo_trainer_has_no_critic(fields):
+    with pytest.raises(ValueError, match=r"'turn_gae' is value-based: .*GRPOTrainer has no critic .*critic.enable=true"):
+        RLLMGRPOConfig(**BASE, **fields)

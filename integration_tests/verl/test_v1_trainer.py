@@ -469,3 +469,69 @@ def test_rllm_composite_of_gigpo_and_grpo_on_padded_reordered_rows_is_the_weight
     gigpo, grpo = reference(rows, gamma=0.9, w=1.0), reference(rows, gamma=0.9, w=0.0)  # gigpo with w = 0: the episode's GRPO
     want = {key: {p: gigpo[key][p] + 2.0 * grpo[key][p] for p in positions} for key, positions in gigpo.items()}
     assert_matches(got, batch, rows, want)
+
+
+def test_rllm_turn_gae_reads_the_critics_values_from_transfer_queue_and_writes_its_returns(transfer_queue, outputs):
+    """Values stored as verl's ``_compute_values`` leaves them (nested, one per response token), padded rows included."""
+    from tensordict import TensorDict
+
+    rng = np.random.default_rng(20 + len(outputs))
+    rows = multi_turn_rows(rng, outputs=outputs)
+    batch = store(rows)
+    lengths = [len(m) for m in tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["response_mask"])["response_mask"].unbind(0)]
+    values = {key: rng.normal(size=n).round(3) for key, n in zip(batch.keys, lengths, strict=True)}
+    nested = torch.nested.as_nested_tensor([torch.tensor(values[k], dtype=torch.float32) for k in batch.keys], layout=torch.jagged)
+    tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict({"values": nested}, batch_size=len(batch.keys)))
+    trainer = trainer_for("algorithm.adv_estimator=rllm_turn_gae", "critic.enable=true", "algorithm.gamma=0.9", "algorithm.lam=0.8")
+    got, _ = compute(trainer, batch)
+    returns = list(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["returns"])["returns"].unbind(0))
+    # the reference: a session is one episode of its outputs' turns in index order; GAE over its turns; whitened over model tokens
+    sessions = defaultdict(list)
+    for row in rows:
+        sessions[row["key"].rsplit("_", 1)[0]].append(row)
+    steps = []  # (key, positions, advantage, return)
+    for outs in sessions.values():
+        outs.sort(key=lambda r: int(r["key"].rsplit("_", 1)[1]))
+        turns = [(row["key"], positions, reward, float(np.float32(values[row["key"]][positions[0]]))) for row in outs for positions, reward, _ in turns_of(row)]
+        running, gae = 0.0, [0.0] * len(turns)
+        for t in reversed(range(len(turns))):
+            following = turns[t + 1][3] if t + 1 < len(turns) else 0.0
+            running = turns[t][2] + 0.9 * following - turns[t][3] + 0.9 * 0.8 * running
+            gae[t] = running
+        steps += [(key, positions, a, a + v) for (key, positions, _, v), a in zip(turns, gae, strict=True)]
+    tokens = [a for _, positions, a, _ in steps for _ in positions]
+    mean = statistics.fmean(tokens)
+    scale = (statistics.variance(tokens) + 1e-8) ** -0.5
+    want, want_returns = defaultdict(dict), defaultdict(dict)
+    for key, positions, a, ret in steps:
+        want[key].update(dict.fromkeys(positions, (a - mean) * scale))
+        want_returns[key].update(dict.fromkeys(positions, ret))
+    assert_matches(got, batch, rows, want)
+    assert_matches(returns, batch, rows, want_returns)
+
+
+def test_similarity_anchors_on_v1_are_verl_agents_clusters_on_rows_in_rollout_order(transfer_queue):
+    """_balance_batch reorders the rows; the keys' session and index give the rollout order the clusters are formed in."""
+    from difflib import SequenceMatcher
+
+    chain = ["abcdefghij", "abcdefghXY", "abcdefWXYZ", "abcdVWXYZ!"]  # neighbours similar at 0.8, the ends not
+    pick = np.random.default_rng(31)
+
+    def states(row):
+        turns = sum(1 for t, m in enumerate(row["mask"]) if m and (t == 0 or not row["mask"][t - 1]))
+        return {"anchor_states": [chain[int(i)] for i in pick.integers(0, len(chain), turns)]}
+
+    rows = multi_turn_rows(np.random.default_rng(30), sessions=6, extra=states)
+    batch = store(rows)
+    got, _ = compute(trainer_for("algorithm.adv_estimator=rllm_gigpo", "+algorithm.rllm_estimator_kwargs.anchor_similarity=0.8"), batch)
+    labels = {}
+    for uid in ("task_a", "task_b"):  # verl-agent: visit the steps in rollout order (sessions, then turns), first match wins
+        firsts = []
+        for row in sorted((r for r in rows if r["uid"] == uid), key=lambda r: int(r["key"].rsplit("_", 2)[1])):
+            for k, state in enumerate(row["extra"]["anchor_states"]):
+                match = next((c for c, first in enumerate(firsts) if SequenceMatcher(None, state, first).ratio() >= 0.8), None)
+                if match is None:
+                    firsts.append(state)
+                    match = len(firsts) - 1
+                labels[(row["key"], k)] = match
+    assert_matches(got, batch, rows, reference(rows, gamma=1.0, w=1.0, anchors_of=lambda row: [labels[(row["key"], k)] for k in range(len(turns_of(row)))]))

@@ -25,6 +25,7 @@ from .reinforce_plus_plus_baseline import calculate_reinforce_plus_plus_baseline
 from .rloo import calculate_rloo_advantages, rloo
 from .step_reinforce import calculate_step_reinforce_advantages, check_step_reinforce_options, step_reinforce
 from .trl_compat import calculate_trl_grpo_advantages, calculate_trl_grpo_batch_advantages, trl_grpo, trl_grpo_batch
+from .turn_gae import calculate_turn_gae_advantages, check_turn_gae_options, turn_gae
 from .turn_grpo import calculate_turn_grpo_advantages, check_turn_grpo_options, turn_grpo
 from .verl_grpo import calculate_verl_grpo_advantages, verl_grpo
 from .verl_reinforce_plus_plus_baseline import calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline
@@ -70,6 +71,7 @@ BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
         needs_for=composite_needs,
     ),
     AdvEstimatorSpec("turn_grpo", calculate_turn_grpo_advantages, turn_grpo, options=(), level="step", check_options=check_turn_grpo_options),
+    AdvEstimatorSpec("turn_gae", calculate_turn_gae_advantages, turn_gae, options=(), level="step", needs_values=True, check_options=check_turn_gae_options),
 )
 
 
@@ -103,6 +105,7 @@ __all__ = [
     "calculate_rloo_advantages",
     "calculate_step_reinforce_advantages",
     "calculate_trl_grpo_advantages",
+    "calculate_turn_gae_advantages",
     "calculate_turn_grpo_advantages",
     "calculate_trl_grpo_batch_advantages",
     "calculate_verl_grpo_advantages",

@@ -81,6 +81,10 @@ def composite_terms(terms: object) -> list[Term]:
         spec = get_estimator_spec(name)  # an unknown name: the registry's error lists the names
         if spec.name == "composite":
             raise ValueError(f"{where}: a composite cannot be a term; list its terms directly")
+        if spec.needs_values:
+            raise ValueError(
+                f"{where} ({name!r}) reads a critic's value per step and gives the critic's targets, which a sum of terms cannot; use it on its own"
+            )
         _check_term_options(spec, dict(options), f"{where} ({name!r}) options")
         parsed.append((spec.name, float(weight), dict(options)))
     return parsed

@@ -16,8 +16,9 @@ they are (max@k), not thresholded. No std: ``norm_adv_by_std_in_grpo`` does not 
 
 ``k`` is the option ``k``, else ``AlgorithmConfig.pass_at_k`` (rLLM's field), else 1. As in the PR, ``k``
 is clamped to the group size (``k >= n`` gives every credit the group max, so 0), and a group of one
-gets 0; ``k`` below 1 or not an int is a ``ValueError``, and :func:`check_pkpo_group_size` refuses
-``k >= group size`` at config time.
+gets 0; ``k`` below 1 or not an int is a ``ValueError`` wherever it comes from (the option, ``AlgorithmConfig.pass_at_k``
+or the ``pass_at_k`` of any config object handed to the estimator; the PR clamps it to 1), and
+:func:`check_pkpo_group_size` refuses ``k >= group size`` at config time.
 """
 
 from __future__ import annotations
@@ -85,9 +86,12 @@ def _pkpo_rows(rows: np.ndarray, k: int) -> np.ndarray:
 def pkpo(values: np.ndarray, offsets: np.ndarray, /, *, k: int | None = None, algorithm_config: Any = None, **_: Any) -> np.ndarray:
     """PKPO (option k, else ``algorithm_config.pass_at_k``, else 1): mean-centred pass@k credit per group."""
     layout = GroupLayout.from_offsets(offsets, len(values))
-    if k is None:
-        k = getattr(algorithm_config, "pass_at_k", None) or 1
-    k = _check_k(k)
+    if k is None and getattr(algorithm_config, "pass_at_k", None) is not None:  # rLLM's field: the same rule as option k
+        try:
+            k = _check_k(algorithm_config.pass_at_k)
+        except ValueError as e:
+            raise ValueError(f"{e} (from algorithm_config.pass_at_k); rLLM PR #743 clamps it to 1, here it is refused: set pass_at_k >= 1") from None
+    k = _check_k(1 if k is None else k)
     values = np.asarray(values, dtype=np.float64)
     size = layout.uniform_size
     if size is not None:  # equal groups: one (G, n) block, no gather

@@ -11,9 +11,20 @@ Population std (ddof=0), eps 1e-6; a task group with a single step gets 0;
 step part with the whole task group as one anchor group.
 
 ROLL's ``reward_normalization`` settings are options: ``grouping="batch"`` (every step of the role in one
-population), ``method`` ``"mean"`` (``G - mean``), ``"identity"`` (``G``) or ``"asym_clip"`` (``mean_std``
-clipped to [-1, 3]), ``std_ddof=1`` (torch's unbiased std) and ``min_std=1e-6`` (a population whose std is
-at most ``min_std`` gets 0). ROLL's ``mean_std`` is ``std_ddof=1, min_std=1e-6``.
+population), ``std_ddof=1`` (torch's unbiased std) and ``min_std=1e-6`` (a population whose std is at most
+``min_std`` gets 0), and the two choices of ROLL HEAD, ``norm_mean_type`` and ``norm_std_type``, each
+``"group"`` (the population's statistic), ``"batch"`` (over every step of the role, whatever the grouping) or
+None (no centring; no division)::
+
+    with a std type:     A = (G - mean) / (std + eps), 0 in a population of one step and where std <= min_std
+    without a std type:  A = G - mean
+
+``method`` is the shorthand of ROLL 6f5b8f7: ``"mean_std"`` (the default: both ``"group"``), ``"mean"`` (mean
+``"group"``, no std), ``"identity"`` (neither) and ``"asym_clip"`` (``mean_std`` clipped to [-1, 3], as at
+6f5b8f7; at HEAD ``asym_clip`` no longer clips). A type left unset follows ``method``; a type that contradicts
+a ``method`` given with it is a ``ValueError``. ROLL's ``mean_std`` is ``std_ddof=1, min_std=1e-6``; its
+sokoban example (group mean, batch std) is ``norm_std_type="batch", std_ddof=1, min_std=1e-6``.
+``norm_adv_by_std_in_grpo=False`` drops the division.
 """
 
 from __future__ import annotations
@@ -29,12 +40,47 @@ from ..steps.anchors import normalize_within
 from ..steps.batch import StepBatch, discounted_returns
 from ..steps.forms import step_list_form_of
 from .gigpo import check_choice, check_discount
+from .grpo import spread_divisor
 
-__all__ = ["calculate_step_reinforce_advantages", "check_step_reinforce_options", "step_reinforce"]
+__all__ = ["AS_METHOD", "calculate_step_reinforce_advantages", "check_step_reinforce_options", "norm_types", "step_reinforce"]
 
 GROUPINGS = ("task_group", "batch")
 METHODS = ("mean_std", "mean", "identity", "asym_clip")
-ASYM_CLIP = (-1.0, 3.0)  # ROLL's clamp(min=-1, max=3)
+ASYM_CLIP = (-1.0, 3.0)  # ROLL 6f5b8f7's clamp(min=-1, max=3)
+NORM_TYPES = ("group", "batch", None)  # ROLL HEAD's norm_mean_type / norm_std_type
+METHOD_TYPES = {"mean_std": ("group", "group"), "mean": ("group", None), "identity": (None, None), "asym_clip": ("group", "group")}
+
+
+class _AsMethod:
+    """The default of ``norm_mean_type`` / ``norm_std_type``: what ``method`` says (None is a value of its own: no statistic)."""
+
+    def __repr__(self) -> str:
+        return "AS_METHOD"
+
+
+AS_METHOD: Any = _AsMethod()
+
+
+def norm_types(options: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
+    """``(method, norm_mean_type, norm_std_type)`` the options resolve to; ``ValueError`` for a choice outside ROLL's or a contradiction."""
+    method = options.get("method")
+    check_choice("step_reinforce", {"method": method} if method is not None else {}, "method", METHODS)
+    implied = METHOD_TYPES[method or "mean_std"]
+    resolved = []
+    for key, implied_type in zip(("norm_mean_type", "norm_std_type"), implied, strict=True):
+        given = options.get(key, AS_METHOD)
+        if given is AS_METHOD:
+            resolved.append(implied_type)
+            continue
+        if given not in NORM_TYPES:
+            raise ValueError(f"estimator 'step_reinforce': {key} must be one of {list(NORM_TYPES)} (ROLL's choices), got {given!r}")
+        if method is not None and given != implied_type:
+            raise ValueError(
+                f"estimator 'step_reinforce': method={method!r} means {key}={implied_type!r}, but {key}={given!r} is given; "
+                f"set either method or {key}, not both"
+            )
+        resolved.append(given)
+    return method or "mean_std", resolved[0], resolved[1]
 
 
 def check_step_reinforce_options(options: Mapping[str, Any]) -> None:
@@ -42,7 +88,7 @@ def check_step_reinforce_options(options: Mapping[str, Any]) -> None:
     if "gamma" in options:
         check_discount("step_reinforce", options["gamma"])
     check_choice("step_reinforce", options, "grouping", GROUPINGS)
-    check_choice("step_reinforce", options, "method", METHODS)
+    norm_types(options)
     if "std_ddof" in options and (isinstance(options["std_ddof"], bool) or options["std_ddof"] not in (0, 1)):
         raise ValueError(f"estimator 'step_reinforce': std_ddof must be 0 (population std) or 1 (unbiased std), got {options['std_ddof']!r}")
     min_std = options.get("min_std")
@@ -58,28 +104,56 @@ def step_reinforce(
     epsilon: float = 1e-6,
     gamma: float = 1.0,
     grouping: str = "task_group",
-    method: str = "mean_std",
+    method: str | None = None,
+    norm_mean_type: str | None = AS_METHOD,
+    norm_std_type: str | None = AS_METHOD,
     std_ddof: int = 0,
     min_std: float | None = None,
     **_: Any,
 ) -> np.ndarray:
     """Step REINFORCE: discounted step return minus its population's mean over steps (divided by their std)."""
-    check_step_reinforce_options({"gamma": gamma, "grouping": grouping, "method": method, "std_ddof": std_ddof, "min_std": min_std})
+    options = {"gamma": gamma, "grouping": grouping, "std_ddof": std_ddof, "min_std": min_std, "method": method}
+    check_step_reinforce_options({**options, "norm_mean_type": norm_mean_type, "norm_std_type": norm_std_type})
+    method, mean_type, std_type = norm_types({"method": method, "norm_mean_type": norm_mean_type, "norm_std_type": norm_std_type})
     batch.warn_if_steps_carry_nothing("step_reinforce")
     returns = discounted_returns(batch.step_rewards, batch.step_offsets, gamma)
-    if method == "identity":
+    if mean_type is None and std_type is None:
         return returns
     ids = batch.step_group if grouping == "task_group" else np.zeros(batch.num_steps, dtype=np.int64)
-    scaled = norm_adv_by_std_in_grpo and method != "mean"
-    out = normalize_within(returns, ids, norm_adv_by_std_in_grpo=scaled, epsilon=epsilon, ddof=std_ddof)
+    scaled = norm_adv_by_std_in_grpo and std_type is not None
+    if (mean_type, std_type) in (("group", "group"), ("group", None)):  # the population's own statistics
+        out = normalize_within(returns, ids, norm_adv_by_std_in_grpo=scaled, epsilon=epsilon, ddof=std_ddof)
+    else:
+        out = _mixed(returns, ids, mean_type, std_type if scaled else None, epsilon, std_ddof)
     if scaled and min_std is not None and out.size:
-        counts = np.bincount(ids)
-        mean = np.bincount(ids, returns) / np.maximum(counts, 1)
-        centred = returns - mean[ids]
-        std = np.sqrt(np.bincount(ids, centred * centred) / np.maximum(counts - std_ddof, 1))
-        out[(std <= min_std)[ids]] = 0.0
+        out[_spread(returns, ids, std_type, std_ddof) <= min_std] = 0.0
     if scaled and method == "asym_clip":
         np.clip(out, *ASYM_CLIP, out=out)
+    return out
+
+
+def _spread(returns: np.ndarray, ids: np.ndarray, of: str | None, ddof: int) -> np.ndarray:
+    """``(S,)`` the std (``ddof``) of each step's population (``of="group"``) or of every step (``"batch"``), around its own mean."""
+    if of == "batch":
+        ids = np.zeros_like(ids)
+    counts = np.bincount(ids)
+    mean = np.bincount(ids, returns) / np.maximum(counts, 1)
+    centred = returns - mean[ids]
+    return np.sqrt(np.bincount(ids, centred * centred) / np.maximum(counts - ddof, 1))[ids]
+
+
+def _mixed(returns: np.ndarray, ids: np.ndarray, mean_type: str | None, std_type: str | None, epsilon: float, ddof: int) -> np.ndarray:
+    """ROLL HEAD's normalisation for the pairs other than the population's own mean (and std): a mean of the population,
+    the batch or 0, divided by the population's or the batch's std (a population of one step gets 0 when divided)."""
+    if mean_type == "group":
+        counts = np.bincount(ids)
+        centre = (np.bincount(ids, returns) / np.maximum(counts, 1))[ids]
+    else:
+        centre = np.full(returns.size, float(returns.mean()) if mean_type == "batch" and returns.size else 0.0)
+    out = returns - centre
+    if std_type is not None:
+        out /= spread_divisor(_spread(returns, ids, std_type, ddof), epsilon)
+        out[(np.bincount(ids) <= 1)[ids]] = 0.0
     return out
 
 

@@ -10,8 +10,11 @@ Per task group (the trajectories of one prompt), trajectory ``i`` of ``T_i`` ste
 The population of turn ``t`` is, with ``ended="absorbing"`` (default), every trajectory of the task group,
 one that ended before ``t`` counting with value 0 (so the baseline of turn ``t`` does not depend on which
 trajectories the policy let reach it); with ``ended="present"``, the trajectories that reached turn ``t``
-(``gigpo`` with every step's anchor its turn index). Population std (ddof 0), eps 1e-6; a population of
-one gives ``A^T = 0``; ``norm_adv_by_std_in_grpo=False`` drops both divisions.
+(``gigpo`` with every step's anchor its turn index). Population std (ddof 0; ``std_ddof=1``: the unbiased std
+in both levels), eps 1e-6; a population of one gives ``A^T = 0``; ``norm_adv_by_std_in_grpo=False`` drops both
+divisions. MT-GRPO (two turns, a tool call then the answer) is ``value="reward", ended="present", lam=coef,
+std_ddof=1, epsilon=1e-4`` with step rewards ``[R_turn, 0]`` and the outcome reward as the trajectory's: the
+outcome part on every turn, the turn part on the first.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ def check_turn_grpo_options(options: Mapping[str, Any]) -> None:
         check_discount("turn_grpo", options["gamma"])
     check_choice("turn_grpo", options, "value", VALUES)
     check_choice("turn_grpo", options, "ended", ENDED)
+    if "std_ddof" in options and (isinstance(options["std_ddof"], bool) or options["std_ddof"] not in (0, 1)):
+        raise ValueError(f"estimator 'turn_grpo': std_ddof must be 0 (population std) or 1 (unbiased std), got {options['std_ddof']!r}")
     lam = options.get("lam", 1.0)
     if not is_plain_real(lam) or not math.isfinite(lam):
         raise ValueError(f"estimator 'turn_grpo': lam (the weight of the per-turn part) must be a finite number, got {type(lam).__name__} {lam!r}")
@@ -62,10 +67,10 @@ def _turn_ids(batch: StepBatch, turns: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return ids.reshape(-1).astype(np.int64, copy=False), unique // longest
 
 
-def _normalize_absorbing(values: np.ndarray, ids: np.ndarray, size: np.ndarray, *, norm_adv_by_std_in_grpo: bool, epsilon: float) -> np.ndarray:
+def _normalize_absorbing(values: np.ndarray, ids: np.ndarray, size: np.ndarray, *, norm_adv_by_std_in_grpo: bool, epsilon: float, ddof: int = 0) -> np.ndarray:
     """``(v - mean) / (std + eps)`` within each id whose population has ``size[id]`` members, the absent ones valued 0.
 
-    ``values`` ``(S,)``, ``ids`` ``(S,)`` dense, ``size`` ``(K,)`` >= the present count. Population std;
+    ``values`` ``(S,)``, ``ids`` ``(S,)`` dense, ``size`` ``(K,)`` >= the present count. The std has ``ddof``;
     a population of one gives 0; the mean takes one correction pass (equal values give exactly 0).
     """
     present = np.bincount(ids, minlength=size.size)
@@ -75,7 +80,7 @@ def _normalize_absorbing(values: np.ndarray, ids: np.ndarray, size: np.ndarray, 
     centred = values - mean[ids]
     centred[(size <= 1)[ids]] = 0.0
     if norm_adv_by_std_in_grpo:
-        var = (np.bincount(ids, centred * centred, minlength=size.size) + absent * mean * mean) / size
+        var = (np.bincount(ids, centred * centred, minlength=size.size) + absent * mean * mean) / np.maximum(size - ddof, 1)
         centred /= spread_divisor(np.sqrt(var), epsilon)[ids]
     return centred
 
@@ -90,22 +95,23 @@ def turn_grpo(
     gamma: float = 1.0,
     value: str = "return",
     ended: str = "absorbing",
+    std_ddof: int = 0,
     **_: Any,
 ) -> np.ndarray:
     """Turn GRPO: episode-level GRPO of the outcome plus lam times the step's value against its turn's population."""
-    check_turn_grpo_options({"gamma": gamma, "value": value, "ended": ended, "lam": lam})
+    check_turn_grpo_options({"gamma": gamma, "value": value, "ended": ended, "lam": lam, "std_ddof": std_ddof})
     if batch.num_steps == 0:
         return np.zeros(0)
     batch.warn_if_steps_carry_nothing("turn_grpo")
     norm = dict(norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon)
-    episode = batch.steps.expand(standardize_in_groups(batch.outcomes, batch.traj_offsets, **norm, ddof=0))
+    episode = batch.steps.expand(standardize_in_groups(batch.outcomes, batch.traj_offsets, **norm, ddof=std_ddof))
     values = discounted_returns(batch.step_rewards, batch.step_offsets, gamma) if value == "return" else batch.step_rewards.copy()
     ids, id_group = _turn_ids(batch, turn_index(batch))
     if ended == "present":
-        per_turn = normalize_within(values, ids, **norm)
+        per_turn = normalize_within(values, ids, **norm, ddof=std_ddof)
     else:
         sizes = np.maximum(batch.trajectories.sizes[id_group], 1).astype(np.float64)  # (an empty task group owns no step)
-        per_turn = _normalize_absorbing(values, ids, sizes, **norm)
+        per_turn = _normalize_absorbing(values, ids, sizes, **norm, ddof=std_ddof)
     per_turn *= lam
     per_turn += episode
     return per_turn

@@ -13,6 +13,10 @@ A role's task groups hold trajectories, which hold steps (turns). Flat, in one o
   by similarity grouping, :mod:`rllm_plugins.similarity`; the builders pass their list, no copy);
 - ``lengths`` ``(N,)`` float64 or None: each trajectory's response tokens, given when the estimator reads
   them (:mod:`rllm_plugins.needs`; ``composite`` hands them to a length-weighted term).
+- ``step_values`` ``(S,)`` float64 or None: a critic's value of each step's state (``Step.value``; verl: the
+  critic's ``values`` at the turn's first model token), given to estimators whose spec says ``needs_values=True``;
+- ``step_tokens`` ``(S,)`` float64 or None: each step's number of model tokens (its weight where statistics are
+  taken over tokens, as verl's ``gae`` whitens); None: every step weighs 1.
 """
 
 from __future__ import annotations
@@ -36,6 +40,18 @@ def _offsets(value: np.ndarray, name: str, total: int) -> np.ndarray:
     return offsets.astype(np.int64, copy=False)
 
 
+def _per_step(value: np.ndarray, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """``value`` as float64 ``(S,)``: one finite number per step (``step_tokens``: also >= 0)."""
+    values = np.asarray(value, dtype=np.float64)
+    if values.shape != shape:
+        raise ValueError(f"StepBatch.{name} must hold one number per step {shape}, got shape {values.shape}")
+    bad = ~np.isfinite(values) if name == "step_values" else ~(np.isfinite(values) & (values >= 0))
+    if bad.any():
+        s = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"StepBatch.{name}[{s}] is {values[s]}; give a finite number{' >= 0' if name == 'step_tokens' else ''}")
+    return values
+
+
 @dataclass(frozen=True, eq=False)
 class StepBatch:
     """One role's task groups, trajectories and steps as flat arrays (see the module docstring for the layout)."""
@@ -47,6 +63,8 @@ class StepBatch:
     anchors: np.ndarray | None = None
     anchor_states: Sequence[Hashable] | None = None
     lengths: np.ndarray | None = None
+    step_values: np.ndarray | None = None
+    step_tokens: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         outcomes = np.asarray(self.outcomes, dtype=np.float64)
@@ -85,6 +103,10 @@ class StepBatch:
                     raise ValueError(
                         f"StepBatch.anchors: anchor id {int(anchors[s])} spans several task groups (step {s}); anchor groups never mix task groups"
                     )
+        for name in ("step_values", "step_tokens"):
+            given = getattr(self, name)
+            if given is not None:
+                object.__setattr__(self, name, _per_step(given, name, step_rewards.shape))
 
     @property
     def num_groups(self) -> int:

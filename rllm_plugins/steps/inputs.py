@@ -3,7 +3,9 @@
 Step reward: ``Step.reward``; a trajectory none of whose steps carries a reward (every ``Step.reward``
 0, the default) has its outcome on its last step, the rule verl (token rewards of an outcome-only reward
 manager) and TRL (no ``turn_rewards``) follow too. Anchor state: ``Step.metadata["anchor_state"]`` when
-present, else ``Step.observation``; None counts as missing. Errors name role, group, trajectory and step.
+present, else ``Step.observation``; None counts as missing. Value (for value-based estimators): ``Step.value``,
+a finite number; its model tokens: ``len(Step.response_ids)`` when every step has some, else every step
+weighs 1. Errors name role, group, trajectory and step.
 """
 
 from __future__ import annotations
@@ -39,17 +41,21 @@ def step_batch_from_groups(
     with_anchors: bool,
     who: str,
     with_lengths: bool = False,
+    with_values: bool = False,
 ) -> StepBatch:
     """The groups' steps, flat; ``outcomes[g]`` are group ``g``'s trajectory rewards, ``where(g, i)`` names a trajectory.
 
     ``with_anchors``: every step needs an anchor state (the estimator ``who`` reads them); ``with_lengths``: each
-    trajectory's response length (its steps' ``response_ids``) goes into ``StepBatch.lengths``. Values are
+    trajectory's response length (its steps' ``response_ids``) goes into ``StepBatch.lengths``; ``with_values``: every
+    step needs a ``Step.value`` (a value-based estimator), and the batch carries each step's model tokens. Values are
     gathered in one pass and checked in bulk; the slow search for the culprit runs only on error.
     """
     step_counts: list[int] = []
     lengths: list[int] = []
     rewards: list[object] = []
     states: list[Hashable | None] = []
+    critic: list[object] = []
+    tokens: list[int] = []
     for g, group in enumerate(groups):
         for i, traj in enumerate(group.trajectories):
             if not traj.steps:
@@ -60,6 +66,9 @@ def step_batch_from_groups(
             rewards.extend([step.reward for step in traj.steps])
             if with_anchors:
                 states.extend([anchor_state(step) for step in traj.steps])
+            if with_values:
+                critic.extend([getattr(step, "value", None) for step in traj.steps])
+                tokens.extend([len(step.response_ids) for step in traj.steps])
     traj_offsets = offsets_from_sizes([len(g.trajectories) for g in groups])
     step_offsets = offsets_from_sizes(step_counts)
 
@@ -78,6 +87,10 @@ def step_batch_from_groups(
             raise ValueError(f"{place(s)}: no anchor state; {who} needs one per step: set Step.observation or Step.metadata[{ANCHOR_KEY!r}] (any hashable)")
         step_group = np.repeat(np.arange(len(groups)), np.diff(step_offsets[traj_offsets]))
         anchors = anchor_ids(states, step_group, place)
+    step_values = step_tokens = None
+    if with_values:
+        step_values = _checked_values(critic, place, who)
+        step_tokens = np.array(tokens, dtype=np.float64) if all(tokens) else None
     return StepBatch(
         outcomes=flat_outcomes,
         traj_offsets=traj_offsets,
@@ -86,7 +99,21 @@ def step_batch_from_groups(
         anchors=anchors,
         anchor_states=states if with_anchors else None,
         lengths=np.array(lengths, dtype=np.float64) if with_lengths else None,
+        step_values=step_values,
+        step_tokens=step_tokens,
     )
+
+
+def _checked_values(values: list[object], place: Callable[[int], str], who: str) -> np.ndarray:
+    """Each step's ``Step.value`` as float64 ``(S,)``: present, a finite real number."""
+    out = np.empty(len(values), dtype=np.float64)
+    for s, value in enumerate(values):
+        number = None if value is None else as_finite_real(value)
+        if number is None:
+            got = "none (Step.value is None)" if value is None else describe(value)
+            raise ValueError(f"{place(s)}: {who} needs a critic's value of every step, got {got}; set Step.value to a finite number")
+        out[s] = number
+    return out
 
 
 def _outcome_on_silent_last_steps(step_rewards: np.ndarray, step_offsets: np.ndarray, outcomes: np.ndarray) -> None:

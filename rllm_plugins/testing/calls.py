@@ -86,6 +86,7 @@ class Subject:
     stateful: bool = False  # forms take ``state`` and return (result, new_state): see .state_contract
     options: Mapping[str, Any] = field(default_factory=dict)  # option name -> default (inspect.Parameter.empty: none)
     check_options: Callable[[Mapping[str, Any]], object] | None = None  # the spec's range / choice check
+    needs_values: bool = False  # a value-based step-level estimator: called with a value per step, its batched form returns (advantages, returns)
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def subject_of(name_or_fn: Any) -> Subject:
         estimator = get_estimator(name_or_fn)
         spec, label, forms = estimator.spec, f"{estimator.spec.name!r} ({estimator.provider})", (estimator.list_form, estimator.batched_form)
     options = dict(spec_options(spec).defaults)
-    return Subject(label, *forms, spec.group_order_invariant, spec.level, spec.needs_anchors, spec.stateful, options, spec.check_options)
+    return Subject(label, *forms, spec.group_order_invariant, spec.level, spec.needs_anchors, spec.stateful, options, spec.check_options, spec.needs_values)
 
 
 def _traj_groups(case: Case) -> list[TrajectoryGroup]:

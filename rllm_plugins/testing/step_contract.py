@@ -3,7 +3,9 @@
 Cases mix groups of one, trajectories of one step, all-equal returns, extreme magnitudes and
 anchor states that repeat across trajectories and across groups. The estimator is called as the
 collector and the adapters call it: anchor states arrive as anchor-group ids
-(:func:`~rllm_plugins.step_forms.anchor_id_lists`), and only when its spec says ``needs_anchors=True``.
+(:func:`~rllm_plugins.step_forms.anchor_id_lists`), and only when its spec says ``needs_anchors=True``; a value-based
+estimator (``needs_values=True``) gets a critic's value of every step, ``0.5 * r + 0.25`` of the step's reward ``r``
+(so values move with their steps when a case is permuted or shrunk).
 Each rule returns ``None`` (it holds) or a message; :func:`check_step_rules` runs them all and shrinks
 each counterexample (:mod:`.step_shrinker`).
 """
@@ -23,7 +25,7 @@ from ..calling import call_with_accepted_kwargs
 from ..needs import Needs
 from ..outputs import as_advantages
 from ..steps.batch import StepBatch
-from ..steps.forms import anchor_id_lists, batch_from_lists
+from ..steps.forms import anchor_id_lists, batch_from_lists, split_step_output
 from .step_shrinker import shrink_step_case
 
 __all__ = ["STEP_RULES", "StepCase", "bind_needs", "check_step_rules", "option_trials", "step_cases"]
@@ -39,23 +41,30 @@ class StepCase:
     step_rewards: tuple[tuple[tuple[float, ...], ...], ...]
     anchors: tuple[tuple[tuple[str, ...], ...], ...]
 
-    def batch(self, *, with_anchors: bool = True, relabel: bool = False) -> StepBatch:
-        """The case as the collector hands it on: a :class:`StepBatch` (``relabel``: the same anchor groups under other ids)."""
+    def batch(self, *, with_anchors: bool = True, relabel: bool = False, with_values: bool = False) -> StepBatch:
+        """The case as the collector hands it on: a :class:`StepBatch` (``relabel``: the same anchor groups under other ids;
+        ``with_values``: each step's value, ``0.5 * reward + 0.25``)."""
         rewards = [np.array(g, dtype=np.float64) for g in self.outcomes]
         step_rewards = [[np.array(t, dtype=np.float64) for t in g] for g in self.step_rewards]
-        batch = batch_from_lists(rewards, step_rewards, [[list(t) for t in g] for g in self.anchors] if with_anchors else None)
+        values = [[0.5 * t + 0.25 for t in g] for g in step_rewards] if with_values else None
+        batch = batch_from_lists(rewards, step_rewards, [[list(t) for t in g] for g in self.anchors] if with_anchors else None, values)
         if relabel and batch.anchors is not None and batch.anchors.size:
-            return StepBatch(batch.outcomes, batch.traj_offsets, batch.step_rewards, batch.step_offsets, int(batch.anchors.max()) - batch.anchors)
+            anchors = int(batch.anchors.max()) - batch.anchors
+            return StepBatch(batch.outcomes, batch.traj_offsets, batch.step_rewards, batch.step_offsets, anchors, step_values=batch.step_values)
         return batch
 
-    def inputs(self, *, with_anchors: bool = True, relabel: bool = False) -> dict[str, Any]:
+    def inputs(self, *, with_anchors: bool = True, relabel: bool = False, with_values: bool = False) -> dict[str, Any]:
         """The list form's keyword arguments, as :func:`~rllm_plugins.step_forms.step_batched_form_of` passes them (anchor-group ids)."""
-        batch = self.batch(with_anchors=with_anchors, relabel=relabel)
-        return {
+        batch = self.batch(with_anchors=with_anchors, relabel=relabel, with_values=with_values)
+        bounds = zip(self._bounds[:-1], self._bounds[1:], strict=True)
+        inputs = {
             "rewards": batch.trajectories.split(batch.outcomes),
-            "step_rewards": [list(batch.steps.split(batch.step_rewards)[a:b]) for a, b in zip(self._bounds[:-1], self._bounds[1:], strict=True)],
+            "step_rewards": [list(batch.steps.split(batch.step_rewards)[a:b]) for a, b in bounds],
             "anchor_states": anchor_id_lists(batch),
         }
+        if batch.step_values is not None:
+            inputs["step_values"] = [list(batch.steps.split(batch.step_values)[a:b]) for a, b in zip(self._bounds[:-1], self._bounds[1:], strict=True)]
+        return inputs
 
     @property
     def _bounds(self) -> list[int]:
@@ -113,15 +122,14 @@ def _flat(nested: Any) -> np.ndarray:
 
 
 def _batched(spec: Any, case: StepCase, *, relabel: bool = False, **options: Any) -> np.ndarray:
-    batch = case.batch(with_anchors=spec.needs_anchors, relabel=relabel)
-    out = as_advantages(call_with_accepted_kwargs(spec.batched_form, batch, norm_adv_by_std_in_grpo=True, **options), "the batched form")
-    if out.size != batch.num_steps:
-        raise ValueError(f"the batched form returned {out.size} advantages for {batch.num_steps} steps")
-    return out
+    batch = case.batch(with_anchors=spec.needs_anchors, relabel=relabel, with_values=spec.needs_values)
+    result = call_with_accepted_kwargs(spec.batched_form, batch, norm_adv_by_std_in_grpo=True, **options)
+    return split_step_output(result, spec.needs_values, batch.num_steps, "the batched form")[0]
 
 
 def _listed(spec: Any, case: StepCase, *, relabel: bool = False) -> np.ndarray:
-    result = call_with_accepted_kwargs(spec.list_form, **case.inputs(with_anchors=spec.needs_anchors, relabel=relabel), norm_adv_by_std_in_grpo=True)
+    inputs = case.inputs(with_anchors=spec.needs_anchors, relabel=relabel, with_values=spec.needs_values)
+    result = call_with_accepted_kwargs(spec.list_form, **inputs, norm_adv_by_std_in_grpo=True)
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         raise ValueError(f"the list form returned {type(result).__name__}, not (advantages_by_group, returns_by_group)")
     advantages = result[0]
@@ -210,7 +218,7 @@ def anchor_ids_are_labels(spec: Any, case: StepCase, seed: int) -> str | None:
 
 
 def no_mutation(spec: Any, case: StepCase, seed: int) -> str | None:
-    inputs = case.inputs(with_anchors=spec.needs_anchors)
+    inputs = case.inputs(with_anchors=spec.needs_anchors, with_values=spec.needs_values)
     before = copy.deepcopy(inputs)
     call_with_accepted_kwargs(spec.list_form, **inputs, norm_adv_by_std_in_grpo=True)
     same = all(np.array_equal(a, b) for a, b in zip(inputs["rewards"], before["rewards"], strict=True)) and all(
@@ -221,7 +229,8 @@ def no_mutation(spec: Any, case: StepCase, seed: int) -> str | None:
 
 def empty_input(spec: Any, case: StepCase, seed: int) -> str | None:
     anchors = [] if spec.needs_anchors else None
-    result = call_with_accepted_kwargs(spec.list_form, rewards=[], step_rewards=[], anchor_states=anchors, norm_adv_by_std_in_grpo=True)
+    values = {"step_values": []} if spec.needs_values else {}
+    result = call_with_accepted_kwargs(spec.list_form, rewards=[], step_rewards=[], anchor_states=anchors, **values, norm_adv_by_std_in_grpo=True)
     return None if [list(r) for r in result] == [[], []] else f"empty input gave {result!r}, not ([], [])"
 
 

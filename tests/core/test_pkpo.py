@@ -149,3 +149,19 @@ def test_the_worked_example_row_of_minus_length_weighted_mean():
     assert semantics_row("`minus_length_weighted_mean`") == pytest.approx([r - baseline for r in rewards], abs=5.1e-5)
     advantages, _ = calculate_minus_length_weighted_mean_advantages(WORKED, lengths=WORKED_LENGTHS)
     assert semantics_row("`minus_length_weighted_mean`") == [round(float(a), 4) for a in np.concatenate(advantages)]
+
+
+@pytest.mark.parametrize("pass_at_k", [0, -1])
+def test_a_pass_at_k_below_1_is_refused_on_every_path_not_read_as_1(pass_at_k):
+    """One rule: the option k, AlgorithmConfig.pass_at_k and the pass_at_k of any config handed to the estimator (rLLM's own
+    AlgorithmConfig, a duck-typed one) all refuse k < 1 (rLLM PR #743 clamps it to 1)."""
+    from types import SimpleNamespace
+
+    rewards = [np.array([1.0, 0.0, 1.0])]
+    with pytest.raises(ValueError, match=r"k must be at least 1"):
+        calculate_pkpo_advantages(rewards, k=pass_at_k)
+    with pytest.raises(ValueError, match=r"pass_at_k must be an int >= 1"):
+        AlgorithmConfig(estimator="pkpo", pass_at_k=pass_at_k)
+    foreign = SimpleNamespace(estimator="pkpo", norm_adv_by_std_in_grpo=True, pass_at_k=pass_at_k)
+    with pytest.raises(ValueError, match=r"k must be at least 1, got -?\d \(from algorithm_config.pass_at_k\).*set pass_at_k >= 1"):
+        calculate_pkpo_advantages(rewards, foreign)

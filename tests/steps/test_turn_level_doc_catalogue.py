@@ -40,8 +40,8 @@ def test_the_turn_grpo_worked_example_is_what_the_collector_computes():
 
 def test_the_roll_settings_table_names_options_that_give_those_formulas():
     text = section("## `step_reinforce`: ROLL's normalisation settings")
-    options = re.findall(r"^\| `(?:grouping|method): [a-z_]+`.*? \| (`[^|]*`)(?: \(default\))? \|", text, re.M)
-    assert len(options) == 6
+    options = re.findall(r"^\| (?:`(?:grouping|method): [a-z_]+`|HEAD `norm_mean_type).*? \| (`[^|]*`)(?: \(default\))? \|", text, re.M)
+    assert len(options) == 11
     outcomes, rewards = [[1.0, 0.0]], [[[1.0, 2.0], [0.0]]]
     for cell in options:
         kwargs = eval(f"dict({cell.replace('`', '')})")  # the cell is the options as Python keywords

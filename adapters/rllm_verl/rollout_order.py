@@ -1,0 +1,55 @@
+"""A task group's episodes in rollout order, whatever order verl's ``_balance_batch`` left the rows in.
+
+GiGPO's similarity grouping (``anchor_similarity``) is first-match greedy: its clusters depend on the order
+in which states are visited. verl-agent visits the rows as they arrive; verl's trainers reorder rows to
+balance them across ranks, so the same rollouts could cluster differently from one step to the next. The
+rule here makes the clusters a function of the rollouts alone:
+
+- v1 trainer: TransferQueue keys are ``{uid}_{session}_{index}``; episodes are visited by session, then by
+  output index: the rollout order, so the clusters are verl-agent's on rows in rollout order;
+- legacy trainer (rows carry no rollout index): episodes are visited in the order of their anchor-state
+  sequences (each state by ``repr``), an order of the content alone;
+- within an episode, turns in order (its outputs by index, their turns in order).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+from rllm_plugins.steps.turns import Turns
+
+__all__ = ["rollout_order"]
+
+
+def _session_and_index(key: str, where: str) -> tuple[int, int]:
+    parts = key.rsplit("_", 2)
+    try:
+        return int(parts[1]), int(parts[2])
+    except (IndexError, ValueError):
+        raise ValueError(f"{where}: TransferQueue key {key!r} is not {{uid}}_{{session}}_{{index}} with integer session and index") from None
+
+
+def rollout_order(
+    rows: np.ndarray, row_offsets: np.ndarray, traj_offsets: np.ndarray, turns: Turns, states: Sequence[Hashable], keys: Sequence[str] | None, where: str
+) -> np.ndarray:
+    """``(N,)`` the episodes in rollout order, each task group's sorted by ``keys`` (one per row, v1), else by content.
+
+    ``rows`` ``(B,)``, ``row_offsets`` ``(N + 1,)`` and ``traj_offsets`` ``(G + 1,)`` are the episodes' layout
+    (:class:`rllm_verl.step_bridge.Episodes`); ``states`` ``(K,)`` the turns' anchor states in turn (row-major) order.
+    """
+    firsts = rows[row_offsets[:-1]].tolist()
+    if keys is not None:
+        sort_keys: list[object] = [_session_and_index(keys[row], where) for row in firsts]
+    else:
+        bounds = turns.row_offsets.tolist()
+        per_row = {row: tuple(repr(states[j]) for j in range(bounds[row], bounds[row + 1])) for row in rows.tolist()}
+        listed, offsets = rows.tolist(), row_offsets.tolist()
+        sort_keys = [tuple(s for row in listed[a:b] for s in per_row[row]) for a, b in itertools.pairwise(offsets)]
+    order: list[int] = []
+    groups = traj_offsets.tolist()
+    for a, b in itertools.pairwise(groups):
+        order.extend(sorted(range(a, b), key=sort_keys.__getitem__))
+    return np.array(order, dtype=np.int64)

@@ -1,0 +1,84 @@
+"""turn_grpo's ``std_ddof`` and MT-GRPO (SiliangZeng/Multi-Turn-RL-Agent 7dbdd08, ``mt_grpo_env_trainer.py``) re-stated plainly.
+
+MT-GRPO, two turns per completion (a tool call, then the answer after the tool result): per group of completions, the
+outcome reward and the turn reward are each standardised, ``(r - mean) / (unbiased std + 1e-4)``; a completion gets
+``A_outcome + coef * A_turn`` on its first turn's tokens and ``A_outcome`` on the rest.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pytest
+
+from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups
+from rllm_plugins.estimators import calculate_turn_grpo_advantages
+from rllm_plugins.options import check_estimator_kwargs
+
+
+def standardise(xs):
+    mean, sd = statistics.fmean(xs), statistics.stdev(xs)
+    return [(x - mean) / (sd + 1e-4) for x in xs]
+
+
+def mt_grpo(outcome_rewards, turn_rewards, coef):
+    """Per completion: ``[first turn's advantage, second turn's advantage]``."""
+    outcome, turn = standardise(outcome_rewards), standardise(turn_rewards)
+    return [[o + coef * t, o] for o, t in zip(outcome, turn, strict=True)]
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("coef", [1.0, 0.5])
+def test_mt_grpo_is_turn_grpo_with_reward_present_lam_ddof_1_and_epsilon_1e_4(seed, coef):
+    rng = np.random.default_rng(seed)
+    outcomes, step_rewards, want = [], [], []
+    for _ in range(3):
+        n = int(rng.integers(2, 6))
+        outcome_rewards = rng.choice([0.0, 1.0, 0.5], size=n).tolist()
+        turn_rewards = rng.choice([0.0, 0.2, 1.0], size=n).tolist()
+        if len(set(outcome_rewards)) == 1:
+            outcome_rewards[0] += 1.0
+        if len(set(turn_rewards)) == 1:
+            turn_rewards[0] += 1.0
+        outcomes.append(np.array(outcome_rewards))
+        step_rewards.append([np.array([rt, 0.0]) for rt in turn_rewards])
+        want += mt_grpo(outcome_rewards, turn_rewards, coef)
+    got, _ = calculate_turn_grpo_advantages(outcomes, step_rewards, value="reward", ended="present", lam=coef, std_ddof=1, epsilon=1e-4)
+    np.testing.assert_allclose([a for group in got for a in group], want, rtol=1e-9, atol=1e-12)
+
+
+def test_through_the_collector_a_turn_reward_of_0_puts_the_outcome_on_the_answer_turn():
+    """The collector's outcome-only rule: a trajectory whose step rewards are all 0 gets its outcome on its last step, so
+    there MT-GRPO's ``[R_turn, 0]`` with ``R_turn = 0`` is not MT-GRPO (the list form, verl and TRL take the rewards as given)."""
+    outcome_rewards, turn_rewards = [1.0, 0.0, 1.0], [0.0, 1.0, 1.0]
+    trajectories = [Trajectory(steps=[Step(reward=rt), Step(reward=0.0)], reward=ro) for ro, rt in zip(outcome_rewards, turn_rewards, strict=True)]
+    options = {"value": "reward", "ended": "present", "lam": 1.0, "std_ddof": 1, "epsilon": 1e-4}
+    config = AlgorithmConfig(estimator="turn_grpo", estimator_kwargs=options)
+    collect_reward_and_advantage_from_trajectory_groups([TrajectoryGroup(trajectories, "t:a")], config)
+    got = [[step.advantage for step in traj.steps] for traj in trajectories]
+    listed, _ = calculate_turn_grpo_advantages([np.array(outcome_rewards)], [[np.array([rt, 0.0]) for rt in turn_rewards]], **options)
+    np.testing.assert_allclose(listed[0], mt_grpo(outcome_rewards, turn_rewards, 1.0), rtol=1e-9)
+    assert got[0][1] != pytest.approx(listed[0][0][1])  # trajectory 0 (R_turn 0): its outcome moved onto its answer turn
+
+
+def test_std_ddof_1_divides_by_the_unbiased_std_in_both_levels_absorbing_included():
+    outcomes = [np.array([1.0, 0.0, 1.0])]
+    step_rewards = [[np.array([0.0, 1.0]), np.array([0.0]), np.array([0.0, 0.0, 1.0])]]
+    got, _ = calculate_turn_grpo_advantages(outcomes, step_rewards, std_ddof=1)
+    episode = [(r - 2 / 3) / (statistics.stdev([1.0, 0.0, 1.0]) + 1e-6) for r in (1.0, 0.0, 1.0)]
+    returns = [[1.0, 1.0], [0.0], [1.0, 1.0, 1.0]]  # gamma 1; absorbing: an ended trajectory counts 0 at later turns
+    per_turn = {t: [r[t] if t < len(r) else 0.0 for r in returns] for t in range(3)}
+
+    def turn_part(x, t):
+        xs = per_turn[t]
+        return (x - statistics.fmean(xs)) / (statistics.stdev(xs) + 1e-6)
+
+    want = [[episode[i] + turn_part(x, t) for t, x in enumerate(r)] for i, r in enumerate(returns)]
+    for a, b in zip(got[0], want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9)
+
+
+def test_std_ddof_other_than_0_or_1_is_refused():
+    with pytest.raises(ValueError, match=r"turn_grpo': std_ddof must be 0 \(population std\) or 1 \(unbiased std\), got 2"):
+        check_estimator_kwargs("turn_grpo", {"std_ddof": 2}, where="algorithm.rllm_estimator_kwargs", norm_field="norm_adv_by_std_in_grpo")
