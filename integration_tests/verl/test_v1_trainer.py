@@ -471,6 +471,7 @@ def test_rllm_composite_of_gigpo_and_grpo_on_padded_reordered_rows_is_the_weight
     assert_matches(got, batch, rows, want)
 
 
+@pytest.mark.parametrize("outputs", [(1,), (1, 2)])
 def test_rllm_turn_gae_reads_the_critics_values_from_transfer_queue_and_writes_its_returns(transfer_queue, outputs):
     """Values stored as verl's ``_compute_values`` leaves them (nested, one per response token), padded rows included."""
     from tensordict import TensorDict

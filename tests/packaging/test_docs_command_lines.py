@@ -104,19 +104,27 @@ def test_every_built_in_rllm_plugins_command_parses_and_the_cheap_ones_exit_0(it
 
 
 @cache
-def contributed_flags(name: str) -> set[str]:
-    """The flags a contributed command's own ``--help`` lists."""
+def contributed_flags(name: str) -> dict[str, bool]:
+    """The flags a contributed command's own ``--help`` lists, each with whether it takes a value (``--flag VALUE``)."""
     done = subprocess.run([str(SCRIPT), name, "--help"], capture_output=True, text=True, timeout=120, check=True)
-    return set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", done.stdout))
+    flags: dict[str, bool] = {}
+    for flag, value in re.findall(r"(?<![\w-])(--?[a-z][\w-]*)( [A-Z][A-Z_]*)?", done.stdout):
+        flags[flag] = flags.get(flag, False) or bool(value)
+    return flags
 
 
 @pytest.mark.parametrize("item", [c for c in of("rllm-plugins") if c[1][1] not in (*BUILTIN_COMMANDS, "--version")], ids=ids)
 def test_every_contributed_rllm_plugins_command_exists_with_its_flags(item):
     _, argv = item
     assert argv[1] in contributed_commands(), f"no installed distribution contributes the command {argv[1]!r}"
+    flags = contributed_flags(argv[1])
+    value_follows = False
     for arg in argv[2:]:
-        if arg.startswith("-"):
-            assert arg.split("=")[0] in contributed_flags(argv[1]), f"rllm-plugins {argv[1]} has no flag {arg}"
+        if value_follows:  # the value of the flag before it
+            value_follows = False
+        elif arg.startswith("-"):
+            assert arg.split("=")[0] in flags, f"rllm-plugins {argv[1]} has no flag {arg}"
+            value_follows = flags[arg.split("=")[0]] and "=" not in arg
         else:
             assert re.fullmatch(r"[+~]{0,2}[\w.]+=\S*", arg), f"{arg!r} is neither a flag nor a Hydra override key=value"
 

@@ -211,7 +211,7 @@ def test_a_term_is_checked_against_the_group_size_as_it_is_alone():
 SAMPLE_OPTIONS = {"pkpo": {"k": 2}, "passk_training": {"k": 2}, "rae": {"decay": 0.5}, "gigpo": {"gamma": 0.9}}
 
 
-@pytest.mark.parametrize("name", sorted(spec.name for spec in BUILTIN_SPECS if spec.name != "composite"))
+@pytest.mark.parametrize("name", sorted(spec.name for spec in BUILTIN_SPECS if spec.name != "composite" and not spec.needs_values))
 def test_a_one_term_composite_is_the_term_alone(name):
     """For every built-in: the collector's numbers for composite([[e, 1.0, opts]]) equal e(opts), over two calls (state included)."""
     options = SAMPLE_OPTIONS.get(name, {})
@@ -269,3 +269,10 @@ def test_a_spec_that_declares_needs_values_needs_values_and_so_does_a_composite_
     monkeypatch.setattr(composite_module, "composite_terms", lambda terms: [("valued", 1.0, {}), ("grpo", 1.0, {})])
     monkeypatch.setattr(composite_module, "get_estimator_spec", lambda name: valued if name == "valued" else get_estimator_spec(name))
     assert composite_module.composite_needs({"terms": "given"}) == Needs(values=True)
+
+
+@pytest.mark.parametrize("name", sorted(spec.name for spec in BUILTIN_SPECS if spec.needs_values))
+def test_a_value_based_term_is_refused_naming_why(name):
+    """A value-based estimator's returns are a critic's targets: a weighted sum of terms has none, so composite refuses it."""
+    with pytest.raises(ValueError, match=rf"term 0 \('{name}'\) reads a critic's value per step and gives the critic's targets"):
+        collect(None, config=AlgorithmConfig(estimator="composite", estimator_kwargs={"terms": [[name, 1.0]]}))

@@ -120,7 +120,7 @@ def test_a_non_finite_value_is_refused_naming_the_step():
 )
 def test_bad_options_are_refused_where_options_are_checked(options, message):
     with pytest.raises(ValueError, match=message):
-        check_estimator_kwargs("turn_gae", options, where="algorithm.rllm_estimator_kwargs", norm_field="norm_adv_by_std_in_grpo")
+        check_estimator_kwargs({"turn_gae": get_estimator("turn_gae")}, options, where="algorithm.rllm_estimator_kwargs", norm_field="norm_adv_by_std_in_grpo")
 
 
 def test_without_values_the_list_form_says_what_it_needs():

@@ -15,6 +15,7 @@ import pytest
 from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups
 from rllm_plugins.estimators import calculate_turn_grpo_advantages
 from rllm_plugins.options import check_estimator_kwargs
+from rllm_plugins.registry import get_estimator
 
 
 def standardise(xs):
@@ -81,4 +82,6 @@ def test_std_ddof_1_divides_by_the_unbiased_std_in_both_levels_absorbing_include
 
 def test_std_ddof_other_than_0_or_1_is_refused():
     with pytest.raises(ValueError, match=r"turn_grpo': std_ddof must be 0 \(population std\) or 1 \(unbiased std\), got 2"):
-        check_estimator_kwargs("turn_grpo", {"std_ddof": 2}, where="algorithm.rllm_estimator_kwargs", norm_field="norm_adv_by_std_in_grpo")
+        check_estimator_kwargs(
+            {"turn_grpo": get_estimator("turn_grpo")}, {"std_ddof": 2}, where="algorithm.rllm_estimator_kwargs", norm_field="norm_adv_by_std_in_grpo"
+        )
