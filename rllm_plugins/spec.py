@@ -245,6 +245,8 @@ class AdvEstimatorSpec:
 
     ``stateful=True`` declares an estimator with memory across calls (a running baseline): its
     forms take ``state`` and return ``(result, new_state)`` (:mod:`.state`); outcome level only.
+    ``state_schema`` (stateful only) declares the keys its state may hold and their kinds
+    (:mod:`.state_schema`), checked when a state is loaded and on what each call changes.
     """
 
     name: str
@@ -259,6 +261,7 @@ class AdvEstimatorSpec:
     needs_anchors: bool = False
     check_options: Callable[[Mapping[str, Any]], object] | None = field(default=None, compare=False)
     stateful: bool = False
+    state_schema: Mapping[str, Any] | None = field(default=None, compare=False)
     list_form: ListEstimator = field(init=False, repr=False, compare=False)
     batched_form: BatchedEstimator = field(init=False, repr=False, compare=False)
 
@@ -303,6 +306,12 @@ class AdvEstimatorSpec:
                     raise ValueError(
                         f"estimator {self.name!r} is declared stateful=True, so its forms must take a `state` keyword parameter; {form!r} does not"
                     )
+        if self.state_schema is not None:
+            if not self.stateful:
+                raise ValueError(f"estimator {self.name!r}: state_schema needs stateful=True")
+            from .state_schema import check_schema
+
+            object.__setattr__(self, "state_schema", check_schema(self.state_schema, f"estimator {self.name!r}"))
         if self.stateful:
             to_list, to_batched = stateful_list_form_of, stateful_batched_form_of
         elif self.level == "step":
