@@ -69,6 +69,8 @@ def _check(value: Any, field: Field, where: str) -> None:
             value = value.changes
         if not isinstance(value, Mapping):
             raise ValueError(f"{where}: expected a mapping of str to {_name(field.value)}, got {type(value).__name__} {_short(value)}")
+        if field.value is float and _all_finite_floats(value):  # a baseline per task: C-level checks
+            return
         for k, v in value.items():
             if not isinstance(k, str):
                 raise ValueError(f"{where}: the key {k!r} is a {type(k).__name__}; keys must be str")
@@ -82,6 +84,16 @@ def _check(value: Any, field: Field, where: str) -> None:
         ok = isinstance(value, field)
     if not ok:
         raise ValueError(f"{where}: expected {_name(field)}, got {type(value).__name__} {_short(value)}")
+
+
+def _all_finite_floats(mapping: Mapping[Any, Any]) -> bool:
+    """Whether ``mapping`` has str keys and finite Python float values (checked without a Python call per value)."""
+    try:
+        "".join(mapping)
+    except TypeError:
+        return False
+    values = list(mapping.values())
+    return set(map(type, values)) <= {float} and bool(np.isfinite(np.fromiter(values, dtype=np.float64, count=len(values))).all())
 
 
 def _name(field: Field) -> str:

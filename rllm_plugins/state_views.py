@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
 
 __all__ = ["StateView", "Updated", "absorb", "materialise", "updated", "view_of"]
+
+_SCALARS = {float, int, bool, str, type(None)}
 
 
 class StateView(Mapping[str, Any]):
@@ -48,6 +51,11 @@ class StateView(Mapping[str, Any]):
 
     def get(self, key: str, default: Any = None) -> Any:
         return view_of(self._data.get(key, default))
+
+    def get_many(self, keys: Iterable[str], default: Any = None) -> list[Any]:
+        """``[self.get(key, default) for key in keys]`` in one C-level pass where the values are plain scalars."""
+        out = list(map(self._data.get, keys, repeat(default)))
+        return out if set(map(type, out)) <= _SCALARS else [view_of(v) for v in out]
 
     def __repr__(self) -> str:
         return f"StateView({self._data!r})"
@@ -113,13 +121,16 @@ class Updated(Mapping[str, Any]):
         return f"Updated({len(self.changes)} changes over {len(self.base)} keys)"
 
 
-def updated(base: Mapping[str, Any], changes: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``base`` with ``changes`` on top, as a new state's value: O(changes) for a view, a new dict otherwise."""
+def updated(base: Mapping[str, Any], changes: dict[str, Any]) -> Mapping[str, Any]:
+    """``base`` with ``changes`` on top, as a new state's value: O(changes) for a view, a new dict otherwise.
+
+    ``changes`` becomes part of the result (not copied): pass a dict the caller does not use afterwards.
+    """
     if isinstance(base, StateView):
-        return Updated(base, dict(changes))
+        return Updated(base, changes)
     if isinstance(base, Updated):
         return Updated(base.base, {**base.changes, **changes})
-    return {**base, **changes}
+    return {**base, **changes} if base else changes
 
 
 def absorb(value: Any, who: str, path: str, *, top: bool = False) -> Any:
@@ -134,10 +145,25 @@ def absorb(value: Any, who: str, path: str, *, top: bool = False) -> Any:
 
 
 def _mapping(state: Mapping[Any, Any], who: str, path: str) -> dict[str, Any]:
+    if len(state) > 64 and _flat_plain(state):  # a large flat mapping (a baseline per task): C-level checks
+        return dict(state)
     for key in state:
         if not isinstance(key, str):
             raise ValueError(f"{who}: {path} has the key {key!r} ({type(key).__name__}); state keys must be str, so that it saves as JSON")
     return {key: absorb(value, who, f"{path}[{key!r}]") for key, value in state.items()}
+
+
+def _flat_plain(state: Mapping[Any, Any]) -> bool:
+    """Whether ``state`` has str keys and Python float / int / str / bool / None values, the floats finite (no per-value Python calls)."""
+    try:
+        "".join(state)
+    except TypeError:
+        return False
+    values = list(state.values())
+    kinds = set(map(type, values))
+    if kinds == {float}:
+        return bool(np.isfinite(np.fromiter(values, dtype=np.float64, count=len(values))).all())
+    return kinds <= _SCALARS - {float}
 
 
 def _plain(value: Any, who: str, path: str) -> Any:

@@ -31,14 +31,14 @@ from typing import Any
 import numpy as np
 
 from ..state_schema import MapOf
-from ..state_views import updated
+from ..state_views import StateView, updated
 
 KEY_BY = ("role", "task")
 _SCALE_LIMIT = 200.0 * math.log(10.0)  # d^(-q) stays below 1e200 within a chunk
 _MAX_CHUNK = 1024  # trajectories of one key per chunk
 STATE_SCHEMA = {"baseline": float, "task_baselines": MapOf(float)}
 _LAYOUT = {"role": "baseline", "task": "task_baselines"}
-SCAN_IN_PYTHON_BELOW = 1024  # key_by="task": below this many trajectories a row-by-row scan costs less than numpy's calls
+SCAN_IN_PYTHON_BELOW = 2048  # key_by="task": below this many trajectories a row-by-row scan costs less than numpy's calls
 
 
 def check_rae_options(options: Mapping[str, Any]) -> None:
@@ -166,22 +166,22 @@ def rae(
             "TrajectoryGroup.group_id ('<task>:<role>'), TRL from the prompt. verl's estimator path has none (uid is new every step): use key_by='role'"
         )
     ids = task_ids.tolist() if isinstance(task_ids, np.ndarray) else list(task_ids)
-    try:  # first appearances in order
-        names = list(dict.fromkeys(ids))
+    try:
+        baselines = dict.fromkeys(ids, 0.0)  # the batch's tasks, in order of first appearance
+        "".join(baselines)  # every id a str (a C-level check)
     except TypeError:
         i = next(i for i, t in enumerate(ids) if not isinstance(t, str))
         raise ValueError(f"rae: key_by='task': trajectory {i} has task id {ids[i]!r} ({type(ids[i]).__name__}); task ids must be non-empty str") from None
-    bad = None if set(map(type, names)) == {str} and "" not in names else next((t for t in names if not isinstance(t, str) or not t), None)
-    if bad is not None:
-        i = next(i for i, t in enumerate(ids) if t is bad or t == bad)
-        if isinstance(bad, str):
-            raise ValueError(f"rae: key_by='task': trajectory {i} has an empty task id; give every group a group_id '<task>:<role>'")
-        raise ValueError(f"rae: key_by='task': trajectory {i} has task id {bad!r} ({type(bad).__name__}); task ids must be non-empty str")
+    if "" in baselines:
+        raise ValueError(f"rae: key_by='task': trajectory {ids.index('')} has an empty task id; give every group a group_id '<task>:<role>'")
     known: Mapping[str, float] = state.get("task_baselines", {})  # a read-only view: only the batch's tasks are read
-    baselines = dict(zip(names, map(known.get, names, repeat(0.0)), strict=False))
+    if known:
+        found = known.get_many(baselines, 0.0) if isinstance(known, StateView) else list(map(known.get, baselines, repeat(0.0)))
+        baselines = dict(zip(baselines, found, strict=True))
     if values.size < SCAN_IN_PYTHON_BELOW:
         return _scan_in_python(values.tolist(), ids, baselines, decay), {"task_baselines": updated(known, baselines)}
-    code_of = {name: code for code, name in enumerate(names)}
+    names = list(baselines)
+    code_of = dict(zip(names, range(len(names)), strict=True))
     codes = np.fromiter(map(code_of.__getitem__, ids), dtype=np.int64, count=values.size)  # one C-level lookup per trajectory
     before, final = ema_scan(values, codes, np.fromiter(baselines.values(), dtype=np.float64, count=len(names)), decay)
     return values - before, {"task_baselines": updated(known, dict(zip(names, final.tolist(), strict=True)))}

@@ -224,3 +224,31 @@ def test_a_preview_reads_the_state_and_commits_nothing():
     assert dict(preview.get("rae", "a")) == {"baseline": 0.5}
     preview.commit({("rae", "a"): {"baseline": 0.7}})
     assert store.state_dict()["estimators"] == {"rae": {"a": {"baseline": 0.5}}}
+
+
+def test_the_contract_checker_flags_an_estimator_that_changes_nested_state_in_place():
+    from rllm_plugins.testing import check_estimator
+
+    def nested_counter(values, offsets, /, *, state, **_):
+        counts = state.get("counts", {"calls": 0})
+        if isinstance(counts, dict):
+            counts = dict(counts)
+        counts["calls"] = counts["calls"] + 1  # a copy from a plain caller, a read-only view from an owner
+        return np.zeros_like(values), {"counts": counts}
+
+    report = check_estimator(AdvEstimatorSpec("nested_counter", batched=nested_counter, stateful=True, options=()))
+    assert report.verdicts["state_as_owners_give_it"] == "FAIL"
+    assert "change the state it was given in place" in str(report)
+    assert check_estimator("rae").verdicts["state_as_owners_give_it"] == "pass"
+
+
+@pytest.mark.parametrize(
+    ("bad_key", "bad_value", "message"),
+    [("t7", float("nan"), r"\['t7'\] is nan"), (7, 0.5, "has the key 7"), ("t7", True, r"\['t7'\]: expected a finite float, got bool")],
+)
+def test_a_large_loaded_mapping_is_checked_value_by_value_where_it_fails(bad_key, bad_value, message):
+    baselines = {f"t{i}": i / 8.0 for i in range(10_000)}
+    baselines[bad_key] = bad_value
+    saved = {"format": 2, "estimators": {"rae": {"solver": {"task_baselines": baselines}}}, "options": {}}
+    with pytest.raises(ValueError, match=message):
+        EstimatorState().load_state_dict(saved, schemas={"rae": STATE_SCHEMA})
