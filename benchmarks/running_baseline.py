@@ -37,6 +37,9 @@ TARGET_STATE_SIZE = 1.5  # a call with 1M tasks in state vs the same call with 6
 DECAY = 0.95
 TASKS = 1_000
 GROUPS, GROUP_SIZE = 64, 8
+BATCH_SIZES = (512, 4_096, 32_768, 262_144, 1_048_576)  # trajectories per call, vs the loop (a full run)
+STATE_SIZES = (64, 4_096, 65_536, 1_048_576)  # tasks held (a full run)
+CHECKPOINT_TASKS = 1_048_576
 
 
 def loop_rae(values: list[float], keys: list[str], baselines: dict[str, float], decay: float = DECAY) -> list[float]:
@@ -51,7 +54,7 @@ def loop_rae(values: list[float], keys: list[str], baselines: dict[str, float], 
 
 def _vs_loop(report: Report, quick: bool, rng: np.random.Generator) -> dict[str, list[float]]:
     """The first table: rae vs the loop per key_by and size; returns the speed-ups per key_by."""
-    sizes = [512, 4_096] if quick else [512, 4_096, 32_768, 262_144, 1_048_576]
+    sizes = [512, 4_096] if quick else list(BATCH_SIZES)
     rounds, budget = (1, 0.0) if quick else (3, 0.6)
     table = Table("Running baseline (rae, decay 0.95): vectorised scan vs a per-trajectory Python loop", ["key_by", "trajectories", "loop", "rae", "speed-up"])
     ratios: dict[str, list[float]] = {"role": [], "task": []}
@@ -130,7 +133,7 @@ def _config_holding(tasks: int, rng: np.random.Generator) -> AlgorithmConfig:
 
 def _state_size(report: Report, quick: bool, rng: np.random.Generator) -> float:
     """The second table: one collector call vs the tasks held; returns the largest size's time over the smallest's."""
-    sizes = [64, 4_096] if quick else [64, 4_096, 65_536, 1_048_576]
+    sizes = [64, 4_096] if quick else list(STATE_SIZES)
     budget = 0.0 if quick else 1.0
     table = Table(
         f"A collector call ({GROUPS} task groups of {GROUP_SIZE}, rae key_by='task') vs the tasks its state holds",
@@ -163,7 +166,7 @@ def _state_size(report: Report, quick: bool, rng: np.random.Generator) -> float:
 
 def _checkpoint(report: Report, quick: bool, rng: np.random.Generator) -> None:
     """The third table: saving and loading the state of many tasks."""
-    tasks = 4_096 if quick else 1_048_576
+    tasks = 4_096 if quick else CHECKPOINT_TASKS
     config = _config_holding(tasks, rng)
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "rllm_estimator_state.json")

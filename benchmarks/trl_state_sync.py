@@ -31,10 +31,12 @@ __all__ = ["run"]
 
 PROMPTS, GENERATIONS = 64, 8
 TARGET = 1.5  # a step with 200k tasks held vs with 64
+TITLE = f"TRL, two processes (torchrun, gloo): keeping rae's state (key_by='task') per step of {PROMPTS} prompts x {GENERATIONS}"
+COLUMNS = ("tasks held", "gather task ids", "advantages with the state", "step vs 64 tasks", "state (JSON)", "ranks' states equal")
 
 
-def _worker(out: str, tasks: int, steps: int) -> None:
-    """One rank: ``steps`` steps over a state of ``tasks`` tasks; writes ``<out>/rank<k>.json``."""
+def _worker(out: str, sizes: list[int], steps: int) -> None:
+    """One rank: ``steps`` steps, each once per state size (interleaved, so load hits both alike); writes ``<out>/rank<k>.json``."""
     import numpy as np
     import torch
     from accelerate import PartialState
@@ -46,29 +48,33 @@ def _worker(out: str, tasks: int, steps: int) -> None:
     torch.distributed.init_process_group("gloo")
     PartialState(cpu=True)  # accelerate on the process group, as in the trainer (gather_object reads it)
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    rng = np.random.default_rng(0)  # the same on every rank: the same state
-    state = EstimatorState()
-    held = {f"prompt {i}": float(v) for i, v in enumerate(rng.integers(-8, 9, tasks) / 8.0)}
-    state.load_state_dict({"format": 2, "estimators": {"rae": {"default": {"task_baselines": held}}}, "options": {"rae": {"decay": 0.95, "key_by": "task"}}})
+    rng = np.random.default_rng(0)  # the same on every rank: the same states
+    states = {}
+    for tasks in sizes:
+        held = {f"prompt {i}": float(v) for i, v in enumerate(rng.integers(-8, 9, tasks) / 8.0)}
+        states[tasks] = EstimatorState()
+        states[tasks].load_state_dict(
+            {"format": 2, "estimators": {"rae": {"default": {"task_baselines": held}}}, "options": {"rae": {"decay": 0.95, "key_by": "task"}}}
+        )
     local = PROMPTS // world
-    gathers, computes = [], []
+    times: dict[int, dict[str, list[float]]] = {tasks: {"gather": [], "compute": []} for tasks in sizes}
     for step in range(steps):
-        step_rng = np.random.default_rng(1_000 + step)
-        prompts = [f"prompt {i}" for i in step_rng.choice(tasks, PROMPTS, replace=tasks < PROMPTS)]
-        mine = [p for p in prompts[rank * local : (rank + 1) * local] for _ in range(GENERATIONS)]
-        rewards = torch.tensor(step_rng.integers(0, 2, PROMPTS * GENERATIONS), dtype=torch.float32).reshape(-1, 1)
-        torch.distributed.barrier()
-        start = time.perf_counter()
-        task_ids = gather_object(mine)
-        gathers.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        batch = prepare_batch(rewards, torch.ones(1), GENERATIONS, task_ids=task_ids)
-        compute_advantages(batch, "rae", estimator_kwargs={"key_by": "task"}, state=state)
-        computes.append(time.perf_counter() - start)
-    digest = state.to_json()
-    Path(out, f"rank{rank}.json").write_text(
-        json.dumps({"gather": gathers, "compute": computes, "state_bytes": len(digest), "state": hashlib.sha256(digest.encode()).hexdigest()})
-    )
+        for tasks in sizes:
+            step_rng = np.random.default_rng(1_000 + step)
+            prompts = [f"prompt {i}" for i in step_rng.choice(tasks, PROMPTS, replace=tasks < PROMPTS)]
+            mine = [p for p in prompts[rank * local : (rank + 1) * local] for _ in range(GENERATIONS)]
+            rewards = torch.tensor(step_rng.integers(0, 2, PROMPTS * GENERATIONS), dtype=torch.float32).reshape(-1, 1)
+            torch.distributed.barrier()
+            start = time.perf_counter()
+            task_ids = gather_object(mine)
+            times[tasks]["gather"].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            batch = prepare_batch(rewards, torch.ones(1), GENERATIONS, task_ids=task_ids)
+            compute_advantages(batch, "rae", estimator_kwargs={"key_by": "task"}, state=states[tasks])
+            times[tasks]["compute"].append(time.perf_counter() - start)
+    digests = {tasks: states[tasks].to_json() for tasks in sizes}
+    summary = {str(t): {**times[t], "state_bytes": len(d), "state": hashlib.sha256(d.encode()).hexdigest()} for t, d in digests.items()}
+    Path(out, f"rank{rank}.json").write_text(json.dumps(summary))
 
 
 def _free_port() -> int:
@@ -77,10 +83,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _torchrun(tasks: int, steps: int) -> list[dict[str, object]]:
+def _torchrun(sizes: list[int], steps: int) -> list[dict[str, dict[str, object]]]:
     with tempfile.TemporaryDirectory() as out:
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}"]
-        command += ["-m", "benchmarks.trl_state_sync", "--worker", out, str(tasks), str(steps)]
+        command += ["-m", "benchmarks.trl_state_sync", "--worker", out, ",".join(map(str, sizes)), str(steps)]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
         done = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=env, cwd=Path(__file__).resolve().parents[1], check=False)
         if done.returncode != 0:
@@ -89,37 +95,28 @@ def _torchrun(tasks: int, steps: int) -> list[dict[str, object]]:
 
 
 def run(quick: bool = False) -> Report:
-    """Both state sizes, two processes each; the median step per rank."""
-    steps = 3 if quick else 30
+    """Both state sizes in one two-process run, interleaved step by step; the median step of the slower rank."""
+    steps = 3 if quick else 100
     sizes = [64, 2_000] if quick else [64, 200_000]
     report = Report("trl_state_sync")
-    table = Table(
-        f"TRL, two processes (torchrun, gloo): keeping rae's state (key_by='task') per step of {PROMPTS} prompts x {GENERATIONS}",
-        ["tasks held", "gather task ids", "advantages with the state", "step vs 64 tasks", "state (JSON)", "ranks' states equal"],
-    )
+    table = Table(TITLE, list(COLUMNS))
+    ranks = _torchrun(sizes, steps)
     first = None
     for tasks in sizes:
-        ranks = _torchrun(tasks, steps)
-        gather = max(statistics.median(r["gather"][1:] or r["gather"]) for r in ranks)
-        compute = max(statistics.median(r["compute"][1:] or r["compute"]) for r in ranks)
+        of = [r[str(tasks)] for r in ranks]
+        gather = max(statistics.median(r["gather"][1:]) for r in of)
+        compute = max(statistics.median(r["compute"][1:]) for r in of)
         total = gather + compute
         first = first or total
-        equal = ranks[0]["state"] == ranks[1]["state"]
-        table.rows.append(
-            [
-                f"{tasks:,}",
-                format_time(gather),
-                format_time(compute),
-                format_ratio(total / first),
-                f"{ranks[0]['state_bytes'] / 2**20:.3g} MiB",
-                "yes" if equal else "NO",
-            ]
-        )
+        equal = of[0]["state"] == of[1]["state"]
         if not equal:
             raise AssertionError(f"the two processes' states differ with {tasks} tasks held")
-    table.notes.append("Medians over the steps after the first, the slower rank. No state crosses processes: each computes it from the gathered batch.")
+        table.rows.append(
+            [f"{tasks:,}", format_time(gather), format_time(compute), format_ratio(total / first), f"{of[0]['state_bytes'] / 2**20:.3g} MiB", "yes"]
+        )
+    table.notes.append("Medians over the steps after the first, the slower rank; the two sizes alternate step by step. No state crosses processes.")
     report.tables.append(table)
-    growth = first and total / first
+    growth = total / first
     report.targets.append(
         Target(f"a TRL step with {sizes[-1]:,} tasks held vs 64, two processes", format_ratio(growth), f"<= {TARGET}x", None if quick else growth <= TARGET)
     )
@@ -128,6 +125,6 @@ def run(quick: bool = False) -> Report:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        _worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        _worker(sys.argv[2], [int(n) for n in sys.argv[3].split(",")], int(sys.argv[4]))
     else:
         script_main(__doc__, run, "small sizes, three steps (a smoke test)")

@@ -207,7 +207,7 @@ class EstimatorState:
         self._states, self._options, self._accepted, self._source, self._unchecked = states, kept, accepted, source, unchecked
 
     def to_json(self) -> str:
-        return json.dumps({"format": STATE_FORMAT, "estimators": self._states, "options": self._options}, sort_keys=True)
+        return json.dumps({"format": STATE_FORMAT, "estimators": self._states, "options": self._options})
 
     @classmethod
     def from_json(cls, text: str) -> EstimatorState:

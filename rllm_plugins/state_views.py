@@ -197,6 +197,8 @@ def materialise(value: Any, claimed: set[int]) -> Any:
         data.update((key, materialise(v, claimed)) for key, v in value.changes.items())
         return data
     if isinstance(value, dict):
+        if len(value) > 64 and set(map(type, value.values())) <= _SCALARS:  # a large flat mapping: nothing to unwrap
+            return value
         return {key: materialise(v, claimed) for key, v in value.items()}
     if isinstance(value, list):
         return [materialise(v, claimed) for v in value]
