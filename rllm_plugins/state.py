@@ -59,7 +59,7 @@ def call_stateful(
     given = {key: view_of(value) for key, value in state.items()}  # views stay views; a kept dict or list becomes one
     try:
         out = form(*args, state=given, **kwargs)
-    except TypeError as error:
+    except (TypeError, AttributeError) as error:  # item assignment, or a dict/list method, on a read-only view
         if "StateView" in str(error) or "ListView" in str(error):
             raise ValueError(
                 f"{who} tried to change the state it was given in place ({error}); return a new state instead (rllm_plugins.state_views.updated)"

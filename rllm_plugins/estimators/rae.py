@@ -17,8 +17,10 @@ returns only its batch's tasks (:func:`~rllm_plugins.state_views.updated`), so i
 with the tasks the state holds.
 
 Vectorised: within one key the scan has the closed form
-``b_before[q] = d^q b_0 + (1 - d) sum_{j<q} d^(q-1-j) r_j``, computed for all keys at once as a
-cumulative sum of ``r_j d^(-j)`` over chunks short enough that ``d^(-j)`` stays finite.
+``b_before[q] = d^q b_0 + (1 - d) sum_{j<q} d^(q-1-j) r_j``. One key (the role): a cumulative sum of
+``r_j d^(-j)`` over chunks short enough that ``d^(-j)`` stays finite. Several keys (tasks): the rows
+sorted by key, then a segmented scan by doubling over all keys at once. Below
+:data:`SCAN_IN_PYTHON_BELOW` trajectories (``key_by="task"``) a row-by-row scan costs less.
 """
 
 from __future__ import annotations

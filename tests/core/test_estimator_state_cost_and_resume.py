@@ -252,3 +252,20 @@ def test_a_large_loaded_mapping_is_checked_value_by_value_where_it_fails(bad_key
     saved = {"format": 2, "estimators": {"rae": {"solver": {"task_baselines": baselines}}}, "options": {}}
     with pytest.raises(ValueError, match=message):
         EstimatorState().load_state_dict(saved, schemas={"rae": STATE_SCHEMA})
+
+
+def test_appending_to_a_kept_list_is_refused_as_a_change_in_place():
+    @register_rllm_adv_estimator("list_appender", stateful=True)
+    def list_appender(rewards, state, **_):
+        log = state.get("log", [])
+        log.append(len(rewards))  # a read-only view once kept
+        return ([np.zeros(len(r)) for r in rewards], [np.zeros(len(r)) for r in rewards]), {"log": list(log)}
+
+    try:
+        config = AlgorithmConfig(estimator="list_appender")
+        collect_reward_and_advantage_from_trajectory_groups([group("q", "a", [1.0])], config)
+        with pytest.raises(ValueError, match=r"'list_appender'.*change the state it was given in place"):
+            collect_reward_and_advantage_from_trajectory_groups([group("q", "a", [1.0])], config)
+        assert config.state_dict()["estimators"] == {"list_appender": {"a": {"log": [1]}}}
+    finally:
+        unregister_rllm_adv_estimator("list_appender")
