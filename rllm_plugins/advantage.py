@@ -29,6 +29,7 @@ from .registry import get_estimator, prepare_adv_estimator_input
 from .segments import GroupLayout, offsets_from_sizes
 from .spec import call_with_accepted_kwargs, flatten_groups, normalize_name
 from .state import call_stateful
+from .state_options import state_options
 from .steps.diagnostics import turn_metrics
 from .steps.forms import split_step_output
 from .steps.inputs import step_batch_from_groups
@@ -211,7 +212,9 @@ def _call_estimator(
     if estimator.spec.stateful:
         kwargs["task_ids"] = np.array([group.task_id for group in batch.groups for _ in group.trajectories], dtype=object)
         form = functools.partial(call_with_accepted_kwargs, estimator.list_form)
-        result, new_states[(estimator.spec.name, role)] = call_stateful(form, config.estimator_state.get(estimator.spec.name, role), who, **kwargs)
+        config.estimator_state.check_options(estimator.spec.name, state_options(estimator.spec, config.estimator_kwargs))
+        state = config.estimator_state.get(estimator.spec.name, role, estimator.spec.state_schema)
+        result, new_states[(estimator.spec.name, role)] = call_stateful(form, state, who, schema=estimator.spec.state_schema, **kwargs)
     else:
         result = call_with_accepted_kwargs(estimator.list_form, **kwargs)
     if not isinstance(result, (tuple, list)) or len(result) != 2:
@@ -409,7 +412,8 @@ def collect_reward_and_advantage_from_trajectory_groups(
                 step.advantage = advantage
     for step, tokens in token_writes:
         step.advantage = tokens
-    algorithm_config.estimator_state.commit(new_states)
+    made_with = {name: state_options(get_estimator(name).spec, algorithm_config.estimator_kwargs) for name, _ in new_states}
+    algorithm_config.estimator_state.commit(new_states, made_with)
 
     metrics = compute_role_metrics(rewards_by_role, "reward")
     metrics.update(compute_role_metrics(named_by_role, "reward"))

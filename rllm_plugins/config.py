@@ -13,7 +13,7 @@ import copy
 import math
 import numbers
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Literal
@@ -237,9 +237,14 @@ class AlgorithmConfig:
         """The stateful estimators' states, JSON-serialisable (see :meth:`EstimatorState.state_dict`)."""
         return self.estimator_state.state_dict()
 
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned; the next collector call continues from it."""
-        self.estimator_state.load_state_dict(state_dict)
+    def load_state_dict(self, state_dict: Mapping[str, Any], *, accept_changed_options: Collection[str] = ()) -> None:
+        """Restore what :meth:`state_dict` returned; the next collector call continues from it.
+
+        That call raises ``ValueError`` before any estimator runs when a stateful estimator's options differ
+        from those its saved state was made with (naming the option and both values), unless the option is
+        named in ``accept_changed_options`` (``"*"``: any).
+        """
+        self.estimator_state.load_state_dict(state_dict, accept_changed_options=accept_changed_options)
 
     def estimator_name(self, role: str) -> str:
         """Registry name of the estimator ``role`` uses."""

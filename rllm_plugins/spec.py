@@ -253,6 +253,8 @@ class AdvEstimatorSpec:
     step (``StepBatch.step_values``; in the core ``Step.value``, in verl the critic's ``values`` at each
     turn's first model token) and gives the critic's targets as its returns: its batched form returns
     ``(advantages, returns)`` (:mod:`.steps.forms`). TRL has no critic and refuses such estimators.
+    ``state_schema`` (stateful only) declares the keys its state may hold and their kinds
+    (:mod:`.state_schema`), checked when a state is loaded and on what each call changes.
     """
 
     name: str
@@ -269,6 +271,7 @@ class AdvEstimatorSpec:
     stateful: bool = False
     needs_for: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False)
     needs_values: bool = False
+    state_schema: Mapping[str, Any] | None = field(default=None, compare=False)
     list_form: ListEstimator = field(init=False, repr=False, compare=False)
     batched_form: BatchedEstimator = field(init=False, repr=False, compare=False)
 
@@ -317,6 +320,12 @@ class AdvEstimatorSpec:
                     raise ValueError(
                         f"estimator {self.name!r} is declared stateful=True, so its forms must take a `state` keyword parameter; {form!r} does not"
                     )
+        if self.state_schema is not None:
+            if not self.stateful:
+                raise ValueError(f"estimator {self.name!r}: state_schema needs stateful=True")
+            from .state_schema import check_schema
+
+            object.__setattr__(self, "state_schema", check_schema(self.state_schema, f"estimator {self.name!r}"))
         if self.stateful:
             to_list, to_batched = stateful_list_form_of, stateful_batched_form_of
         elif self.level == "step":

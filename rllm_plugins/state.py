@@ -9,11 +9,18 @@ A spec with ``stateful=True`` declares an estimator whose forms take one more ke
 :class:`~.spec.AdvEstimatorSpec` derives either form from the other.
 
 A state is plain data (a mapping with str keys whose values are str, int, float, bool, None,
-lists or such mappings), so that every owner can copy it, save it as JSON and compare it. The
-estimator gets a deep copy: mutating it changes nothing, and a call that raises leaves the state
-as it was. Owners (one per run) keep one state per estimator name and role in an
-:class:`EstimatorState`: the core's ``AlgorithmConfig``, the TRL mixin (identically on every
-process) and verl's process that runs ``compute_advantage`` (:mod:`rllm_verl.estimator_state`).
+lists or such mappings), so that every owner can save it as JSON and compare it. A call costs what
+its batch costs (:mod:`.state_views`): the estimator gets the top level as a new dict and everything
+below as read-only views, and returns a new state that may hold views (unchanged) and
+:func:`~.state_views.updated` mappings (a few keys changed); only what is new is checked, against
+the spec's ``state_schema`` too (:mod:`.state_schema`). Owners (one per run) keep one state per
+estimator name and role in an :class:`EstimatorState`: the core's ``AlgorithmConfig``, the TRL mixin
+(identically on every process) and verl's process that runs ``compute_advantage``
+(:mod:`rllm_verl.estimator_state`). New states are committed once every call of a step succeeded,
+so a call that raises leaves the kept state as it was.
+
+``state_dict()`` (the state file) records the format, each estimator's states by role and the options
+they were made with (:mod:`.state_options`); a resume under other options is refused unless accepted.
 
 ``task_ids`` (str ``(N,)`` object array, in the estimator's row order, or None where no stable id
 exists) is passed to stateful estimators that name it, so they can key their state by task.
@@ -23,102 +30,159 @@ from __future__ import annotations
 
 import copy
 import json
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-import numpy as np
+from .state_views import StateView, absorb, materialise, view_of
 
-__all__ = ["STATE_FORMAT", "EstimatorState", "call_stateful", "check_state"]
+__all__ = ["ACCEPT_ENV", "STATE_FORMAT", "EstimatorState", "call_stateful", "check_state", "compare_options"]
 
-STATE_FORMAT = 1  # EstimatorState.state_dict()["format"]
+STATE_FORMAT = 2  # EstimatorState.state_dict()["format"]; format 1 (no "options") is still read
+READABLE_FORMATS = (1, 2)
+ACCEPT_ENV = "RLLM_PLUGINS_ACCEPT_CHANGED_STATE_OPTIONS"
 
 
 def check_state(state: Any, who: str, path: str = "state") -> dict[str, Any]:
     """``state`` as a plain dict, or ``ValueError`` naming ``who`` and the first value at ``path`` that is not plain data."""
-    if not isinstance(state, Mapping):
-        raise ValueError(f"{who}: {path} must be a mapping (a dict of plain data), got {type(state).__name__} {state!r}")
-    return {key: _plain(value, who, f"{path}[{key!r}]") for key, value in _items(state, who, path)}
+    return materialise(absorb(state, who, path, top=True), set())
 
 
-def _items(state: Mapping[Any, Any], who: str, path: str) -> list[tuple[str, Any]]:
-    for key in state:
-        if not isinstance(key, str):
-            raise ValueError(f"{who}: {path} has the key {key!r} ({type(key).__name__}); state keys must be str, so that it saves as JSON")
-    return list(state.items())
+def call_stateful(
+    form: Callable[..., Any], state: Mapping[str, Any], who: str, *args: Any, schema: Mapping[str, Any] | None = None, **kwargs: Any
+) -> tuple[Any, Any]:
+    """Call a stateful form with ``state`` (its top level a new dict, the rest read-only views); return ``(result, new_state)``.
 
-
-def _plain(value: Any, who: str, path: str) -> Any:
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, (int, np.integer)) and not isinstance(value, np.bool_):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        if not math.isfinite(value):
-            raise ValueError(f"{who}: {path} is {value}; a state holds finite numbers")
-        return float(value)
-    if isinstance(value, Mapping):
-        return check_state(value, who, path)
-    if isinstance(value, (list, tuple)):
-        return [_plain(v, who, f"{path}[{i}]") for i, v in enumerate(value)]
-    raise ValueError(
-        f"{who}: {path} is a {type(value).__name__} ({value!r}); a state holds plain data only (str, int, float, bool, None, lists, dicts with str keys)"
-    )
-
-
-def call_stateful(form: Callable[..., Any], state: Mapping[str, Any], who: str, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-    """Call a stateful form with a deep copy of ``state``; return ``(result, new_state)`` with ``new_state`` checked.
-
-    Raises ``ValueError`` naming ``who`` when the form does not return a ``(result, new_state)`` pair.
+    ``new_state`` is checked where it is new (plain data; ``schema`` when given) and is ready for
+    :meth:`EstimatorState.commit`. Raises ``ValueError`` naming ``who`` when the form does not
+    return a ``(result, new_state)`` pair or tries to change the state it was given in place.
     """
-    out = form(*args, state=copy.deepcopy(dict(state)), **kwargs)
+    given = {key: view_of(value) for key, value in state.items()}  # views stay views; a kept dict or list becomes one
+    try:
+        out = form(*args, state=given, **kwargs)
+    except (TypeError, AttributeError) as error:  # item assignment, or a dict/list method, on a read-only view
+        if "StateView" in str(error) or "ListView" in str(error):
+            raise ValueError(
+                f"{who} tried to change the state it was given in place ({error}); return a new state instead (rllm_plugins.state_views.updated)"
+            ) from None
+        raise
     if not isinstance(out, tuple) or len(out) != 2:
         raise ValueError(f"{who} is stateful and must return (result, new_state), got {type(out).__name__}")
-    return out[0], check_state(out[1], who, "the new state")
+    new_state = absorb(out[1], who, "the new state", top=True)
+    if schema is not None:
+        from .state_schema import check_state_schema
+
+        check_state_schema(new_state, schema, f"{who}, the new state")
+    return out[0], new_state
+
+
+def compare_options(name: str, recorded: Mapping[str, Any], current: Mapping[str, Any], accepted: Collection[str], source: str) -> None:
+    """Raise ``ValueError`` for the first option of estimator ``name`` whose value differs from the state's, unless accepted."""
+    for key in sorted(set(recorded) | set(current)):
+        was, now = recorded.get(key, "<unset>"), current.get(key, "<unset>")
+        if was == now or key in accepted or "*" in accepted:
+            continue
+        raise ValueError(
+            f"estimator {name!r}: option {key!r} is {now!r} now, but the state {source} was made with {key}={was!r}. "
+            f"Set it back to {was!r}, start from a fresh state (no state file), or accept the change deliberately: "
+            f"load_state_dict(..., accept_changed_options=[{key!r}]) in the core, {ACCEPT_ENV}={key} in TRL and verl"
+        )
 
 
 class EstimatorState:
-    """The states of the stateful estimators of one run: one per estimator name and role.
+    """The states of the stateful estimators of one run: one per estimator name and role, with the options that made them.
 
-    ``get(name, role)`` is the state to hand to the next call (``{}`` at first); ``commit(updates)``
-    stores several new states at once, after every call of a step succeeded. ``state_dict()`` is
+    ``get(name, role)`` is the state to hand to the next call (``{}`` at first; a read-only view of
+    what is kept, no copy); ``check_options(name, options)`` refuses options other than those the
+    state was made with; ``commit(updates, options)`` stores several new states at once, after every
+    call of a step succeeded, in time proportional to what changed. ``state_dict()`` is
     JSON-serialisable; ``load_state_dict`` restores it (replacing everything held).
     """
 
     def __init__(self) -> None:
         self._states: dict[str, dict[str, dict[str, Any]]] = {}
+        self._options: dict[str, dict[str, Any]] = {}
+        self._accepted: frozenset[str] = frozenset()
+        self._source = "held"
+        self._unchecked: set[tuple[str, str]] = set()  # loaded states not yet checked against their estimator's schema
 
-    def get(self, name: str, role: str) -> dict[str, Any]:
-        return copy.deepcopy(self._states.get(name, {}).get(role, {}))
+    def get(self, name: str, role: str, schema: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+        """The state of ``name`` for ``role``; a loaded one is first checked against ``schema`` (once), ``ValueError`` naming estimator, role and key."""
+        if schema is not None and (name, role) in self._unchecked:
+            from .state_schema import check_state_schema
 
-    def commit(self, updates: Mapping[tuple[str, str], Mapping[str, Any]]) -> None:
+            check_state_schema(self._states[name][role], schema, f"the state {self._source}: estimator {name!r}, role {role!r}")
+            self._unchecked.discard((name, role))
+        return StateView(self._states.get(name, {}).get(role, {}))
+
+    def check_options(self, name: str, options: Mapping[str, Any]) -> None:
+        """``ValueError`` when estimator ``name`` runs with options other than those its state was made with (unless accepted)."""
+        recorded = self._options.get(name)
+        if recorded is not None and name in self._states:
+            compare_options(name, recorded, options, self._accepted, self._source)
+
+    def commit(self, updates: Mapping[tuple[str, str], Mapping[str, Any]], options: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        """Store the new states (``(name, role) -> state``) and the options each estimator ran with."""
+        claimed: set[int] = set()
         for (name, role), state in updates.items():
-            self._states.setdefault(name, {})[role] = check_state(state, f"estimator {name!r} for role {role!r}")
+            checked = absorb(state, f"estimator {name!r} for role {role!r}", "the new state", top=True)
+            self._states.setdefault(name, {})[role] = materialise(checked, claimed)
+            self._unchecked.discard((name, role))
+        for name, values in (options or {}).items():
+            if name in self._states:
+                self._options[name] = dict(values)
+
+    def preview(self) -> EstimatorState:
+        """An owner for calls whose new states are dropped (evaluation): it reads this state and commits nothing."""
+        out = _Preview()
+        out._states, out._options, out._accepted, out._source, out._unchecked = self._states, self._options, self._accepted, self._source, self._unchecked
+        return out
 
     def __bool__(self) -> bool:
         return bool(self._states)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, EstimatorState) and self._states == other._states
+        return isinstance(other, EstimatorState) and self._states == other._states and self._options == other._options
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"EstimatorState({self._states!r})"
+        return f"EstimatorState({self._states!r}, options={self._options!r})"
 
     def clear(self) -> None:
-        self._states.clear()
+        self._states, self._options, self._accepted, self._source, self._unchecked = {}, {}, frozenset(), "held", set()
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"format": 1, "estimators": {name: {role: state}}}``, a deep copy (plain data, JSON-serialisable)."""
-        return {"format": STATE_FORMAT, "estimators": copy.deepcopy(self._states)}
+        """``{"format": 2, "estimators": {name: {role: state}}, "options": {name: {option: value}}}``, a deep copy (JSON-serialisable)."""
+        return {"format": STATE_FORMAT, "estimators": copy.deepcopy(self._states), "options": copy.deepcopy(self._options)}
 
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Replace every state held by those of ``state_dict`` (from :meth:`state_dict`, or its JSON); ``ValueError`` if malformed."""
-        if not isinstance(state_dict, Mapping) or state_dict.get("format") != STATE_FORMAT or not isinstance(state_dict.get("estimators"), Mapping):
+    def load_state_dict(
+        self,
+        state_dict: Mapping[str, Any],
+        *,
+        options: Mapping[str, Mapping[str, Any]] | None = None,
+        schemas: Mapping[str, Mapping[str, Any] | None] | None = None,
+        accept_changed_options: Collection[str] = (),
+        source: str = "loaded",
+    ) -> None:
+        """Replace every state held by those of ``state_dict`` (from :meth:`state_dict`, or its JSON).
+
+        ``ValueError`` if malformed: not plain data, or a state that breaks its estimator's schema
+        (``schemas``: name -> ``state_schema``; naming estimator, role and key; an estimator not in
+        ``schemas`` is checked at its first :meth:`get` with a schema). ``options`` (name -> the
+        options the run uses now) are compared at once; otherwise at the next :meth:`check_options`.
+        A differing option is refused unless named in ``accept_changed_options`` (``"*"``: any);
+        ``source`` (a path, say) goes into the messages.
+        """
+        if not isinstance(state_dict, Mapping) or state_dict.get("format") not in READABLE_FORMATS or not isinstance(state_dict.get("estimators"), Mapping):
             got = sorted(state_dict) if isinstance(state_dict, Mapping) else type(state_dict).__name__
-            raise ValueError(f"load_state_dict: expected {{'format': {STATE_FORMAT}, 'estimators': {{name: {{role: state}}}}}} (from state_dict()), got {got}")
+            raise ValueError(
+                f"load_state_dict: expected {{'format': {STATE_FORMAT}, 'estimators': {{name: {{role: state}}}}, 'options': {{name: {{option: value}}}}}} "
+                f"(from state_dict()), got {got}"
+            )
+        from .state_schema import check_state_schema
+
         states: dict[str, dict[str, dict[str, Any]]] = {}
+        unchecked: set[tuple[str, str]] = set()
         for name, roles in state_dict["estimators"].items():
             if not isinstance(name, str) or not isinstance(roles, Mapping):
                 raise ValueError(f"load_state_dict: estimators[{name!r}] must map role names to states, got {type(roles).__name__}")
@@ -127,13 +191,34 @@ class EstimatorState:
                 if not isinstance(role, str):
                     raise ValueError(f"load_state_dict: estimators[{name!r}] has a non-str role {role!r}")
                 states[name][role] = check_state(state, "load_state_dict", f"estimators[{name!r}][{role!r}]")
-        self._states = states
+                schema = (schemas or {}).get(name)
+                if schema is not None:
+                    check_state_schema(states[name][role], schema, f"load_state_dict ({source}): estimator {name!r}, role {role!r}")
+                elif schemas is None or name not in schemas:
+                    unchecked.add((name, role))
+        recorded = state_dict.get("options", {})
+        if not isinstance(recorded, Mapping) or not all(isinstance(v, Mapping) for v in recorded.values()):
+            raise ValueError(f"load_state_dict: 'options' must map estimator names to their options, got {recorded!r}")
+        accepted = frozenset(accept_changed_options)
+        kept = {name: check_state(values, "load_state_dict", f"options[{name!r}]") for name, values in recorded.items()}
+        for name, current in (options or {}).items():
+            if name in kept and name in states:
+                compare_options(name, kept[name], current, accepted, source)
+        self._states, self._options, self._accepted, self._source, self._unchecked = states, kept, accepted, source, unchecked
 
     def to_json(self) -> str:
-        return json.dumps(self.state_dict(), sort_keys=True)
+        return json.dumps({"format": STATE_FORMAT, "estimators": self._states, "options": self._options})
 
     @classmethod
     def from_json(cls, text: str) -> EstimatorState:
         out = cls()
         out.load_state_dict(json.loads(text))
         return out
+
+
+class _Preview(EstimatorState):
+    """:meth:`EstimatorState.preview`: shares the kept states; commits are dropped."""
+
+    def commit(self, updates: Mapping[tuple[str, str], Mapping[str, Any]], options: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        for (name, role), state in updates.items():  # checked as a commit would, kept nowhere
+            absorb(state, f"estimator {name!r} for role {role!r}", "the new state", top=True)

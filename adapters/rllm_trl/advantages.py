@@ -35,6 +35,7 @@ from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.spec import AdvEstimatorSpec, accepted_keywords
 from rllm_plugins.state import EstimatorState, call_stateful
+from rllm_plugins.state_options import state_options
 from rllm_plugins.types import TrajectoryGroup
 
 __all__ = [
@@ -233,8 +234,10 @@ def _estimate_role(
     if estimator.spec.stateful:  # scan order: the role's scorable rows in the gathered batch's order
         if batch.task_ids is not None:
             kwargs["task_ids"] = batch.task_ids[rows]
-        current = state.get(estimator.spec.name, batch.roles[role]) if state is not None else {}
-        result, new_state = call_stateful(estimator.batched_form, current, who, values, offsets, **kwargs)
+        if state is not None:
+            state.check_options(estimator.spec.name, state_options(estimator.spec, options))
+        current = state.get(estimator.spec.name, batch.roles[role], estimator.spec.state_schema) if state is not None else {}
+        result, new_state = call_stateful(estimator.batched_form, current, who, values, offsets, schema=estimator.spec.state_schema, **kwargs)
         if new_states is not None:
             new_states[(estimator.spec.name, batch.roles[role])] = new_state
         advantages = as_advantages(result, who)
@@ -317,7 +320,7 @@ def compute_advantages(
             rows, values = _estimate_role(batch, role, name, options, trl_settings, state, new_states)
         advantages[rows] = values
     if state is not None:
-        state.commit(new_states)
+        state.commit(new_states, {name: state_options(get_estimator(name).spec, options) for name, _ in new_states})
     return advantages
 
 

@@ -33,6 +33,7 @@ from trl import GRPOTrainer
 
 from rllm_plugins.needs import needs_of
 from rllm_plugins.state import EstimatorState
+from rllm_plugins.state_options import state_options
 
 from .advantages import RewardBatch, compute_advantages, compute_metrics, prepare_batch, role_name
 from .config import AdvantageSettings, check_trainer_setup
@@ -156,7 +157,7 @@ class RLLMAdvantageMixin:
             estimator_kwargs=settings.estimator_kwargs,
             trl_settings=settings.trl_settings,
             aggregation=settings.aggregation,
-            state=self.estimator_state if mode == "train" else EstimatorState.from_json(self.estimator_state.to_json()),  # eval: a copy
+            state=self.estimator_state if mode == "train" else self.estimator_state.preview(),  # eval: reads, commits nothing
         )
         local = output["advantages"]
         start = self.accelerator.process_index * local.shape[0]
@@ -174,7 +175,14 @@ class RLLMAdvantageMixin:
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:
-            load_state(self.estimator_state, checkpoint)
+            load_state(self.estimator_state, checkpoint, self._rllm_state_options())
+
+    def _rllm_state_options(self) -> dict[str, dict[str, Any]]:
+        """The options each configured stateful estimator runs with (recorded with its state)."""
+        settings = self.advantage_settings
+        options = {**settings.estimator_kwargs, "norm_adv_by_std_in_grpo": settings.norm_adv_by_std_in_grpo}
+        specs = (estimator.spec for estimator in settings.selected.values())
+        return {spec.name: state_options(spec, options) for spec in specs if needs_of(spec, settings.estimator_kwargs).state}
 
     def _step_level_advantages(self, output: dict[str, Any], batch: RewardBatch, overrides: list[dict[str, Any]] | None, mode: str) -> None:
         """Per-turn advantages of the gathered batch; this process's rows go into ``output["advantages"]``, ``(B, T)`` on multi-turn rows."""

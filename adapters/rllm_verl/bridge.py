@@ -29,12 +29,11 @@ from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import Estimator, get_estimator
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.spec import AdvEstimatorSpec, accepted_keywords
-from rllm_plugins.state import call_stateful
 from rllm_plugins.steps.anchors import is_hashable
 
-from .estimator_state import VERL_ROLE, verl_estimator_state
 from .multi_objective import reward_key_options, reward_table
 from .reward_keys import current_non_tensor_batch, current_tensor
+from .stateful_call import stateful_advantages
 from .step_bridge import Episodes, StepSources, compute_rllm_step_advantage, step_sources
 
 __all__ = [
@@ -264,13 +263,13 @@ def compute_rllm_advantage(
             lengths = _row_sums(response_mask)
             options["lengths"] = lengths if order is None else lengths[order]
         values = scores if order is None else scores[order]
-        new_state = None
-        if estimator.spec.stateful:  # the scan order: rows grouped by uid, groups in order of first appearance
+        commit = None
+        if estimator.spec.stateful:  # the scan order: rows grouped by uid, groups in order of first appearance; padding rows left out
             if keyed is not None:
                 raise ValueError(f"{where} is stateful (a running baseline over one reward per row): remove algorithm.gdpo_reward_keys")
-            state = verl_estimator_state().get(estimator.spec.name, VERL_ROLE)
-            result, new_state = call_stateful(estimator.batched_form, state, f"{where}: the estimator ({estimator.provider})", values, offsets, **options)
-            grouped = as_advantages(result, f"{where}: the estimator ({estimator.provider})")
+            live = _row_sums(response_mask) > 0
+            live = live if order is None else live[order]
+            grouped, commit = stateful_advantages(estimator, values, offsets, live, options, f"{where}: the estimator ({estimator.provider})")
         elif keyed is None:
             grouped = as_advantages(estimator.batched_form(values, offsets, **options), f"{where}: the estimator ({estimator.provider})")
         else:
@@ -283,8 +282,8 @@ def compute_rllm_advantage(
             row = int(np.flatnonzero(~np.isfinite(advantages))[0])
             raise ValueError(f"{where}: the estimator ({estimator.provider}) gave advantage {advantages[row]} for row {row} (uid {index[row]!r})")
         check_representable(advantages, dtype, where, index)
-        if new_state is not None:  # every check passed
-            verl_estimator_state().commit({(estimator.spec.name, VERL_ROLE): new_state})
+        if commit is not None:  # every check passed
+            commit()
         per_row = torch.from_numpy(advantages).to(device=token_level_rewards.device, dtype=dtype)
         out = torch.empty(token_level_rewards.shape, dtype=dtype, device=token_level_rewards.device)
         torch.mul(per_row.unsqueeze(-1), response_mask, out=out)

@@ -385,13 +385,16 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     critic_error = _critic_error(name, estimator.spec, config)
     if critic_error is not None:
         return VerlCheckReport(False, name, config_name, rllm_names, [critic_error], provider=provider)
+    from .estimator_state import scratch_state
+
     use_v1 = bool(OmegaConf.select(config, "trainer.use_v1", default=False))
     step_lines, warnings = _step_level_lines(estimator, options, config, use_v1)
     sizes, note = _trial_sizes(estimator.spec, options, group_size)
     trainer = "v1 trainer (trainer.use_v1=true)" if use_v1 else "legacy trainer (trainer.use_v1=false)"
     for size in sizes:
         try:
-            _dry_run(name, algorithm, size, use_v1)
+            with scratch_state():  # a trial run leaves the state of stateful estimators as it was
+                _dry_run(name, algorithm, size, use_v1)
         except Exception as error:
             message = f"{name!r} fails on a toy batch of two groups of {size} with this config on verl's {trainer}: {type(error).__name__}: {error}"
             return VerlCheckReport(False, name, config_name, rllm_names, [message], provider, sizes[: sizes.index(size) + 1], note, step_lines, warnings)

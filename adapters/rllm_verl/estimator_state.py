@@ -12,22 +12,43 @@ verl saves ``<trainer.default_local_dir>/global_step_<N>/``, the state goes to
 ``global_step_<N>/rllm_estimator_state.json`` (only when some stateful estimator ran); after verl
 loads a checkpoint, the state is read from the same folder (or ``trainer.resume_from_path``). Opt
 out with ``RLLM_PLUGINS_VERL_ESTIMATOR_STATE=0`` (the state then restarts from nothing on resume).
+
+A checkpoint without the file, when ``algorithm.adv_estimator`` is a stateful ``rllm_*`` estimator,
+gives a ``RuntimeWarning`` naming the path (its baselines start from 0). The file's options are
+compared with the run's at the first advantage step after the resume (``ValueError`` naming the
+option and both values, unless ``RLLM_PLUGINS_ACCEPT_CHANGED_STATE_OPTIONS`` names it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import logging
 import os
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from rllm_plugins.registry import get_estimator
 from rllm_plugins.state import EstimatorState
+from rllm_plugins.state_options import accepted_from_env, state_schemas
 
 from .extension import Extension
 
-__all__ = ["CHECKPOINTS", "ENV", "STATE_FILE", "VERL_ROLE", "checkpoint_folder", "checkpoint_status", "load_state", "save_state", "verl_estimator_state"]
+__all__ = [
+    "CHECKPOINTS",
+    "ENV",
+    "STATE_FILE",
+    "VERL_ROLE",
+    "checkpoint_folder",
+    "checkpoint_status",
+    "load_state",
+    "save_state",
+    "scratch_state",
+    "stateful_estimator",
+    "verl_estimator_state",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +61,17 @@ _STATE = EstimatorState()
 def verl_estimator_state() -> EstimatorState:
     """This process's states of the stateful ``rllm_*`` estimators."""
     return _STATE
+
+
+@contextlib.contextmanager
+def scratch_state() -> Iterator[EstimatorState]:
+    """Within the block, stateful estimators start from nothing and keep their state apart (``verl-check``'s trial runs)."""
+    global _STATE
+    kept, _STATE = _STATE, EstimatorState()
+    try:
+        yield _STATE
+    finally:
+        _STATE = kept
 
 
 def checkpoint_folder(trainer: Any) -> str | None:
@@ -68,18 +100,43 @@ def save_state(folder: str) -> str | None:
     return path
 
 
-def load_state(folder: str | None) -> bool:
-    """Replace the state by the one saved in ``folder``; False (the state cleared) when the folder has none."""
+def load_state(folder: str | None, stateful: str | None = None) -> bool:
+    """Replace the state by the one saved in ``folder``; False (the state cleared) when the folder has none.
+
+    ``stateful`` (the configured stateful estimator's verl name): a folder without the file then
+    gives a ``RuntimeWarning`` naming the path.
+    """
     path = None if folder is None else os.path.join(folder, STATE_FILE)
     if path is None or not os.path.exists(path):
-        if folder is not None:
+        if folder is not None and stateful is not None:
+            warnings.warn(
+                f"rllm-plugins: verl resumed from {folder}, which has no {STATE_FILE} (expected at {path}); the running baselines of {stateful} start from 0",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        elif folder is not None:
             logger.info("rllm-plugins: %s has no %s; stateful estimators start from nothing", folder, STATE_FILE)
         _STATE.clear()
         return False
     with open(path, encoding="utf-8") as f:
-        _STATE.load_state_dict(json.load(f))
+        saved = json.load(f)
+    names = saved.get("estimators", {}) if isinstance(saved, dict) and isinstance(saved.get("estimators"), dict) else {}
+    _STATE.load_state_dict(saved, schemas=state_schemas(names), accept_changed_options=accepted_from_env(), source=path)
     logger.info("rllm-plugins: restored the stateful estimators' state from %s", path)
     return True
+
+
+def stateful_estimator(config: Any) -> str | None:
+    """``algorithm.adv_estimator`` when it names a stateful estimator we registered in verl (else None)."""
+    from verl.trainer.ppo import core_algos
+
+    algorithm = config.get("algorithm") or {}
+    name = algorithm.get("adv_estimator")
+    rllm_name = getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(name), "rllm_estimator", None) if isinstance(name, str) else None
+    try:
+        return name if rllm_name is not None and get_estimator(rllm_name).spec.stateful else None
+    except ValueError:
+        return None
 
 
 def _after_save(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -95,7 +152,7 @@ def _after_load(original: Callable[..., Any]) -> Callable[..., Any]:
     def _load_checkpoint(self: Any) -> Any:
         out = original(self)
         if self.config.trainer.get("resume_mode", "auto") != "disable":
-            load_state(checkpoint_folder(self))
+            load_state(checkpoint_folder(self), stateful_estimator(self.config))
         return out
 
     return _load_checkpoint

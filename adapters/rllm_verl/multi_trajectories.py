@@ -46,7 +46,7 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
     from rllm_plugins.aggregation import aggregate_advantages
     from rllm_plugins.registry import get_estimator
 
-    from .bridge import check_inputs, check_representable, estimator_options, output_dtype, wants_lengths
+    from .bridge import check_inputs, check_representable, estimator_options, group_rows, output_dtype, wants_lengths
     from .multi_objective import reward_key_options, reward_table
 
     where = f"advantage estimator 'rllm_{name}' (sessions of compute_advantage_for_multi_trajectories)"
@@ -74,16 +74,35 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
         if wants_lengths(estimator.spec):  # a session's length: its response tokens over all its outputs
             row_lengths = mask.sum(dim=-1).to(device="cpu", dtype=torch.float64).numpy()
             lengths = np.bincount(sessions.session_of_row, weights=row_lengths, minlength=len(sessions.final_rows))
+        commits = []
+        if estimator.spec.stateful:  # sessions without model tokens (verl's padding rows) are left out
+            if keyed is not None:
+                raise ValueError(f"{where} is stateful (a running baseline over one reward per session): remove algorithm.gdpo_reward_keys")
+            live_rows = mask.sum(dim=-1).cpu().numpy() > 0
+            live = np.bincount(sessions.session_of_row, weights=live_rows, minlength=len(sessions.final_rows)) > 0
+            order, _ = group_rows(sessions.uids)
+            batched = functools.partial(_stateful, estimator, live if order is None else live[order], commits, f"{where}: the estimator ({estimator.provider})")
         try:
             per_row = session_advantages(batched, sessions, session_rewards, session_lengths=lengths, **options)
         except ValueError as error:
             raise ValueError(f"{where}: {error} ({estimator.provider})") from error
         dtype = output_dtype(rewards)
         check_representable(per_row, dtype, where, uids)
+        for commit in commits:  # every check passed
+            commit()
         scores = torch.from_numpy(per_row).to(device=rewards.device, dtype=dtype).unsqueeze(-1) * mask
     data.batch["advantages"] = scores
     data.batch["returns"] = scores
     return data
+
+
+def _stateful(estimator: Any, live: Any, commits: list[Any], who: str, values: Any, offsets: Any, /, **options: Any) -> Any:
+    """A stateful estimator as a batched form over sessions: the live ones only; its commit goes into ``commits``."""
+    from .stateful_call import stateful_advantages
+
+    advantages, commit = stateful_advantages(estimator, values, offsets, live, options, who)
+    commits.append(commit)
+    return advantages
 
 
 def _session_steps(name: str, estimator: Estimator, where: str, data: Any, sessions: Sessions, options: dict[str, Any], config: Any, keyed: bool) -> Any:

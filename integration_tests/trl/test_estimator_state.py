@@ -85,11 +85,45 @@ def test_resuming_without_the_state_file_starts_the_baselines_from_nothing(make_
     (tmp_path / "checkpoint-2" / STATE_FILE).unlink()
     resumed = rae_trainer(make_trainer, max_steps=3, save_strategy="no")
     resumed.estimator_state.load_state_dict(first.estimator_state.state_dict())  # a stale state must not survive the resume
-    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    path = tmp_path / "checkpoint-2" / STATE_FILE
+    with pytest.warns(RuntimeWarning, match=rf"has no {STATE_FILE} \(expected at {path}\); the running baselines of \['rae'\] start from 0"):
+        resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
     (record,) = [r for r in resumed.records if r["mode"] == "train"]
     roles = [r["role"] for r in resumed.train_dataset.select([4, 4, 4, 4, 5, 5, 5, 5])]  # step 3: prompts 4 and 5
     (expected,) = reference_rae([record], roles, [1.0, 0.5], {})
     np.testing.assert_allclose(record["advantages"].double().numpy(), expected, rtol=0, atol=1e-5)
+
+
+def test_a_resume_under_another_decay_is_refused_naming_both_values_unless_accepted(make_trainer, tmp_path, monkeypatch):
+    first = rae_trainer(make_trainer, max_steps=2, save_strategy="steps", save_steps=2)
+    first.train()
+    saved = first.estimator_state.state_dict()
+    assert saved["options"] == {"rae": {"decay": DECAY, "key_by": "role"}}
+    changed = make_trainer(adv_estimator="rae", adv_estimator_kwargs={"decay": 0.5}, role_column="role", max_steps=3, save_strategy="no")
+    path = tmp_path / "checkpoint-2" / STATE_FILE
+    with pytest.raises(ValueError, match=rf"option 'decay' is 0.5 now, but the state {path} was made with decay={DECAY}"):
+        changed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    monkeypatch.setenv("RLLM_PLUGINS_ACCEPT_CHANGED_STATE_OPTIONS", "decay")
+    accepted = make_trainer(adv_estimator="rae", adv_estimator_kwargs={"decay": 0.5}, role_column="role", max_steps=3, save_strategy="no")
+    accepted.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    (record,) = [r for r in accepted.records if r["mode"] == "train"]
+    roles = [r["role"] for r in accepted.train_dataset.select([4, 4, 4, 4, 5, 5, 5, 5])]  # step 3: prompts 4 and 5
+    baselines = {role: s["baseline"] for role, s in saved["estimators"]["rae"].items()}
+    (expected,) = reference_rae([record], roles, [1.0, 0.5], baselines, decay=0.5)  # the saved baselines, the new decay
+    np.testing.assert_allclose(record["advantages"].double().numpy(), expected, rtol=0, atol=1e-5)
+    assert accepted.estimator_state.state_dict()["options"] == {"rae": {"decay": 0.5, "key_by": "role"}}
+
+
+def test_a_state_file_of_another_layout_is_refused_at_resume_naming_estimator_role_and_key(make_trainer, tmp_path):
+    first = rae_trainer(make_trainer, max_steps=2, save_strategy="steps", save_steps=2)
+    first.train()
+    path = tmp_path / "checkpoint-2" / STATE_FILE
+    saved = json.loads(path.read_text())
+    saved["estimators"]["rae"]["judge"] = {"baseline": None}
+    path.write_text(json.dumps(saved))
+    resumed = rae_trainer(make_trainer, max_steps=3, save_strategy="no")
+    with pytest.raises(ValueError, match=r"estimator 'rae', role 'judge', key 'baseline': expected a finite float, got NoneType None"):
+        resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
 
 
 def test_evaluation_uses_the_baseline_but_does_not_update_it(make_trainer, prompt_dataset, tmp_path):

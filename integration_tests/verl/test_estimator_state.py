@@ -178,6 +178,56 @@ def test_resume_from_a_path_and_a_checkpoint_without_state(cls, tmp_path):
     assert not verl_estimator_state()  # no saved state: start from nothing, not from a stale one
 
 
+@pytest.mark.parametrize("cls", [RayPPOTrainer, PPOTrainerSync], ids=["legacy", "v1 (PPOTrainerSync)"])
+def test_a_resume_without_the_state_file_warns_naming_the_path_when_rllm_rae_is_configured(cls, tmp_path):
+    advantages([1.0], ["a"])
+    first = trainer(cls, tmp_path)
+    first.global_steps = 2
+    first._save_checkpoint()
+    (tmp_path / "global_step_2" / STATE_FILE).unlink()
+    resumed = trainer(cls, tmp_path)
+    resumed.config.algorithm = {"adv_estimator": "rllm_rae"}
+    path = tmp_path / "global_step_2" / STATE_FILE
+    with pytest.warns(RuntimeWarning, match=rf"has no {STATE_FILE} \(expected at {path}\); the running baselines of rllm_rae start from 0"):
+        resumed._load_checkpoint()
+    assert not verl_estimator_state()
+
+
+def test_a_resume_under_another_decay_is_refused_at_the_first_step_unless_accepted(tmp_path, monkeypatch):
+    advantages([1.0, 0.5], ["a", "a"])
+    first = trainer(PPOTrainerSync, tmp_path)
+    first.global_steps = 2
+    first._save_checkpoint()
+    saved = verl_estimator_state().state_dict()
+    assert saved["options"] == {"rae": {"decay": 0.9, "key_by": "role"}}
+    verl_estimator_state().clear()
+    trainer(PPOTrainerSync, tmp_path)._load_checkpoint()
+    other = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "rllm_estimator_kwargs": {"decay": 0.5}})
+    path = tmp_path / "global_step_2" / STATE_FILE
+    with pytest.raises(ValueError, match=rf"option 'decay' is 0.5 now, but the state {path} was made with decay=0.9"):
+        compute_advantage(batch([1.0], ["b"]), adv_estimator="rllm_rae", config=other)
+    assert verl_estimator_state().state_dict() == saved
+    monkeypatch.setenv("RLLM_PLUGINS_ACCEPT_CHANGED_STATE_OPTIONS", "decay")
+    trainer(PPOTrainerSync, tmp_path)._load_checkpoint()
+    data = compute_advantage(batch([1.0], ["b"]), adv_estimator="rllm_rae", config=other)
+    b = saved["estimators"]["rae"]["all_groups"]["baseline"]
+    assert data.batch["advantages"][0, 0].item() == pytest.approx(1.0 - b, abs=1e-6)
+    assert verl_estimator_state().state_dict()["estimators"]["rae"]["all_groups"]["baseline"] == pytest.approx(0.5 * b + 0.5, abs=1e-12)
+
+
+def test_a_state_file_of_another_layout_is_refused_at_load_naming_estimator_role_and_key(tmp_path):
+    advantages([1.0], ["a"])
+    first = trainer(RayPPOTrainer, tmp_path)
+    first.global_steps = 1
+    first._save_checkpoint()
+    path = tmp_path / "global_step_1" / STATE_FILE
+    saved = json.loads(path.read_text())
+    saved["estimators"]["rae"]["all_groups"] = {"task_baselines": ["q"]}
+    path.write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=r"estimator 'rae', role 'all_groups', key 'task_baselines': expected a mapping of str to a finite float, got list"):
+        trainer(RayPPOTrainer, tmp_path)._load_checkpoint()
+
+
 def test_no_state_file_when_no_stateful_estimator_ran(tmp_path):
     first = trainer(RayPPOTrainer, tmp_path)
     first.global_steps = 1

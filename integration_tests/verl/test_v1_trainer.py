@@ -536,3 +536,49 @@ def test_similarity_anchors_on_v1_are_verl_agents_clusters_on_rows_in_rollout_or
                     match = len(firsts) - 1
                 labels[(row["key"], k)] = match
     assert_matches(got, batch, rows, reference(rows, gamma=1.0, w=1.0, anchors_of=lambda row: [labels[(row["key"], k)] for k in range(len(turns_of(row)))]))
+
+
+def rae_reference(batch, rows, baseline, decay):
+    """prime-rl's loop over the batch's sessions (a session: its final output's reward), scanned as verl's row order gives them.
+
+    Sessions in order of first appearance in the (balanced) key order, grouped by uid (uids in order of first appearance);
+    verl's padding rows are no session. Returns the advantage of each key's model tokens and the baseline after.
+    """
+    by_key = {row["key"]: row for row in rows}
+    sessions = {}  # session -> uid, in order of first appearance
+    for key in batch.keys:
+        if key in by_key:
+            sessions.setdefault(key.rsplit("_", 1)[0], by_key[key]["uid"])
+    uids = list(dict.fromkeys(sessions.values()))
+    value_of = {}
+    for uid in uids:
+        for session, of_uid in sessions.items():
+            if of_uid == uid:
+                reward = max((r for r in rows if r["key"].rsplit("_", 1)[0] == session), key=lambda r: int(r["key"].rsplit("_", 1)[1]))["reward"]
+                value_of[session] = reward - baseline
+                baseline = decay * baseline + (1 - decay) * reward
+    want = {row["key"]: {p: value_of[row["key"].rsplit("_", 1)[0]] for p, m in enumerate(row["mask"]) if m} for row in rows}
+    return want, baseline
+
+
+@pytest.mark.parametrize("outputs", [(1,), (1, 2, 3)], ids=["one output per session (row path)", "sessions of several outputs"])
+def test_rllm_rae_on_padded_and_reordered_rows_skips_padding_and_continues_across_steps(transfer_queue, outputs):
+    from rllm_verl.estimator_state import verl_estimator_state
+
+    verl_estimator_state().clear()
+    trainer = trainer_for("algorithm.adv_estimator=rllm_rae", "+algorithm.rllm_estimator_kwargs.decay=0.5")
+    baseline = 0.0
+    try:
+        for step in range(2):
+            rng = np.random.default_rng(20 + step)
+            rows = multi_turn_rows(rng, uids=(f"s{step}_a", f"s{step}_b", f"s{step}_c"), sessions=3, outputs=outputs)
+            if len(outputs) > 1:
+                assert len({r["key"].rsplit("_", 1)[0] for r in rows}) < len(rows), "a session must have several outputs"
+            batch = store(rows, partition=f"rae{step}{len(outputs)}")
+            got, _ = compute(trainer, batch)
+            want, baseline = rae_reference(batch, rows, baseline, 0.5)
+            assert_matches(got, batch, rows, want)
+            (state,) = verl_estimator_state().state_dict()["estimators"]["rae"].values()
+            assert state == {"baseline": pytest.approx(baseline, abs=1e-12)}  # padding rows never touched it
+    finally:
+        verl_estimator_state().clear()

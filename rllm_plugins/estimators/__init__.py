@@ -19,6 +19,7 @@ from .opo import calculate_opo_advantages, opo
 from .passk_training import calculate_passk_training_advantages, check_passk_group_size, passk_training
 from .pkpo import calculate_pkpo_advantages, check_pkpo_group_size, check_pkpo_options, pkpo
 from .prpo import calculate_prpo_advantages, calculate_prpo_std_optional_advantages, prpo, prpo_std_optional
+from .rae import STATE_SCHEMA as RAE_STATE_SCHEMA
 from .rae import check_rae_options, rae
 from .reinforce import calculate_reinforce_advantages, reinforce
 from .reinforce_plus_plus_baseline import calculate_reinforce_plus_plus_baseline_advantages, reinforce_plus_plus_baseline
@@ -56,7 +57,9 @@ BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
         "verl_reinforce_plus_plus_baseline", calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline, options=()
     ),
     AdvEstimatorSpec("gigpo", calculate_gigpo_advantages, gigpo, options=(), level="step", needs_anchors=True, check_options=check_gigpo_options),
-    AdvEstimatorSpec("rae", batched=rae, options=(), stateful=True, group_order_invariant=False, check_options=check_rae_options),
+    AdvEstimatorSpec(
+        "rae", batched=rae, options=(), stateful=True, group_order_invariant=False, check_options=check_rae_options, state_schema=RAE_STATE_SCHEMA
+    ),
     AdvEstimatorSpec(
         "step_reinforce", calculate_step_reinforce_advantages, step_reinforce, options=(), level="step", check_options=check_step_reinforce_options
     ),

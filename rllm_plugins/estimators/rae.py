@@ -11,24 +11,36 @@ a group in order). The key is the role (the state is already kept per role: one 
 ``key_by="role"``) or the task (``key_by="task"``: one baseline per task id within the role, from the
 ``task_ids`` the caller passes). Group sizes do not matter, so groups of one work.
 
-State: ``{"baseline": b}`` (``key_by="role"``) or ``{"task_baselines": {task_id: b}}`` (``"task"``).
+State: ``{"baseline": b}`` (``key_by="role"``) or ``{"task_baselines": {task_id: b}}`` (``"task"``)
+(:data:`STATE_SCHEMA`); a state of the other layout is refused, never ignored. A call reads and
+returns only its batch's tasks (:func:`~rllm_plugins.state_views.updated`), so its cost does not grow
+with the tasks the state holds.
 
 Vectorised: within one key the scan has the closed form
-``b_before[q] = d^q b_0 + (1 - d) sum_{j<q} d^(q-1-j) r_j``, computed for all keys at once as a
-cumulative sum of ``r_j d^(-j)`` over chunks short enough that ``d^(-j)`` stays finite.
+``b_before[q] = d^q b_0 + (1 - d) sum_{j<q} d^(q-1-j) r_j``. One key (the role): a cumulative sum of
+``r_j d^(-j)`` over chunks short enough that ``d^(-j)`` stays finite. Several keys (tasks): the rows
+sorted by key, then a segmented scan by doubling over all keys at once. Below
+:data:`SCAN_IN_PYTHON_BELOW` trajectories (``key_by="task"``) a row-by-row scan costs less.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from itertools import repeat
 from typing import Any
 
 import numpy as np
 
+from ..state_schema import MapOf
+from ..state_views import StateView, updated
+
 KEY_BY = ("role", "task")
 _SCALE_LIMIT = 200.0 * math.log(10.0)  # d^(-q) stays below 1e200 within a chunk
-_MAX_CHUNK = 1024  # trajectories of one key per chunk (the padding of a grid is at most one chunk per key)
+_MAX_CHUNK = 1024  # trajectories of one key per chunk
+STATE_SCHEMA = {"baseline": float, "task_baselines": MapOf(float)}
+_LAYOUT = {"role": "baseline", "task": "task_baselines"}
+SCAN_IN_PYTHON_BELOW = 2048  # key_by="task": below this many trajectories a row-by-row scan costs less than numpy's calls
 
 
 def check_rae_options(options: Mapping[str, Any]) -> None:
@@ -48,8 +60,8 @@ def ema_scan(values: np.ndarray, codes: np.ndarray, initial: np.ndarray, decay: 
     ``[0, K)``, ``initial`` float64 ``(K,)`` baselines before the scan. Returns ``before`` ``(N,)``
     (the baseline row i reads) and ``final`` ``(K,)`` (after every row updated its key's).
 
-    Keys are processed in classes of similar length (within 2x), each as a ``(keys, chunks, C)`` grid:
-    a cumulative sum along the chunk, then the carry from chunk to chunk (a loop over chunks, at most N / C).
+    One key: a closed form in chunks (:func:`_scan_one_key`); several: rows sorted by key (stable), then a
+    segmented scan by doubling (:func:`_scan_by_key`).
     """
     n, k = values.size, initial.size
     before = np.empty(n, dtype=np.float64)
@@ -57,7 +69,7 @@ def ema_scan(values: np.ndarray, codes: np.ndarray, initial: np.ndarray, decay: 
     if n == 0:
         return before, final
     grouped = bool(np.all(codes[1:] >= codes[:-1]))  # rows of a key already contiguous (one key, say): no sort
-    order = None if grouped else np.argsort(codes, kind="stable")
+    order = None if grouped else np.argsort(codes.astype(np.uint16) if k <= 1 << 16 else codes, kind="stable")  # 16-bit keys: a radix sort
     counts = np.bincount(codes, minlength=k)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     r = values if order is None else values[order]
@@ -67,51 +79,45 @@ def ema_scan(values: np.ndarray, codes: np.ndarray, initial: np.ndarray, decay: 
     if decay == 0.0:  # b = the key's previous reward
         out[1:] = r[:-1]
         out[starts[present]] = initial[present]
+    elif present.size == 1:  # one key (the role): its rows are one slice
+        out[:] = _scan_one_key(r, float(initial[present[0]]), decay)
     else:
-        _scan_by_length_class(r, counts, starts, present, final, decay, out)
+        _scan_by_key(r, counts, starts, present, final, decay, out)
     if order is not None:
         before[order] = out
     final[present] = decay * out[last] + (1.0 - decay) * r[last]
     return before, final
 
 
-def _scan_by_length_class(
-    r: np.ndarray, counts: np.ndarray, starts: np.ndarray, present: np.ndarray, initial: np.ndarray, decay: float, out: np.ndarray
-) -> None:
-    """``out[rows of key]`` = the baselines read, for rows grouped by key (``r`` in that order); ``initial`` per key, read only."""
+def _scan_by_key(r: np.ndarray, counts: np.ndarray, starts: np.ndarray, present: np.ndarray, initial: np.ndarray, decay: float, out: np.ndarray) -> None:
+    """``out[rows of key]`` = the baselines read, for rows grouped by key (``r`` in that order); ``initial`` per key, read only.
+
+    Within a key (row ``p`` at position ``q``), ``before[p] = d^q b_0 + c[p - 1]`` with ``c[p] = d c[p - 1] + (1 - d) r_p``
+    (0 before the key's first row): a segmented scan by doubling, ``ceil(log2(longest key))`` passes over the rows,
+    every factor at most 1 (nothing overflows).
+    """
+    sizes = counts[present]
+    q = np.arange(r.size) - np.repeat(starts[present], sizes)  # position within its key
+    c = (1.0 - decay) * r
+    step, factor, longest = 1, decay, int(sizes.max())
+    while step < longest:
+        c[step:] += factor * np.where(q[step:] >= step, c[:-step], 0.0)  # the right side is computed before the add
+        step, factor = 2 * step, factor * factor
+    np.multiply((decay ** np.arange(longest, dtype=np.float64))[q], np.repeat(initial[present], sizes), out=out)  # d^q b_0
+    out[1:] += np.where(q[1:] > 0, c[:-1], 0.0)
+
+
+def _scan_one_key(r: np.ndarray, b0: float, decay: float) -> np.ndarray:
+    """The baselines read by the rows ``r`` (N,) of one key starting from ``b0``: the grid is ``r`` padded and reshaped.
+
+    Chunks of ``C`` rows (``d^-C`` stays below 1e200): a cumulative sum of ``r_j d^-j`` along each, then the
+    carry from chunk to chunk (a loop over chunks, at most N / C).
+    """
     chunk = max(1, min(_MAX_CHUNK, int(_SCALE_LIMIT / -math.log(decay))))
-    grow = decay ** -np.arange(chunk, dtype=np.float64)  # d^-q, at most 1e200
-    shrink = decay ** np.arange(chunk + 1, dtype=np.float64)  # d^q
-    length_class = np.ceil(np.log2(counts[present])).astype(np.int64)
-    for value in np.unique(length_class):
-        keys = present[length_class == value]
-        sizes = counts[keys]
-        chunks = int(sizes.max() - 1) // chunk + 1
-        width = chunk if chunks > 1 else int(sizes.max())
-        if keys.size == 1:  # one key (the role): its rows are one slice, the grid a reshape of them
-            start, size = int(starts[keys[0]]), int(sizes[0])
-            out[start : start + size] = _scan_one_key(r[start : start + size], float(initial[keys[0]]), decay, chunks, width, grow, shrink)
-            continue
-        key_of_row = np.repeat(np.arange(keys.size), sizes)
-        position = np.arange(key_of_row.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        rows = np.repeat(starts[keys], sizes) + position
-        q = position % chunk
-        cell = key_of_row * (chunks * width) + position  # flat index into the (keys, chunks, width) grid
-        grid = np.zeros((keys.size, chunks, width))
-        grid.reshape(-1)[cell] = r[rows] * grow[q]
-        inclusive = np.cumsum(grid, axis=2)  # sum_{j<=q} r_j d^-j within each chunk
-        carry = np.empty((keys.size, chunks))
-        b = initial[keys]
-        for i in range(chunks):  # chunks before a key's last are full
-            carry[:, i] = b
-            b = shrink[width] * b + (1.0 - decay) * shrink[width - 1] * inclusive[:, i, -1]
-        previous = np.maximum(q - 1, 0)
-        exclusive = np.where(q > 0, inclusive.reshape(-1)[cell - (q > 0)], 0.0)
-        out[rows] = shrink[q] * carry.reshape(-1)[key_of_row * chunks + position // chunk] + (1.0 - decay) * shrink[previous] * exclusive
-
-
-def _scan_one_key(r: np.ndarray, b0: float, decay: float, chunks: int, width: int, grow: np.ndarray, shrink: np.ndarray) -> np.ndarray:
-    """The baselines read by the rows ``r`` (N,) of one key starting from ``b0``: the grid is ``r`` padded and reshaped."""
+    chunks = (r.size - 1) // chunk + 1
+    width = chunk if chunks > 1 else r.size
+    grow = decay ** -np.arange(width, dtype=np.float64)  # d^-q, at most 1e200
+    shrink = decay ** np.arange(width + 1, dtype=np.float64)  # d^q
     grid = np.zeros(chunks * width)
     grid[: r.size] = r
     grid = grid.reshape(chunks, width)
@@ -145,6 +151,12 @@ def rae(
     check_rae_options({"decay": decay, "key_by": key_by})
     decay = float(decay)
     values = np.asarray(values, dtype=np.float64)
+    other = next((key for key in _LAYOUT.values() if key != _LAYOUT[key_by] and key in state), None)
+    if other is not None:
+        raise ValueError(
+            f"rae: key_by={key_by!r} keeps {_LAYOUT[key_by]!r}, but the state holds {other!r} (made with key_by="
+            f"{next(k for k, v in _LAYOUT.items() if v == other)!r}); set key_by back, or start from a fresh state"
+        )
     if key_by == "role":
         b0 = float(state.get("baseline", 0.0))
         before, final = ema_scan(values, np.zeros(values.size, dtype=np.int64), np.array([b0]), decay)
@@ -155,23 +167,35 @@ def rae(
             f"rae: key_by='task' needs a stable task id per trajectory (task_ids), got {got}; the core takes it from "
             "TrajectoryGroup.group_id ('<task>:<role>'), TRL from the prompt. verl's estimator path has none (uid is new every step): use key_by='role'"
         )
-    code_of: dict[Any, int] = {}
-    try:  # one dict lookup per trajectory: the only per-row Python work
-        codes = np.array([code_of.setdefault(t, len(code_of)) for t in task_ids], dtype=np.int64)
+    ids = task_ids.tolist() if isinstance(task_ids, np.ndarray) else list(task_ids)
+    try:
+        baselines = dict.fromkeys(ids, 0.0)  # the batch's tasks, in order of first appearance
+        "".join(baselines)  # every id a str (a C-level check)
     except TypeError:
-        i = next(i for i, t in enumerate(task_ids) if not isinstance(t, str))
-        raise ValueError(
-            f"rae: key_by='task': trajectory {i} has task id {task_ids[i]!r} ({type(task_ids[i]).__name__}); task ids must be non-empty str"
-        ) from None
-    names = list(code_of)
-    bad = next((t for t in names if not isinstance(t, str) or not t), None)
-    if bad is not None:
-        i = next(i for i, t in enumerate(task_ids) if t is bad or t == bad)
-        if isinstance(bad, str):
-            raise ValueError(f"rae: key_by='task': trajectory {i} has an empty task id; give every group a group_id '<task>:<role>'")
-        raise ValueError(f"rae: key_by='task': trajectory {i} has task id {bad!r} ({type(bad).__name__}); task ids must be non-empty str")
-    known: dict[str, float] = dict(state.get("task_baselines", {}))
-    initial = np.array([float(known.get(name, 0.0)) for name in names])
-    before, final = ema_scan(values, codes, initial, decay)
-    known.update(zip(map(str, names), final.tolist(), strict=True))
-    return values - before, {"task_baselines": known}
+        i = next(i for i, t in enumerate(ids) if not isinstance(t, str))
+        raise ValueError(f"rae: key_by='task': trajectory {i} has task id {ids[i]!r} ({type(ids[i]).__name__}); task ids must be non-empty str") from None
+    if "" in baselines:
+        raise ValueError(f"rae: key_by='task': trajectory {ids.index('')} has an empty task id; give every group a group_id '<task>:<role>'")
+    known: Mapping[str, float] = state.get("task_baselines", {})  # a read-only view: only the batch's tasks are read
+    if known:
+        found = known.get_many(baselines, 0.0) if isinstance(known, StateView) else list(map(known.get, baselines, repeat(0.0)))
+        baselines = dict(zip(baselines, found, strict=True))
+    if values.size < SCAN_IN_PYTHON_BELOW:
+        return _scan_in_python(values.tolist(), ids, baselines, decay), {"task_baselines": updated(known, baselines)}
+    names = list(baselines)
+    code_of = dict(zip(names, range(len(names)), strict=True))
+    codes = np.fromiter(map(code_of.__getitem__, ids), dtype=np.int64, count=values.size)  # one C-level lookup per trajectory
+    before, final = ema_scan(values, codes, np.fromiter(baselines.values(), dtype=np.float64, count=len(names)), decay)
+    return values - before, {"task_baselines": updated(known, dict(zip(names, final.tolist(), strict=True)))}
+
+
+def _scan_in_python(rewards: list[float], ids: list[str], baselines: dict[str, float], decay: float) -> np.ndarray:
+    """A small batch's scan row by row (numpy's per-call cost would exceed the work); ``baselines`` updated in place."""
+    keep = 1.0 - decay
+    out: list[float] = []
+    append = out.append
+    for reward, task in zip(rewards, ids, strict=True):
+        baseline = baselines[task]
+        append(reward - baseline)
+        baselines[task] = decay * baseline + keep * reward
+    return np.array(out)

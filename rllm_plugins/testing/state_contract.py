@@ -19,7 +19,7 @@ import numpy as np
 
 from ..calling import call_with_accepted_kwargs
 from ..segments import offsets_from_sizes
-from ..state import check_state
+from ..state import EstimatorState, call_stateful, check_state
 from .calls import Case, Subject, short
 
 __all__ = ["STATE_RULES", "bind_state", "check_state_rules", "warm_state"]
@@ -33,6 +33,7 @@ STATE_RULES: dict[str, str] = {
     "state_resumes": "a state restored from its JSON continues exactly as the live one",
     "state_input_untouched": "the state passed in is left unchanged, by a call that succeeds and by one that raises",
     "state_forms_agree": "the list and batched forms give the same new state",
+    "state_as_owners_give_it": "given the state as owners give it (nested mappings read-only, no copy) the call gives the same advantages and new state",
 }
 
 
@@ -128,12 +129,32 @@ def _forms_agree(subject: Subject, case: Case, state: Any) -> str | None:
     return None if _close(out[1], from_batched) else f"new state {short(out[1])} from the list form, {short(from_batched)} from the batched form"
 
 
+def _as_owners_give_it(subject: Subject, case: Case, state: Any) -> str | None:
+    plain_adv, plain_new = _batched(subject, case, copy.deepcopy(state))
+    store = EstimatorState()
+    store.commit({("subject", "role"): check_state(state, "the estimator", "the state")})
+    values = np.array([r for g in case.rewards for r in g], dtype=np.float64)
+    lengths = np.array([n for g in case.lengths for n in g], dtype=np.float64)
+    try:
+        current = store.get("subject", "role")
+        offsets = offsets_from_sizes(case.sizes)
+        adv, new = call_stateful(subject.batched_form, current, "the estimator", values, offsets, lengths=lengths, norm_adv_by_std_in_grpo=True)
+    except ValueError as e:
+        return str(e)
+    store.commit({("subject", "role"): new})
+    kept = store.state_dict()["estimators"]["subject"]["role"]
+    if not np.allclose(np.asarray(adv, dtype=np.float64), plain_adv, rtol=TOL, atol=TOL, equal_nan=True):
+        return f"given read-only views the advantages are {short(np.asarray(adv).tolist())}, given a copy {short(plain_adv.tolist())}"
+    return None if _close(kept, plain_new) else f"given read-only views the new state is {short(kept)}, given a copy {short(plain_new)}"
+
+
 _CHECKS: dict[str, Callable[[Subject, Case, Any], str | None]] = {
     "state_plain": _plain,
     "state_deterministic": _deterministic,
     "state_resumes": _resumes,
     "state_input_untouched": _input_untouched,
     "state_forms_agree": _forms_agree,
+    "state_as_owners_give_it": _as_owners_give_it,
 }
 
 

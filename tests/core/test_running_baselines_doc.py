@@ -79,3 +79,23 @@ def test_the_plugin_example_runs_keeps_the_contract_and_continues_its_mean():
         assert second[0].trajectories[0].steps[0].advantage == -2.0
     finally:
         unregister_rllm_adv_estimator("running_mean")
+
+
+def test_the_state_file_shown_is_what_the_worked_example_saves():
+    import json
+
+    shown = json.loads(section("## The state file and resume rules").split("```json\n", 1)[1].split("```", 1)[0])
+    config = AlgorithmConfig(estimator="rae", estimator_kwargs={"decay": 0.5})
+    for batch in ([("q1:solver", [1.0]), ("q1:judge", [0.0]), ("q2:solver", [0.0, 1.0])], [("q3:solver", [1.0]), ("q3:judge", [1.0])]):
+        groups = [TrajectoryGroup([Trajectory(steps=[Step()], reward=r) for r in rewards], group_id=gid) for gid, rewards in batch]
+        collect_reward_and_advantage_from_trajectory_groups(groups, config)
+    assert json.loads(config.estimator_state.to_json()) == shown
+
+
+def test_the_resume_rules_name_the_real_switches():
+    from rllm_plugins.state import ACCEPT_ENV
+
+    rules = section("## The state file and resume rules")
+    assert f"`{ACCEPT_ENV}=decay`" in rules
+    assert "accept_changed_options" in inspect.signature(AlgorithmConfig.load_state_dict).parameters
+    assert 'config.load_state_dict(saved, accept_changed_options=["decay"])' in rules
