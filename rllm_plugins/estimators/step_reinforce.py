@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..calling import is_plain_real
+from ..segments import GroupLayout
 from ..steps.anchors import normalize_within
 from ..steps.batch import StepBatch, discounted_returns
 from ..steps.forms import step_list_form_of
@@ -73,11 +74,10 @@ def step_reinforce(
     scaled = norm_adv_by_std_in_grpo and method != "mean"
     out = normalize_within(returns, ids, norm_adv_by_std_in_grpo=scaled, epsilon=epsilon, ddof=std_ddof)
     if scaled and min_std is not None and out.size:
-        counts = np.bincount(ids)
-        mean = np.bincount(ids, returns) / np.maximum(counts, 1)
-        centred = returns - mean[ids]
-        std = np.sqrt(np.bincount(ids, centred * centred) / np.maximum(counts - std_ddof, 1))
-        out[(std <= min_std)[ids]] = 0.0
+        offsets = batch.group_step_offsets if grouping == "task_group" else np.array([0, batch.num_steps])
+        population = GroupLayout.from_offsets(offsets, batch.num_steps)
+        std = population.std(returns, ddof=std_ddof)  # overflow-safe; NaN for a population of one, whose advantage is 0 already
+        out[population.expand(std <= min_std)] = 0.0
     if scaled and method == "asym_clip":
         np.clip(out, *ASYM_CLIP, out=out)
     return out

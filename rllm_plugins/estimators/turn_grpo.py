@@ -67,17 +67,29 @@ def _normalize_absorbing(values: np.ndarray, ids: np.ndarray, size: np.ndarray, 
 
     ``values`` ``(S,)``, ``ids`` ``(S,)`` dense, ``size`` ``(K,)`` >= the present count. Population std;
     a population of one gives 0; the mean takes one correction pass (equal values give exactly 0).
+    Magnitudes whose mean or variance overflow take :func:`normalize_within` with the absent zeros written out.
     """
     present = np.bincount(ids, minlength=size.size)
     absent = size - present  # ids without a step (a turn no trajectory of the group reached) have size - 0 absent, never read
-    mean = np.bincount(ids, values, minlength=size.size) / size
-    mean += (np.bincount(ids, values - mean[ids], minlength=size.size) - absent * mean) / size
-    centred = values - mean[ids]
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = np.bincount(ids, values, minlength=size.size) / size
+        mean += (np.bincount(ids, values - mean[ids], minlength=size.size) - absent * mean) / size
+        centred = values - mean[ids]
+        var = (np.bincount(ids, centred * centred, minlength=size.size) + absent * mean * mean) / size
+    if not (np.isfinite(mean).all() and np.isfinite(var).all()):
+        return _normalize_written_out(values, ids, absent * (present > 0), norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon)
     centred[(size <= 1)[ids]] = 0.0
     if norm_adv_by_std_in_grpo:
-        var = (np.bincount(ids, centred * centred, minlength=size.size) + absent * mean * mean) / size
         centred /= spread_divisor(np.sqrt(var), epsilon)[ids]
     return centred
+
+
+def _normalize_written_out(values: np.ndarray, ids: np.ndarray, absent: np.ndarray, *, norm_adv_by_std_in_grpo: bool, epsilon: float) -> np.ndarray:
+    """:func:`_normalize_absorbing` with ``absent[id]`` zeros appended to each id's population (overflow-safe, slower)."""
+    zeros = np.repeat(np.arange(absent.size, dtype=np.int64), absent.astype(np.int64))
+    population, population_ids = np.concatenate((values, np.zeros(zeros.size))), np.concatenate((ids, zeros))
+    every = normalize_within(population, population_ids, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon)
+    return every[: values.size]
 
 
 def turn_grpo(

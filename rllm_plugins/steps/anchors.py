@@ -18,6 +18,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
+from ..scaled import scaled_standardize
 from ..segments import GroupLayout
 
 __all__ = ["anchor_ids", "is_hashable", "normalize_within"]
@@ -157,18 +158,17 @@ def _divisor(std: np.ndarray, epsilon: float) -> np.ndarray:
 
 
 def _normalize_sorted(values: np.ndarray, ids: np.ndarray, *, norm_adv_by_std_in_grpo: bool, epsilon: float, ddof: int) -> np.ndarray:
-    """:func:`normalize_within` through :class:`GroupLayout`'s rescaling reductions (values sorted by id)."""
+    """:func:`normalize_within` on values sorted by id: the overflow-safe mean, and the std scaled (:mod:`rllm_plugins.scaled`)."""
     order = np.argsort(ids, kind="stable")
     counts = np.bincount(ids)
     layout = GroupLayout.from_offsets(np.concatenate(([0], np.cumsum(counts))), values.size)
     ordered = values[order]
-    mean = layout.mean(ordered)
-    centred = ordered - layout.expand(mean)
-    single = layout.expand(layout.sizes <= 1)
-    centred[single] = 0.0
     if norm_adv_by_std_in_grpo:
-        std = layout.std(ordered, mean, ddof=ddof)
-        centred /= layout.expand(_divisor(np.where(layout.sizes <= ddof, 1.0, std), epsilon))
+        centred = scaled_standardize(layout, ordered, epsilon=epsilon, ddof=ddof, single="zero")
+    else:
+        with np.errstate(over="ignore"):  # a deviation beyond the range stays inf, refused where the advantages are checked
+            centred = ordered - layout.expand(layout.mean(ordered))
+        centred[layout.expand(layout.sizes <= 1)] = 0.0
     out = np.empty_like(centred)
     out[order] = centred
     return out
