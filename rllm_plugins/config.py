@@ -313,8 +313,10 @@ def _read_algorithm_node(node: Mapping[str, Any], where: str) -> dict[str, Any]:
     """AlgorithmConfig keyword arguments from rLLM's algorithm node (plain mapping); unknown keys: :func:`split_trainer_fields`."""
     if not isinstance(node, Mapping):
         raise ValueError(f"{where} must be a mapping, got {type(node).__name__} {node!r}")
-    trainer_fields = split_trainer_fields(node, [*_NODE_KEYS, "rollout_correction"], where)
+    trainer_fields = split_trainer_fields(node, [*_NODE_KEYS, "rollout_correction", "stepwise_advantage_mode"], where)
     values = {name: copy.copy(default) if node.get(key) is None else node[key] for key, (name, default) in _NODE_KEYS.items()}
+    if node.get("stepwise_advantage_mode") is not None:  # the field itself (rLLM's configs set it in rllm.stepwise_advantage.mode)
+        values["stepwise_advantage_mode"] = node["stepwise_advantage_mode"]
     values["rollout_correction"] = _rollout_correction(node.get("rollout_correction") or {}, default_cap=2.0, where=f"{where}.rollout_correction")
     values["trainer_fields"] = trainer_fields
     return values
@@ -367,7 +369,13 @@ def _read_spec_era(config: Any, node_values: dict[str, Any]) -> dict[str, Any]:
     if verl_name is not None:
         out["estimator"] = verl_name
     stepwise = "rllm.stepwise_advantage"
-    out["stepwise_advantage_mode"] = _get(config, f"{stepwise}.mode", "broadcast")
+    in_section, in_node = _get(config, f"{stepwise}.mode"), node_values.get("stepwise_advantage_mode")
+    if in_section is not None and in_node is not None and in_section != in_node:
+        raise ValueError(
+            f"rllm.algorithm.stepwise_advantage_mode={in_node!r} and {stepwise}.mode={in_section!r} disagree; "
+            f"set it in {stepwise}.mode (where rLLM's base config has it), or the same value in both"
+        )
+    out["stepwise_advantage_mode"] = next((mode for mode in (in_node, in_section) if mode is not None), "broadcast")
     in_stepwise, in_algorithm = _get(config, f"{stepwise}.norm_adv_by_std_in_grpo"), _get(config, "rllm.algorithm.norm_adv_by_std_in_grpo")
     if in_stepwise is not None and in_algorithm is not None and in_stepwise != in_algorithm:
         raise ValueError(
