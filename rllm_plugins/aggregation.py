@@ -17,12 +17,12 @@ With one function and unit weight, ``sum_then_normalize`` is the estimator itsel
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
 
+from .calling import as_finite_real, describe
 from .outputs import as_advantages
 from .segments import GroupLayout, offsets_from_sizes
 
@@ -206,8 +206,8 @@ def normalize_then_sum(
     included) go in ``kwargs``. Rewards in Fortran order (each function's column contiguous) save one
     transposed copy of the table.
     """
-    if isinstance(whiten_epsilon, bool) or not isinstance(whiten_epsilon, numbers.Real) or not math.isfinite(whiten_epsilon) or whiten_epsilon < 0:
-        raise ValueError(f"{where}: whiten_epsilon must be a finite number >= 0, got {whiten_epsilon!r}")
+    if isinstance(whiten_epsilon, (bool, np.bool_)) or as_finite_real(whiten_epsilon) is None or whiten_epsilon < 0:
+        raise ValueError(f"{where}: whiten_epsilon must be a finite number >= 0, got {describe(whiten_epsilon)}")
     array, layout, w, lengths, complete = _prepare(rewards, offsets, weights, lengths, names, where)
     present = None if complete else ~np.isnan(array)
     by_function = np.ascontiguousarray(array.T)  # (F, N): a view of F-ordered rewards, else one transposed copy

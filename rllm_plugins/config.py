@@ -10,7 +10,6 @@ the algorithm node this version does not know follow :mod:`.trainer_fields`.
 from __future__ import annotations
 
 import copy
-import math
 import numbers
 import warnings
 from collections.abc import Mapping
@@ -20,6 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .calling import as_finite_real, describe
 from .names import normalize_name
 from .state import EstimatorState
 from .trainer_fields import split_trainer_fields
@@ -222,8 +222,8 @@ class AlgorithmConfig:
             got = f"{type(self.reward_weights).__name__} {self.reward_weights!r}"
             raise ValueError(f"AlgorithmConfig.reward_weights must map reward names to weights, got {got}")
         for name, weight in self.reward_weights.items():
-            if not isinstance(name, str) or isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight):
-                raise ValueError(f"AlgorithmConfig.reward_weights[{name!r}] must be a finite number keyed by a reward name, got {weight!r}")
+            if not isinstance(name, str) or isinstance(weight, (bool, np.bool_)) or as_finite_real(weight) is None:
+                raise ValueError(f"AlgorithmConfig.reward_weights[{name!r}] must be a finite number keyed by a reward name, got {describe(weight)}")
         self.reward_weights = {name: float(weight) for name, weight in self.reward_weights.items()}
 
     @property
@@ -355,8 +355,8 @@ def _env_loss_coef(coef: Any, loss_params: Mapping[str, Any], estimator: Estimat
     chosen = coef if coef is not None else in_params
     if chosen is None:  # rLLM: 0.05 for its `echo` estimator, else off
         return 0.05 if normalize_name(estimator) == "echo" else 0.0
-    if isinstance(chosen, bool) or not isinstance(chosen, numbers.Real) or not math.isfinite(chosen):
-        raise ValueError(f"ECHO's env_loss_coef must be a finite number, got {type(chosen).__name__} {chosen!r}")
+    if isinstance(chosen, (bool, np.bool_)) or as_finite_real(chosen) is None:
+        raise ValueError(f"ECHO's env_loss_coef must be a finite number, got {describe(chosen)}")
     return float(chosen)
 
 

@@ -15,13 +15,12 @@ set its own (verl's ``algorithm.gamma`` arrives here). The names resolve through
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..calling import accepted_keywords, call_with_accepted_kwargs, check_call_options, closed_keywords, is_plain_real, refuse_unknown_options
+from ..calling import accepted_keywords, call_with_accepted_kwargs, check_call_options, closed_keywords, describe, is_finite_real, refuse_unknown_options
 from ..outputs import as_advantages
 from ..registry import get_estimator_spec
 from ..steps.batch import StepBatch
@@ -46,8 +45,8 @@ def composite_terms(terms: object) -> list[Term]:
         name, weight, options = term[0], term[1], term[2] if len(term) == 3 else {}
         if not isinstance(name, str):
             raise ValueError(f"{where}: the name must be a str, got {type(name).__name__} {name!r}")
-        if not is_plain_real(weight) or not math.isfinite(weight):
-            raise ValueError(f"{where} ({name!r}): the weight must be a finite number, got {type(weight).__name__} {weight!r}")
+        if not is_finite_real(weight):
+            raise ValueError(f"{where} ({name!r}): the weight must be a finite number, got {describe(weight)}")
         if not isinstance(options, Mapping):
             raise ValueError(f"{where} ({name!r}): options must be a mapping of option names to values, got {type(options).__name__} {options!r}")
         spec = get_estimator_spec(name)  # an unknown name: the registry's error lists the names

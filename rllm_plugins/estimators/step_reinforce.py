@@ -18,13 +18,12 @@ at most ``min_std`` gets 0). ROLL's ``mean_std`` is ``std_ddof=1, min_std=1e-6``
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..calling import is_plain_real
+from ..calling import describe, is_finite_real
 from ..segments import GroupLayout
 from ..steps.anchors import normalize_within
 from ..steps.batch import StepBatch, discounted_returns
@@ -47,8 +46,8 @@ def check_step_reinforce_options(options: Mapping[str, Any]) -> None:
     if "std_ddof" in options and (isinstance(options["std_ddof"], bool) or options["std_ddof"] not in (0, 1)):
         raise ValueError(f"estimator 'step_reinforce': std_ddof must be 0 (population std) or 1 (unbiased std), got {options['std_ddof']!r}")
     min_std = options.get("min_std")
-    if min_std is not None and (not is_plain_real(min_std) or not math.isfinite(min_std) or min_std < 0):
-        raise ValueError(f"estimator 'step_reinforce': min_std must be None or a finite number >= 0 (ROLL: 1e-6), got {type(min_std).__name__} {min_std!r}")
+    if min_std is not None and (not is_finite_real(min_std) or min_std < 0):
+        raise ValueError(f"estimator 'step_reinforce': min_std must be None or a finite number >= 0 (ROLL: 1e-6), got {describe(min_std)}")
 
 
 def step_reinforce(

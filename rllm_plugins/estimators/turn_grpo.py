@@ -16,13 +16,12 @@ one gives ``A^T = 0``; ``norm_adv_by_std_in_grpo=False`` drops both divisions.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..calling import is_plain_real
+from ..calling import describe, is_finite_real
 from ..steps.anchors import normalize_within
 from ..steps.batch import StepBatch, discounted_returns
 from ..steps.forms import step_list_form_of
@@ -42,8 +41,8 @@ def check_turn_grpo_options(options: Mapping[str, Any]) -> None:
     check_choice("turn_grpo", options, "value", VALUES)
     check_choice("turn_grpo", options, "ended", ENDED)
     lam = options.get("lam", 1.0)
-    if not is_plain_real(lam) or not math.isfinite(lam):
-        raise ValueError(f"estimator 'turn_grpo': lam (the weight of the per-turn part) must be a finite number, got {type(lam).__name__} {lam!r}")
+    if not is_finite_real(lam):
+        raise ValueError(f"estimator 'turn_grpo': lam (the weight of the per-turn part) must be a finite number, got {describe(lam)}")
 
 
 def turn_index(batch: StepBatch) -> np.ndarray:
