@@ -21,7 +21,26 @@ import numpy as np
 from ..scaled import scaled_standardize
 from ..segments import GroupLayout
 
-__all__ = ["anchor_ids", "is_hashable", "normalize_within"]
+__all__ = ["TokenIds", "anchor_ids", "is_hashable", "normalize_within"]
+
+
+class TokenIds(bytes):
+    """Token ids as an anchor state: the bytes of their int64 values, so hashed and compared as bytes (one C call).
+
+    Similarity grouping (:mod:`rllm_plugins.steps.similarity`) reads it as the sequence of ids (:meth:`ids`),
+    not as bytes: two states sharing no token share no element.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, ids: np.ndarray) -> TokenIds:
+        """The state of ``ids`` ``(L,)`` of any integer dtype."""
+        return cls(np.asarray(ids).astype(np.int64, copy=False).tobytes())
+
+    def ids(self) -> tuple[int, ...]:
+        """The token ids ``(L,)``, as a tuple of ints."""
+        return tuple(np.frombuffer(self, dtype=np.int64).tolist())
 
 
 def anchor_ids(states: Sequence[Hashable], step_group: Sequence[int] | np.ndarray, where: Callable[[int], str]) -> np.ndarray:
@@ -55,7 +74,7 @@ def anchor_ids(states: Sequence[Hashable], step_group: Sequence[int] | np.ndarra
     return ids.astype(np.int64, copy=False).reshape(-1)
 
 
-_VALUE_HASHED = frozenset({str, bytes, int, bool, tuple, frozenset})
+_VALUE_HASHED = frozenset({str, bytes, TokenIds, int, bool, tuple, frozenset})
 """Types whose hash follows their value and that hold no NaN at the top level: their states are taken as they are."""
 
 
