@@ -44,6 +44,8 @@ __all__ = [
     "estimator_options",
     "group_rows",
     "in_row_order",
+    "model_rows",
+    "placed",
     "output_dtype",
     "verl_estimator",
     "wants_lengths",
@@ -182,6 +184,23 @@ def _has_tokens(mask: torch.Tensor) -> bool:
     return bool(mask.any())
 
 
+def model_rows(response_mask: torch.Tensor) -> np.ndarray | None:
+    """``(R,)`` int64 rows with at least one model token, or None when every row has one (the usual case).
+
+    A row whose ``response_mask`` is all 0 (verl v1's ``_balance_batch`` padding, uid ``pad...``) is no sample:
+    the outcome path leaves it out of every statistic (group, role and batch ones) and gives it advantage 0.
+    """
+    has = (response_mask != 0).any(dim=-1).cpu().numpy()
+    return None if has.all() else np.flatnonzero(has)
+
+
+def placed(values: np.ndarray, rows: np.ndarray, size: int) -> np.ndarray:
+    """``(size,)`` float64: ``values`` ``(R,)`` at ``rows``, 0 elsewhere."""
+    out = np.zeros(size)
+    out[rows] = values
+    return out
+
+
 def check_inputs(where: str, token_level_rewards: Any, response_mask: Any, index: Any) -> None:
     """Raise ``ValueError`` unless rewards and mask are matching 2-D (B, T) tensors, ``index`` has B ids and the mask has a token."""
     if not isinstance(token_level_rewards, torch.Tensor) or token_level_rewards.dim() != 2:
@@ -215,7 +234,8 @@ def compute_rllm_advantage(
     Rows are grouped by ``index`` (B,); the reward of row b is ``token_level_rewards[b].sum()``, or,
     with ``algorithm.gdpo_reward_keys``, its scores under those keys of ``non_tensor_batch`` (given, or
     the batch verl's ``compute_advantage`` is processing), aggregated as :mod:`.multi_objective` says;
-    the estimator runs in float64 and row b gets ``advantage[b] * response_mask[b]``. Returns the
+    the estimator runs in float64 and row b gets ``advantage[b] * response_mask[b]``; a row without model
+    tokens (verl's padding) is in no statistic and gets 0 (:func:`model_rows`). Returns the
     same (B, T) tensor twice (advantages and returns, as verl's outcome estimators do), in the dtype
     of ``token_level_rewards`` (the default float dtype for integer rewards) and on its device.
     """
@@ -258,8 +278,12 @@ def compute_rllm_advantage(
             episodes = Episodes.one_row_each(order, offsets, index.size)
             out = compute_rllm_step_advantage(name, where, token_level_rewards, response_mask, index, episodes, options, config, dtype, sources)
             return out, out
+        rows = model_rows(response_mask)
+        if rows is not None:  # rows without model tokens (verl's v1 padding): in no statistic, advantage 0
+            scores = scores[rows]
+            order, offsets = group_rows(index[rows])
         if wants_lengths(name):
-            lengths = _row_sums(response_mask)
+            lengths = _row_sums(response_mask) if rows is None else _row_sums(response_mask)[rows]
             options["lengths"] = lengths if order is None else lengths[order]
         values = scores if order is None else scores[order]
         new_state = None
@@ -277,6 +301,8 @@ def compute_rllm_advantage(
         if grouped.shape != values.shape[:1]:
             raise ValueError(f"{where}: the estimator ({estimator.provider}) returned {grouped.size} advantages for {values.size} rows")
         advantages = in_row_order(grouped, order)
+        if rows is not None:
+            advantages = placed(advantages, rows, index.size)
         if not np.isfinite(advantages).all():
             row = int(np.flatnonzero(~np.isfinite(advantages))[0])
             raise ValueError(f"{where}: the estimator ({estimator.provider}) gave advantage {advantages[row]} for row {row} (uid {index[row]!r})")
