@@ -184,14 +184,20 @@ def _has_tokens(mask: torch.Tensor) -> bool:
     return bool(mask.any())
 
 
-def model_rows(response_mask: torch.Tensor) -> np.ndarray | None:
-    """``(R,)`` int64 rows with at least one model token, or None when every row has one (the usual case).
+def model_rows(has_tokens: np.ndarray, order: np.ndarray | None, offsets: np.ndarray) -> np.ndarray | None:
+    """``(R,)`` int64 rows of the groups with at least one model token, or None when every group has one (the usual case).
 
-    A row whose ``response_mask`` is all 0 (verl v1's ``_balance_batch`` padding, uid ``pad...``) is no sample:
-    the outcome path leaves it out of every statistic (group, role and batch ones) and gives it advantage 0.
+    ``has_tokens`` ``(B,)`` bool per row; ``order``, ``offsets`` as :func:`group_rows` gives them. A group none of whose rows
+    has a model token (verl v1's ``_balance_batch`` padding: ``response_mask`` all 0, uid ``pad...``) is no sample: the
+    outcome path leaves it out of every statistic (role and batch ones included) and gives it advantage 0. A row without
+    tokens in a group with others stays a sample with its reward, as verl's own estimators count it.
     """
-    has = (response_mask != 0).any(dim=-1).cpu().numpy()
-    return None if has.all() else np.flatnonzero(has)
+    if has_tokens.all():
+        return None
+    group_of_row = np.empty(has_tokens.size, dtype=np.int64)
+    group_of_row[slice(None) if order is None else order] = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+    keep = (np.bincount(group_of_row, weights=has_tokens, minlength=offsets.size - 1) > 0)[group_of_row]
+    return None if keep.all() else np.flatnonzero(keep)
 
 
 def placed(values: np.ndarray, rows: np.ndarray, size: int) -> np.ndarray:
@@ -234,7 +240,7 @@ def compute_rllm_advantage(
     Rows are grouped by ``index`` (B,); the reward of row b is ``token_level_rewards[b].sum()``, or,
     with ``algorithm.gdpo_reward_keys``, its scores under those keys of ``non_tensor_batch`` (given, or
     the batch verl's ``compute_advantage`` is processing), aggregated as :mod:`.multi_objective` says;
-    the estimator runs in float64 and row b gets ``advantage[b] * response_mask[b]``; a row without model
+    the estimator runs in float64 and row b gets ``advantage[b] * response_mask[b]``; a group without model
     tokens (verl's padding) is in no statistic and gets 0 (:func:`model_rows`). Returns the
     same (B, T) tensor twice (advantages and returns, as verl's outcome estimators do), in the dtype
     of ``token_level_rewards`` (the default float dtype for integer rewards) and on its device.
@@ -278,8 +284,8 @@ def compute_rllm_advantage(
             episodes = Episodes.one_row_each(order, offsets, index.size)
             out = compute_rllm_step_advantage(name, where, token_level_rewards, response_mask, index, episodes, options, config, dtype, sources)
             return out, out
-        rows = model_rows(response_mask)
-        if rows is not None:  # rows without model tokens (verl's v1 padding): in no statistic, advantage 0
+        rows = model_rows((response_mask != 0).any(dim=-1).cpu().numpy(), order, offsets)
+        if rows is not None:  # groups without model tokens (verl's v1 padding): in no statistic, advantage 0
             scores = scores[rows]
             order, offsets = group_rows(index[rows])
         if wants_lengths(name):

@@ -46,7 +46,7 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
     from rllm_plugins.aggregation import aggregate_advantages
     from rllm_plugins.registry import get_estimator
 
-    from .bridge import check_inputs, check_representable, estimator_options, model_rows, output_dtype, wants_lengths
+    from .bridge import check_inputs, check_representable, estimator_options, group_rows, model_rows, output_dtype, wants_lengths
     from .multi_objective import reward_key_options, reward_table
 
     where = f"advantage estimator 'rllm_{name}' (sessions of compute_advantage_for_multi_trajectories)"
@@ -74,8 +74,9 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
         if wants_lengths(name):  # a session's length: its response tokens over all its outputs
             row_lengths = mask.sum(dim=-1).to(device="cpu", dtype=torch.float64).numpy()
             lengths = np.bincount(sessions.session_of_row, weights=row_lengths, minlength=len(sessions.final_rows))
-        rows = model_rows(mask)  # sessions of verl's padding rows (no model token): in no statistic, advantage 0
-        real = None if rows is None else np.flatnonzero(np.bincount(sessions.session_of_row[rows], minlength=len(sessions.final_rows)))
+        row_has = (mask != 0).any(dim=-1).cpu().numpy()
+        session_has = np.bincount(sessions.session_of_row, weights=row_has, minlength=len(sessions.final_rows)) > 0
+        real = model_rows(session_has, *group_rows(sessions.uids))  # uids of verl's padding (no model token): in no statistic, 0
         try:
             per_row = session_advantages(batched, sessions, session_rewards, session_lengths=lengths, real=real, **options)
         except ValueError as error:

@@ -1,4 +1,4 @@
-"""verl's ``compute_advantage`` (legacy path): rows without model tokens are in no statistic of an ``rllm_*`` outcome estimator and get 0.
+"""verl's ``compute_advantage`` (legacy path): uids without model tokens (padding) are in no statistic of an ``rllm_*`` outcome estimator.
 
 Padding rows (``response_mask`` all 0) with a uid of their own entered the role-level statistics of
 REINFORCE++-baseline, PRPO, TRL's batch scaling and GPG's alpha, so the real rows' advantages moved.
