@@ -16,6 +16,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from rllm_plugins.aggregation import whiten
 from rllm_plugins.estimators import (
     calculate_gigpo_advantages,
     calculate_grpo_advantages,
@@ -190,3 +191,13 @@ def test_pkpo_tied_rewards_get_bit_identical_credit(k):
         advantage = calculate_pkpo_advantages([row], k=k)[0][0]
         for value in set(row.tolist()):
             assert len(set(advantage[row == value].tolist())) == 1, (row, value, advantage)
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_gdpo_whitening_is_exact_at_any_scale(scale):
+    """normalize_then_sum's whitening of the summed advantages: (x - mean) / (sample std + eps) over all of them."""
+    values = np.concatenate(scaled(scale))
+    with localcontext() as ctx:
+        ctx.prec = 50
+        want = floats([z([dec(x) for x in values], ddof=1)])
+    assert whiten(values).tolist() == pytest.approx(want, rel=1e-12)
