@@ -170,12 +170,15 @@ def _precomputed(group: TrajectoryGroup, index: int, role: str) -> tuple[list[tu
             if adv is None:
                 tokens = [0.0] * n
             elif isinstance(adv, numbers.Real) and not isinstance(adv, bool):
-                tokens = [float(adv)] * n
+                number = as_finite_real(adv)  # None for NaN, inf and 10**400: refused below as not finite
+                tokens = [math.nan if number is None else number] * n
             else:
                 try:
                     if isinstance(adv, (str, bytes)):
                         raise TypeError(adv)
                     tokens = [float(a) for a in adv]
+                except OverflowError:
+                    raise ValueError(f"{_where(role, index, group, t)}, step {s}: precomputed advantage is not finite") from None
                 except (TypeError, ValueError):
                     raise ValueError(
                         f"{_where(role, index, group, t)}, step {s}: precomputed advantage must be a number or a list of numbers, "

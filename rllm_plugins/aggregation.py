@@ -17,13 +17,14 @@ With one function and unit weight, ``sum_then_normalize`` is the estimator itsel
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
 
+from .calling import as_finite_real, describe
 from .outputs import as_advantages
+from .scaled import power_of_two_scale
 from .segments import GroupLayout, offsets_from_sizes
 
 __all__ = ["AGGREGATIONS", "Aggregation", "aggregate_advantages", "check_aggregation", "normalize_then_sum", "sum_then_normalize", "whiten"]
@@ -146,18 +147,22 @@ def whiten(values: np.ndarray, scorable: np.ndarray | None = None, epsilon: floa
     return full
 
 
+_SCALED_ABOVE = 2.0**490  # below it, n < 2**40 values sum, and their deviations square, within float64
+
+
 def _whiten_in_place(x: np.ndarray, epsilon: float) -> np.ndarray:
     """:func:`whiten` of every value of ``x`` ``(n,)``, overwriting ``x`` (no temporary in the common case)."""
     if x.size < 2:
         x[:] = 0.0
         return x
+    peak = float(np.abs(x).max())
+    if peak > _SCALED_ABOVE:  # a deviation or its square could overflow: whiten x and eps divided by a power of two (exact)
+        scale = float(power_of_two_scale(np.array(peak)))
+        x /= scale
+        epsilon /= scale
     mean = float(x.mean())
-    if not math.isfinite(mean):  # the sum overflowed: the overflow-safe mean
-        mean = float(GroupLayout.from_offsets([0, x.size], x.size).mean(x)[0])
     x -= mean
     std = math.sqrt(float(np.einsum("i,i->", x, x)) / (x.size - 1))
-    if not math.isfinite(std):  # the squares overflowed: the overflow-safe two-pass std
-        std = float(GroupLayout.from_offsets([0, x.size], x.size).std(x, np.zeros(1), ddof=1)[0])
     denominator = std + epsilon
     if not denominator > 0:
         x[:] = 0.0
@@ -214,8 +219,8 @@ def normalize_then_sum(
     included) go in ``kwargs``. Rewards in Fortran order (each function's column contiguous) save one
     transposed copy of the table.
     """
-    if isinstance(whiten_epsilon, bool) or not isinstance(whiten_epsilon, numbers.Real) or not math.isfinite(whiten_epsilon) or whiten_epsilon < 0:
-        raise ValueError(f"{where}: whiten_epsilon must be a finite number >= 0, got {whiten_epsilon!r}")
+    if isinstance(whiten_epsilon, (bool, np.bool_)) or as_finite_real(whiten_epsilon) is None or whiten_epsilon < 0:
+        raise ValueError(f"{where}: whiten_epsilon must be a finite number >= 0, got {describe(whiten_epsilon)}")
     array, layout, w, lengths, complete = _prepare(rewards, offsets, weights, lengths, names, where)
     present = None if complete else ~np.isnan(array)
     by_function = np.ascontiguousarray(array.T)  # (F, N): a view of F-ordered rewards, else one transposed copy

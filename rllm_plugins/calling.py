@@ -23,8 +23,10 @@ __all__ = [
     "closed_keywords",
     "describe",
     "flatten_groups",
+    "is_finite_real",
     "is_plain_real",
     "refuse_unknown_options",
+    "short_repr",
 ]
 
 FRAMEWORK_KEYWORDS = frozenset(
@@ -134,10 +136,13 @@ def as_finite_real(value: Any) -> float | None:
 
 def describe(value: Any, limit: int = 60) -> str:
     """``type value`` for an error message, the value's repr cut to ``limit`` characters (an int of 400 digits stays readable)."""
+    return f"{type(value).__name__} {short_repr(value, limit)}"
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters, with the full length said (``1000…... (401 characters)``)."""
     text = repr(value)
-    if len(text) > limit:
-        text = f"{text[: limit - 20]}... ({len(text)} characters)"
-    return f"{type(value).__name__} {text}"
+    return f"{text[: limit - 20]}... ({len(text)} characters)" if len(text) > limit else text
 
 
 def _first_unreadable(group: Any, g: int) -> str:
@@ -188,10 +193,15 @@ def check_call_options(func_name: str, kwargs: dict[str, Any], norm_source: str 
             raise ValueError(f"{func_name}(): norm_adv_by_std_in_grpo{norm_source} must be a bool (True or False), got {type(norm).__name__} {norm!r}")
     if "epsilon" in kwargs:
         epsilon = kwargs["epsilon"]
-        if not is_plain_real(epsilon) or not math.isfinite(epsilon) or epsilon < 0:
-            raise ValueError(f"{func_name}(): epsilon must be a finite number >= 0, got {type(epsilon).__name__} {epsilon!r}")
+        if not is_finite_real(epsilon) or epsilon < 0:
+            raise ValueError(f"{func_name}(): epsilon must be a finite number >= 0, got {describe(epsilon)}")
 
 
 def is_plain_real(value: Any) -> bool:
     """Whether ``value`` is an int or float numpy computes with (Python or numpy; not a bool, a ``Fraction`` or a ``Decimal``)."""
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_finite_real(value: Any) -> bool:
+    """Whether ``value`` is a plain real (:func:`is_plain_real`) that float64 holds: not NaN or inf, no int beyond the range (``10**400``)."""
+    return is_plain_real(value) and as_finite_real(value) is not None

@@ -10,7 +10,6 @@ the algorithm node this version does not know follow :mod:`.trainer_fields`.
 from __future__ import annotations
 
 import copy
-import math
 import numbers
 import warnings
 from collections.abc import Collection, Mapping
@@ -20,6 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .calling import as_finite_real, describe
 from .names import normalize_name
 from .state import EstimatorState
 from .trainer_fields import split_trainer_fields
@@ -222,8 +222,8 @@ class AlgorithmConfig:
             got = f"{type(self.reward_weights).__name__} {self.reward_weights!r}"
             raise ValueError(f"AlgorithmConfig.reward_weights must map reward names to weights, got {got}")
         for name, weight in self.reward_weights.items():
-            if not isinstance(name, str) or isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight):
-                raise ValueError(f"AlgorithmConfig.reward_weights[{name!r}] must be a finite number keyed by a reward name, got {weight!r}")
+            if not isinstance(name, str) or isinstance(weight, (bool, np.bool_)) or as_finite_real(weight) is None:
+                raise ValueError(f"AlgorithmConfig.reward_weights[{name!r}] must be a finite number keyed by a reward name, got {describe(weight)}")
         self.reward_weights = {name: float(weight) for name, weight in self.reward_weights.items()}
 
     @property
@@ -317,8 +317,10 @@ def _read_algorithm_node(node: Mapping[str, Any], where: str) -> dict[str, Any]:
     """AlgorithmConfig keyword arguments from rLLM's algorithm node (plain mapping); unknown keys: :func:`split_trainer_fields`."""
     if not isinstance(node, Mapping):
         raise ValueError(f"{where} must be a mapping, got {type(node).__name__} {node!r}")
-    trainer_fields = split_trainer_fields(node, [*_NODE_KEYS, "rollout_correction"], where)
+    trainer_fields = split_trainer_fields(node, [*_NODE_KEYS, "rollout_correction", "stepwise_advantage_mode"], where)
     values = {name: copy.copy(default) if node.get(key) is None else node[key] for key, (name, default) in _NODE_KEYS.items()}
+    if node.get("stepwise_advantage_mode") is not None:  # the field itself (rLLM's configs set it in rllm.stepwise_advantage.mode)
+        values["stepwise_advantage_mode"] = node["stepwise_advantage_mode"]
     values["rollout_correction"] = _rollout_correction(node.get("rollout_correction") or {}, default_cap=2.0, where=f"{where}.rollout_correction")
     values["trainer_fields"] = trainer_fields
     return values
@@ -357,8 +359,8 @@ def _env_loss_coef(coef: Any, loss_params: Mapping[str, Any], estimator: Estimat
     chosen = coef if coef is not None else in_params
     if chosen is None:  # rLLM: 0.05 for its `echo` estimator, else off
         return 0.05 if normalize_name(estimator) == "echo" else 0.0
-    if isinstance(chosen, bool) or not isinstance(chosen, numbers.Real) or not math.isfinite(chosen):
-        raise ValueError(f"ECHO's env_loss_coef must be a finite number, got {type(chosen).__name__} {chosen!r}")
+    if isinstance(chosen, (bool, np.bool_)) or as_finite_real(chosen) is None:
+        raise ValueError(f"ECHO's env_loss_coef must be a finite number, got {describe(chosen)}")
     return float(chosen)
 
 
@@ -371,7 +373,13 @@ def _read_spec_era(config: Any, node_values: dict[str, Any]) -> dict[str, Any]:
     if verl_name is not None:
         out["estimator"] = verl_name
     stepwise = "rllm.stepwise_advantage"
-    out["stepwise_advantage_mode"] = _get(config, f"{stepwise}.mode", "broadcast")
+    in_section, in_node = _get(config, f"{stepwise}.mode"), node_values.get("stepwise_advantage_mode")
+    if in_section is not None and in_node is not None and in_section != in_node:
+        raise ValueError(
+            f"rllm.algorithm.stepwise_advantage_mode={in_node!r} and {stepwise}.mode={in_section!r} disagree; "
+            f"set it in {stepwise}.mode (where rLLM's base config has it), or the same value in both"
+        )
+    out["stepwise_advantage_mode"] = next((mode for mode in (in_node, in_section) if mode is not None), "broadcast")
     in_stepwise, in_algorithm = _get(config, f"{stepwise}.norm_adv_by_std_in_grpo"), _get(config, "rllm.algorithm.norm_adv_by_std_in_grpo")
     if in_stepwise is not None and in_algorithm is not None and in_stepwise != in_algorithm:
         raise ValueError(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .calling import FRAMEWORK_KEYWORDS
+from .calling import FRAMEWORK_KEYWORDS, describe, is_finite_real, short_repr
 from .spec import AdvEstimatorSpec, is_plain_real
 
 if TYPE_CHECKING:
@@ -84,12 +83,12 @@ def spec_options(spec: AdvEstimatorSpec) -> EstimatorOptions:
 
 def _value_problem(key: str, value: Any, default: Any) -> str | None:
     """Why ``value`` does not fit option ``key`` whose default is ``default`` (None when it fits)."""
-    shown = f"{type(value).__name__} {value!r}"
+    shown = describe(value)
     if key in _NON_NEGATIVE:
         if not is_plain_real(value):
             return f"must be a number >= 0, got {shown}{_as_float_hint(value)}"
-        if not math.isfinite(value) or value < 0:
-            return f"must be a finite number >= 0, got {value!r}"
+        if not is_finite_real(value) or value < 0:
+            return f"must be a finite number >= 0, got {short_repr(value)}"
         return None
     if default is _NO_DEFAULT or default is None:
         return None
@@ -100,7 +99,7 @@ def _value_problem(key: str, value: Any, default: Any) -> str | None:
     if isinstance(default, numbers.Real):
         if not is_plain_real(value):
             return f"must be a number, got {shown}{_as_float_hint(value)}"
-        return None if math.isfinite(value) else f"must be finite, got {value!r}"
+        return None if is_finite_real(value) else f"must be finite, got {short_repr(value)}"
     if isinstance(default, str):
         return None if isinstance(value, str) else f"must be a str, got {shown}"
     return None

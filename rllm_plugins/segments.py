@@ -133,38 +133,37 @@ class GroupLayout:
     def mean(self, values: np.ndarray) -> np.ndarray:
         """Per-group mean ``(G,)`` with one correction pass (exact for constant groups); 0 for empty groups.
 
-        A group whose sum overflows (``[1e308, 1e308, 0]``) is averaged on values scaled by its largest magnitude.
+        A group whose sum or correction overflows (``[1e308, 1e308, 0]``, ``[1.7e308, -1.7e308, 1.7e308]``) is
+        averaged on values scaled by its largest magnitude.
         """
         sizes = np.maximum(self.sizes, 1)
-        with np.errstate(over="ignore"):  # an overflowed sum is handled below
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflowed sum is handled below
             mean = self.sum(values) / sizes
+            mean += self.sum(values - self.expand(mean)) / sizes
         if not (math.isfinite(float(mean.sum())) or np.isfinite(mean).all()):  # one sum in the common case
             return self._rescaled_mean(values, mean, sizes)
-        return mean + self.sum(values - self.expand(mean)) / sizes
+        return mean
 
     def _rescaled_mean(self, values: np.ndarray, mean: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-        """:meth:`mean` when some group's sum overflowed (finite ``values``): those groups are averaged after scaling."""
+        """:meth:`mean` when some group's sum or correction overflowed (finite ``values``): those groups are averaged after scaling."""
         overflowed = ~np.isfinite(mean)
-        safe = np.where(overflowed, 0.0, mean)
-        with np.errstate(over="ignore", invalid="ignore"):
-            corrected = safe + self.sum(values - self.expand(safe)) / sizes
         scale = np.where(overflowed, self.max(np.abs(values)), 1.0)  # > 0 where the sum overflowed
-        scaled = values / self.expand(scale)
+        scaled = values / self.expand(np.where(scale > 0, scale, 1.0))
         scaled_mean = self.sum(scaled) / sizes
         scaled_mean += self.sum(scaled - self.expand(scaled_mean)) / sizes
-        return np.where(overflowed, scale * scaled_mean, corrected)
+        return np.where(overflowed, scale * scaled_mean, mean)
 
     def std(self, values: np.ndarray, mean: np.ndarray | None = None, ddof: int = 0) -> np.ndarray:
         """Per-group standard deviation ``(G,)`` (two-pass; ``ddof=0`` population, 1 sample).
 
         Groups with ``size - ddof <= 0`` get NaN, as ``np.std`` does. Magnitudes up to the
-        float64 range do not overflow: groups whose squared deviations overflow are rescaled.
+        float64 range do not overflow: groups whose deviations or their squares overflow are rescaled.
         """
         if mean is None:
             mean = self.mean(values)
-        centred = values - self.expand(mean)
         dof = self.sizes - ddof
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            centred = values - self.expand(mean)
             if self.uniform_size is not None:  # squares summed per row, without a temporary
                 rows = centred.reshape(-1, self.uniform_size)
                 squares = _row_sums(rows, rows)
@@ -173,9 +172,10 @@ class GroupLayout:
             var = squares / dof
             std = np.sqrt(var)
             overflowed = np.isinf(std)
-            if overflowed.any():
-                scale = self.max(np.abs(centred))
-                scaled = centred / self.expand(np.where(scale > 0, scale, 1.0))
+            if overflowed.any():  # deviations or their squares beyond the range: both taken on values scaled by the largest
+                scale = self.max(np.abs(values))
+                scale = np.where(overflowed & (scale > 0), scale, 1.0)
+                scaled = values / self.expand(scale) - self.expand(mean / scale)
                 rescaled = scale * np.sqrt(self.sum(scaled * scaled) / dof)
                 std = np.where(overflowed, rescaled, std)
         return np.where(dof > 0, std, np.nan)

@@ -63,7 +63,8 @@ def split_trainer_fields(node: Mapping[Any, Any], known: Iterable[str], where: s
         )
     estimator_keys = tuple(estimator_keys)
     for key in unknown:
-        close = difflib.get_close_matches(str(key), estimator_keys, n=1, cutoff=TYPO_CUTOFF)
+        others = [candidate for candidate in estimator_keys if candidate != key]  # a key is never its own near miss
+        close = difflib.get_close_matches(str(key), others, n=1, cutoff=TYPO_CUTOFF)
         if close:
             raise ValueError(
                 f"{where}: unknown key(s) {[key]}. Did you mean {close[0]!r}? A near miss of a key the advantage "

@@ -44,7 +44,7 @@ from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.state import EstimatorState, call_stateful
 from rllm_plugins.steps import StepBatch
-from rllm_plugins.steps.anchors import anchor_ids
+from rllm_plugins.steps.anchors import TokenIds, anchor_ids
 from rllm_plugins.steps.diagnostics import turn_metrics
 from rllm_plugins.steps.turns import PROMPT_ANCHOR, Turns, find_turns, spread_to_tokens, turn_anchor_states
 
@@ -109,14 +109,14 @@ def local_turns(completion_mask: np.ndarray, tool_mask: np.ndarray | None) -> Tu
 
 
 def prompt_anchor_states(prompt_ids: np.ndarray, prompt_mask: np.ndarray) -> list[Hashable]:
-    """``(B,)`` turn-0 anchor state of each row: ``(PROMPT_ANCHOR, bytes of its prompt ids)``, padding (``prompt_mask`` 0) left out.
+    """``(B,)`` turn-0 anchor state of each row: ``(PROMPT_ANCHOR, its prompt ids)`` (:class:`TokenIds`), padding (``prompt_mask`` 0) left out.
 
     Equal prompts give equal states on every process (the ids are taken as int64 whatever the padding);
     the tag keeps a prompt apart from an environment segment of the same ids.
     """
     ids = np.asarray(prompt_ids, dtype=np.int64)
     keep = np.asarray(prompt_mask) != 0
-    return [(PROMPT_ANCHOR, ids[b][keep[b]].tobytes()) for b in range(ids.shape[0])]
+    return [(PROMPT_ANCHOR, TokenIds.of(ids[b][keep[b]])) for b in range(ids.shape[0])]
 
 
 def row_turns(

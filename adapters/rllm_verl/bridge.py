@@ -44,6 +44,8 @@ __all__ = [
     "estimator_options",
     "group_rows",
     "in_row_order",
+    "model_rows",
+    "placed",
     "output_dtype",
     "verl_estimator",
     "wants_lengths",
@@ -180,6 +182,29 @@ def _has_tokens(mask: torch.Tensor) -> bool:
     return bool(mask.any())
 
 
+def model_rows(has_tokens: np.ndarray, order: np.ndarray | None, offsets: np.ndarray) -> np.ndarray | None:
+    """``(R,)`` int64 rows of the groups with at least one model token, or None when every group has one (the usual case).
+
+    ``has_tokens`` ``(B,)`` bool per row; ``order``, ``offsets`` as :func:`group_rows` gives them. A group none of whose rows
+    has a model token (verl v1's ``_balance_batch`` padding: ``response_mask`` all 0, uid ``pad...``) is no sample: the
+    outcome path leaves it out of every statistic (role and batch ones included) and gives it advantage 0. A row without
+    tokens in a group with others stays a sample with its reward, as verl's own estimators count it.
+    """
+    if has_tokens.all():
+        return None
+    group_of_row = np.empty(has_tokens.size, dtype=np.int64)
+    group_of_row[slice(None) if order is None else order] = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+    keep = (np.bincount(group_of_row, weights=has_tokens, minlength=offsets.size - 1) > 0)[group_of_row]
+    return None if keep.all() else np.flatnonzero(keep)
+
+
+def placed(values: np.ndarray, rows: np.ndarray, size: int) -> np.ndarray:
+    """``(size,)`` float64: ``values`` ``(R,)`` at ``rows``, 0 elsewhere."""
+    out = np.zeros(size)
+    out[rows] = values
+    return out
+
+
 def check_inputs(where: str, token_level_rewards: Any, response_mask: Any, index: Any) -> None:
     """Raise ``ValueError`` unless rewards and mask are matching 2-D (B, T) tensors, ``index`` has B ids and the mask has a token."""
     if not isinstance(token_level_rewards, torch.Tensor) or token_level_rewards.dim() != 2:
@@ -213,7 +238,8 @@ def compute_rllm_advantage(
     Rows are grouped by ``index`` (B,); the reward of row b is ``token_level_rewards[b].sum()``, or,
     with ``algorithm.gdpo_reward_keys``, its scores under those keys of ``non_tensor_batch`` (given, or
     the batch verl's ``compute_advantage`` is processing), aggregated as :mod:`.multi_objective` says;
-    the estimator runs in float64 and row b gets ``advantage[b] * response_mask[b]``. Returns the
+    the estimator runs in float64 and row b gets ``advantage[b] * response_mask[b]``; a group without model
+    tokens (verl's padding) is in no statistic and gets 0 (:func:`model_rows`). Returns the
     same (B, T) tensor twice (advantages and returns, as verl's outcome estimators do), in the dtype
     of ``token_level_rewards`` (the default float dtype for integer rewards) and on its device.
     """
@@ -259,15 +285,20 @@ def compute_rllm_advantage(
             return compute_rllm_step_advantage(
                 name, estimator, where, token_level_rewards, response_mask, index, episodes, options, config, dtype, sources, values
             )
+        rows = model_rows((response_mask != 0).any(dim=-1).cpu().numpy(), order, offsets)
+        if rows is not None:  # groups without model tokens (verl's v1 padding): in no statistic, advantage 0
+            scores = scores[rows]
+            order, offsets = group_rows(index[rows])
         if wants_lengths(estimator.spec):
-            lengths = _row_sums(response_mask)
+            lengths = _row_sums(response_mask) if rows is None else _row_sums(response_mask)[rows]
             options["lengths"] = lengths if order is None else lengths[order]
         values = scores if order is None else scores[order]
         commit = None
         if estimator.spec.stateful:  # the scan order: rows grouped by uid, groups in order of first appearance; padding rows left out
             if keyed is not None:
                 raise ValueError(f"{where} is stateful (a running baseline over one reward per row): remove algorithm.gdpo_reward_keys")
-            live = _row_sums(response_mask) > 0
+            live = _row_sums(response_mask) > 0  # a row without model tokens never touches the state
+            live = live if rows is None else live[rows]
             live = live if order is None else live[order]
             grouped, commit = stateful_advantages(estimator, values, offsets, live, options, f"{where}: the estimator ({estimator.provider})")
         elif keyed is None:
@@ -278,6 +309,8 @@ def compute_rllm_advantage(
         if grouped.shape != values.shape[:1]:
             raise ValueError(f"{where}: the estimator ({estimator.provider}) returned {grouped.size} advantages for {values.size} rows")
         advantages = in_row_order(grouped, order)
+        if rows is not None:
+            advantages = placed(advantages, rows, index.size)
         if not np.isfinite(advantages).all():
             row = int(np.flatnonzero(~np.isfinite(advantages))[0])
             raise ValueError(f"{where}: the estimator ({estimator.provider}) gave advantage {advantages[row]} for row {row} (uid {index[row]!r})")

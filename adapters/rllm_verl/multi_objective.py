@@ -18,8 +18,6 @@ and the key (a NaN is no missing score: write None).
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from rllm_plugins.aggregation import check_aggregation
+from rllm_plugins.calling import as_finite_real, describe
 
 from .extension import extension_status
 from .reward_keys import REWARD_KEYS, current_non_tensor_batch
@@ -73,8 +72,8 @@ def reward_key_options(config: Any, where: str) -> RewardKeys | None:
     weights = None
     if raw_weights is not None:
         values = _sequence(raw_weights)
-        if values is None or not all(isinstance(w, numbers.Real) and not isinstance(w, bool) and math.isfinite(w) for w in values):
-            raise ValueError(f"{where}: algorithm.{WEIGHTS_KEY} must be a list of finite numbers, got {raw_weights!r}")
+        if values is None or not all(not isinstance(w, (bool, np.bool_)) and as_finite_real(w) is not None for w in values):
+            raise ValueError(f"{where}: algorithm.{WEIGHTS_KEY} must be a list of finite numbers, got {describe(raw_weights)}")
         if len(values) != len(keys):
             raise ValueError(f"{where}: algorithm.{WEIGHTS_KEY} has {len(values)} weights for the {len(keys)} keys {keys}")
         weights = tuple(float(w) for w in values)

@@ -46,7 +46,7 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
     from rllm_plugins.aggregation import aggregate_advantages
     from rllm_plugins.registry import get_estimator
 
-    from .bridge import check_inputs, check_representable, estimator_options, group_rows, output_dtype, wants_lengths
+    from .bridge import check_inputs, check_representable, estimator_options, group_rows, model_rows, output_dtype, wants_lengths
     from .multi_objective import reward_key_options, reward_table
 
     where = f"advantage estimator 'rllm_{name}' (sessions of compute_advantage_for_multi_trajectories)"
@@ -74,16 +74,18 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
         if wants_lengths(estimator.spec):  # a session's length: its response tokens over all its outputs
             row_lengths = mask.sum(dim=-1).to(device="cpu", dtype=torch.float64).numpy()
             lengths = np.bincount(sessions.session_of_row, weights=row_lengths, minlength=len(sessions.final_rows))
+        row_has = (mask != 0).any(dim=-1).cpu().numpy()
+        session_has = np.bincount(sessions.session_of_row, weights=row_has, minlength=len(sessions.final_rows)) > 0
+        real = model_rows(session_has, *group_rows(sessions.uids))  # uids of verl's padding (no model token): in no statistic, 0
         commits = []
-        if estimator.spec.stateful:  # sessions without model tokens (verl's padding rows) are left out
+        if estimator.spec.stateful:  # a session without model tokens never touches the state
             if keyed is not None:
                 raise ValueError(f"{where} is stateful (a running baseline over one reward per session): remove algorithm.gdpo_reward_keys")
-            live_rows = mask.sum(dim=-1).cpu().numpy() > 0
-            live = np.bincount(sessions.session_of_row, weights=live_rows, minlength=len(sessions.final_rows)) > 0
-            order, _ = group_rows(sessions.uids)
+            live, live_uids = (session_has, sessions.uids) if real is None else (session_has[real], sessions.uids[real])
+            order, _ = group_rows(live_uids)
             batched = functools.partial(_stateful, estimator, live if order is None else live[order], commits, f"{where}: the estimator ({estimator.provider})")
         try:
-            per_row = session_advantages(batched, sessions, session_rewards, session_lengths=lengths, **options)
+            per_row = session_advantages(batched, sessions, session_rewards, session_lengths=lengths, real=real, **options)
         except ValueError as error:
             raise ValueError(f"{where}: {error} ({estimator.provider})") from error
         dtype = output_dtype(rewards)

@@ -17,7 +17,7 @@ import numpy as np
 
 from rllm_plugins.outputs import as_advantages
 
-from .bridge import group_rows, in_row_order
+from .bridge import group_rows, in_row_order, placed
 
 __all__ = ["Sessions", "first_outputs_only", "parse_sessions", "session_advantages"]
 
@@ -106,6 +106,7 @@ def session_advantages(
     session_rewards: np.ndarray,
     *,
     session_lengths: np.ndarray | None = None,
+    real: np.ndarray | None = None,
     **options: Any,
 ) -> np.ndarray:
     """Advantage of every row (B,) float64: its session's advantage among the sessions of its uid.
@@ -115,10 +116,15 @@ def session_advantages(
     ``session_lengths`` (S,), when given, is passed as ``lengths`` (for length-weighted
     estimators). The estimator's output follows :func:`rllm_plugins.outputs.as_advantages`.
     Raises ``ValueError`` when it returns something else, the wrong number of values or a
-    non-finite one.
+    non-finite one. ``real`` (R,), when given, are the sessions with a model token: the others (verl's padding)
+    are in no statistic and get 0.
     """
     rewards = np.asarray(session_rewards, dtype=np.float64)
-    order, offsets = group_rows(sessions.uids)
+    uids = sessions.uids
+    if real is not None:
+        rewards, uids = rewards[real], uids[real]
+        session_lengths = None if session_lengths is None else session_lengths[real]
+    order, offsets = group_rows(uids)
     if session_lengths is not None:
         options["lengths"] = session_lengths if order is None else session_lengths[order]
     values = rewards if order is None else rewards[order]
@@ -126,6 +132,8 @@ def session_advantages(
     if grouped.shape != values.shape[:1]:
         raise ValueError(f"the estimator returned {grouped.size} advantages for {len(values)} sessions")
     per_session = in_row_order(grouped, order)
+    if real is not None:
+        per_session = placed(per_session, real, len(sessions.final_rows))
     if not np.isfinite(per_session).all():
         s = int(np.flatnonzero(~np.isfinite(per_session))[0])
         raise ValueError(f"the estimator gave advantage {per_session[s]} for the session of row {sessions.final_rows[s]} (uid {sessions.uids[s]!r})")

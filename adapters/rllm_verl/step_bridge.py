@@ -35,10 +35,10 @@ from rllm_plugins.registry import Estimator
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.state import call_stateful
 from rllm_plugins.steps import StepBatch
-from rllm_plugins.steps.anchors import anchor_ids
+from rllm_plugins.steps.anchors import TokenIds, anchor_ids
 from rllm_plugins.steps.diagnostics import turn_metrics
 from rllm_plugins.steps.forms import split_step_output
-from rllm_plugins.steps.turns import Turns, find_turns, spread_to_tokens, turn_anchor_states, turn_rewards
+from rllm_plugins.steps.turns import PROMPT_ANCHOR, Turns, find_turns, spread_to_tokens, turn_anchor_states, turn_rewards
 
 from .estimator_state import VERL_ROLE, verl_estimator_state
 from .reward_keys import REWARD_KEYS_ENV, current_gamma
@@ -196,10 +196,10 @@ def _row_totals(step_rewards: np.ndarray, turns: Turns, token_level_rewards: tor
     return totals
 
 
-def _prompt_state(prompt: Any) -> bytes:
-    """The anchor state of a session output's first turn: the bytes of its prompt ids (int64)."""
+def _prompt_state(prompt: Any) -> tuple[str, TokenIds]:
+    """The anchor state of a session output's first turn: ``(PROMPT_ANCHOR, its prompt ids)`` (the tag keeps it apart from an environment segment)."""
     ids = prompt.detach().to("cpu").numpy() if isinstance(prompt, torch.Tensor) else np.asarray(prompt)
-    return b"prompt:" + ids.astype(np.int64, copy=False).tobytes()
+    return (PROMPT_ANCHOR, TokenIds.of(ids))
 
 
 def compute_rllm_step_advantage(

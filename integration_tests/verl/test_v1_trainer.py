@@ -582,3 +582,48 @@ def test_rllm_rae_on_padded_and_reordered_rows_skips_padding_and_continues_acros
             assert state == {"baseline": pytest.approx(baseline, abs=1e-12)}  # padding rows never touched it
     finally:
         verl_estimator_state().clear()
+
+
+def plain_role_level(name: str, groups: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Role- and batch-level estimators over the real sessions only (each uid's session rewards), written plainly."""
+    flat = [r for rs in groups.values() for r in rs]
+    mean_all, pstd_all, sstd_all = statistics.fmean(flat), statistics.pstdev(flat), statistics.stdev(flat)
+    centred = {u: [r - (statistics.fmean(rs) if len(rs) > 1 else 0.0) for r in rs] for u, rs in groups.items()}
+    if name == "rllm_reinforce_plus_plus_baseline":
+        c_flat = [c for cs in centred.values() for c in cs]
+        m, s = statistics.fmean(c_flat), statistics.pstdev(c_flat)
+        return {u: [(c - m) / (s + EPS) for c in cs] for u, cs in centred.items()}
+    if name in ("rllm_prpo", "rllm_prpo_std_optional"):
+        return {u: [(r - mean_all) / (pstd_all + EPS) for r in rs] for u, rs in groups.items()}
+    if name in ("rllm_trl_grpo_batch", "rllm_trl_grpo"):  # (r - group mean) / (sample std of every reward + 1e-4)
+        return {u: [(r - statistics.fmean(rs)) / (sstd_all + 1e-4) for r in rs] for u, rs in groups.items()}
+    assert name == "rllm_gpg"  # alpha = N / (rewards that are not 0), N the real sessions: padding is no sample
+    alpha = len(flat) / max(sum(1 for r in flat if r != 0), 1)
+    return {u: [alpha * c for c in cs] for u, cs in centred.items()}
+
+
+@pytest.mark.parametrize("outputs", [(1,), (1, 2)], ids=["one output each", "sessions"])
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("rllm_reinforce_plus_plus_baseline", ()),
+        ("rllm_prpo", ()),
+        ("rllm_prpo_std_optional", ()),
+        ("rllm_trl_grpo_batch", ()),
+        ("rllm_trl_grpo", ("+algorithm.rllm_estimator_kwargs.scale_rewards=batch",)),
+        ("rllm_gpg", ()),
+    ],
+)
+def test_padding_rows_stay_out_of_role_level_statistics(transfer_queue, name, options, outputs):
+    """verl's _balance_batch pads with rows of no model token (uid pad...): the real rows' advantages are those without them."""
+    rng = np.random.default_rng(5)
+    rows = multi_turn_rows(rng, uids=("r_1", "r_2", "r_3"), sessions=3, outputs=outputs)
+    batch = store(rows, pad=3)
+    got, _ = compute(trainer_for(f"algorithm.adv_estimator={name}", *options), batch)
+    sessions: dict[str, dict[str, float]] = defaultdict(dict)
+    for row in rows:
+        sessions[row["uid"]][row["key"].rsplit("_", 1)[0]] = row["reward"]
+    per_uid = plain_role_level(name, {u: list(s.values()) for u, s in sessions.items()})
+    value_of = {session: a for u, s in sessions.items() for session, a in zip(s, per_uid[u], strict=True)}
+    want = {row["key"]: {p: value_of[row["key"].rsplit("_", 1)[0]] for p, m in enumerate(row["mask"]) if m} for row in rows}
+    assert_matches(got, batch, rows, want)

@@ -33,12 +33,11 @@ import numpy as np
 
 from ..calling import (
     accepted_keywords,
-    as_finite_real,
     call_with_accepted_kwargs,
     check_call_options,
     closed_keywords,
     describe,
-    is_plain_real,
+    is_finite_real,
     refuse_unknown_options,
 )
 from ..needs import Needs, needs_of
@@ -74,7 +73,7 @@ def composite_terms(terms: object) -> list[Term]:
         name, weight, options = term[0], term[1], term[2] if len(term) == 3 else {}
         if not isinstance(name, str):
             raise ValueError(f"{where}: the name must be a str, got {type(name).__name__} {name!r}")
-        if not is_plain_real(weight) or as_finite_real(weight) is None:  # an int beyond the float64 range (10**400) too
+        if not is_finite_real(weight):  # an int beyond the float64 range (10**400) too
             raise ValueError(f"{where} ({name!r}): the weight must be a finite number, got {describe(weight)}")
         if not isinstance(options, Mapping):
             raise ValueError(f"{where} ({name!r}): options must be a mapping of option names to values, got {type(options).__name__} {options!r}")

@@ -25,13 +25,12 @@ at least the threshold against a cluster's first member) share an anchor group, 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..calling import is_plain_real
+from ..calling import describe, is_finite_real
 from ..steps.anchors import normalize_within
 from ..steps.batch import StepBatch, discounted_returns
 from ..steps.forms import step_list_form_of
@@ -45,8 +44,8 @@ EPISODE_STATS = ("trajectory", "step")
 
 def check_discount(name: str, gamma: object) -> float:
     """``gamma`` must be a real number in [0, 1]."""
-    if not is_plain_real(gamma) or not 0.0 <= float(gamma) <= 1.0:  # type: ignore[arg-type]
-        raise ValueError(f"estimator {name!r}: gamma (the discount of step returns) must be a number in [0, 1], got {type(gamma).__name__} {gamma!r}")
+    if not is_finite_real(gamma) or not 0.0 <= float(gamma) <= 1.0:  # type: ignore[arg-type]
+        raise ValueError(f"estimator {name!r}: gamma (the discount of step returns) must be a number in [0, 1], got {describe(gamma)}")
     return float(gamma)
 
 
@@ -64,14 +63,14 @@ def check_gigpo_options(options: Mapping[str, Any]) -> None:
     if "std_ddof" in options and (isinstance(options["std_ddof"], bool) or options["std_ddof"] not in (0, 1)):
         raise ValueError(f"estimator 'gigpo': std_ddof must be 0 (population std) or 1 (unbiased std), got {options['std_ddof']!r}")
     threshold = options.get("anchor_similarity")
-    if threshold is not None and (not is_plain_real(threshold) or not 0.0 < float(threshold) <= 1.0):
+    if threshold is not None and (not is_finite_real(threshold) or not 0.0 < float(threshold) <= 1.0):
         raise ValueError(
             f"estimator 'gigpo': anchor_similarity must be None (equal states only) or a number in (0, 1] "
-            f"(verl-agent's similarity_thresh, 0.95 in its examples), got {type(threshold).__name__} {threshold!r}"
+            f"(verl-agent's similarity_thresh, 0.95 in its examples), got {describe(threshold)}"
         )
     weight = options.get("step_advantage_w", 1.0)
-    if not is_plain_real(weight) or not math.isfinite(weight):
-        raise ValueError(f"estimator 'gigpo': step_advantage_w must be a finite number, got {type(weight).__name__} {weight!r}")
+    if not is_finite_real(weight):
+        raise ValueError(f"estimator 'gigpo': step_advantage_w must be a finite number, got {describe(weight)}")
 
 
 def gigpo(

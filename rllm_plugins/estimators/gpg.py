@@ -10,11 +10,11 @@ verl's ``gpg`` when the role is verl's batch.
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import numpy as np
 
+from ..calling import as_finite_real, short_repr
 from ..segments import GroupLayout
 from ..spec import list_form_of
 
@@ -22,8 +22,8 @@ from ..spec import list_form_of
 def gpg(values: np.ndarray, offsets: np.ndarray, /, *, f_norm: float = 1.0, **_: Any) -> np.ndarray:
     """GPG: N / max(#non-zero rewards, 1) * (r - group mean, 0 for a group of 1) / f_norm."""
     layout = GroupLayout.from_offsets(offsets, len(values))
-    if isinstance(f_norm, (bool, np.bool_)) or not isinstance(f_norm, numbers.Real) or not np.isfinite(f_norm) or f_norm == 0:
-        raise ValueError(f"estimator 'gpg': f_norm must be a finite non-zero number, got {f_norm!r}")
+    if isinstance(f_norm, (bool, np.bool_)) or as_finite_real(f_norm) is None or f_norm == 0:
+        raise ValueError(f"estimator 'gpg': f_norm must be a finite non-zero number, got {short_repr(f_norm)}")
     alpha = values.size / max(np.count_nonzero(values), 1)
     mean = np.where(layout.sizes > 1, layout.mean(values), 0.0)
     advantages = values - layout.expand(mean)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..scaled import scaled_standardize
 from ..segments import GroupLayout
 from ..spec import list_form_of
 
@@ -23,15 +24,22 @@ def spread_divisor(std: np.ndarray | float, epsilon: float) -> np.ndarray:
 
 
 def standardize_in_groups(values: np.ndarray, offsets: np.ndarray, *, norm_adv_by_std_in_grpo: bool, epsilon: float, ddof: int) -> np.ndarray:
-    """(r - group mean) / (group std + eps), the std with ``ddof``; a group of 1 uses mean 0, std 1. ``values`` (N,) float64."""
+    """(r - group mean) / (group std + eps), the std with ``ddof``; a group of 1 uses mean 0, std 1. ``values`` (N,) float64.
+
+    Where a deviation overflows (magnitudes near the float64 range), the groups are standardised scaled (:mod:`rllm_plugins.scaled`).
+    """
     layout = GroupLayout.from_offsets(offsets, len(values))
     mean = layout.mean(values)
     singles = layout.sizes <= 1
-    centred = values - layout.expand(np.where(singles, 0.0, mean))
+    with np.errstate(over="ignore"):
+        centred = values - layout.expand(np.where(singles, 0.0, mean))
     if not norm_adv_by_std_in_grpo:
         return centred
     std = np.where(singles, 1.0, layout.std(values, mean, ddof=ddof))
-    centred /= layout.expand(spread_divisor(std, epsilon))  # in place: one (N,) temporary less
+    with np.errstate(invalid="ignore"):  # inf / inf where a deviation and the std overflow: taken again scaled below
+        centred /= layout.expand(spread_divisor(std, epsilon))  # in place: one (N,) temporary less
+    if not np.isfinite(centred).all() and np.isfinite(values).all():
+        return scaled_standardize(layout, values, epsilon=epsilon, ddof=ddof, single="unit")
     return centred
 
 

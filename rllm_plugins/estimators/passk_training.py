@@ -65,9 +65,12 @@ def check_passk_group_size(options: Mapping[str, Any], group_size: int) -> int:
 
 
 def _no_success_chance(n: np.ndarray, failures: np.ndarray, k: int) -> np.ndarray:
-    """``C(failures, k) / C(n, k)`` per group, as the product of ``(failures - j) / (n - j)`` over ``j < k`` (a loop over k, not groups)."""
+    """``C(failures, k) / C(n, k)`` per group, as the product of ``(failures - j) / (n - j)`` over ``j < k`` (a loop over k, not groups).
+
+    The factor at ``j = failures`` is 0, so the loop stops after the largest group (a huge ``k`` costs nothing more).
+    """
     chance = np.ones(n.shape)
-    for j in range(k):
+    for j in range(min(k, int(n.max(initial=0.0)) + 1)):
         chance *= np.maximum(failures - j, 0.0) / np.maximum(n - j, 1.0)  # n - j >= 1 in every group of k or more
     return chance
 

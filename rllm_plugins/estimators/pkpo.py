@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..scaled import power_of_two_scale
 from ..segments import GroupLayout
 from ..spec import list_form_of
 
@@ -70,17 +71,30 @@ def _credit_weights(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _pkpo_rows(rows: np.ndarray, k: int) -> np.ndarray:
-    """PKPO advantages of ``rows`` ``(G, n)``, every group of size ``n``, ``1 <= k <= n``."""
+    """PKPO advantages of ``rows`` ``(G, n)``, every group of size ``n``, ``1 <= k <= n``.
+
+    Each row is computed divided by a power of two near its largest magnitude (exact: PKPO is linear, so
+    ``A(c r) = c A(r)``), so no sum overflows where the advantages fit float64 (``[1e308, 1e308, 0]``, k=2: 0, 0, 0).
+    Tied rewards get bit-identical credit: each run of ties takes the credit of its first sorted position.
+    """
     g, n = rows.shape
+    scale = power_of_two_scale(np.abs(rows).max(axis=1))[:, None]
     order = np.argsort(rows, axis=1)  # any order of ties: tied rewards get the same credit
-    ordered = np.take_along_axis(rows, order, axis=1)
+    ordered = np.take_along_axis(rows, order, axis=1) / scale
     own, shared = _credit_weights(n, k)
     upto = np.cumsum(ordered * shared, axis=1)
     credit_sorted = own * ordered + (upto[:, -1:] - upto)  # + sum over q > p
+    positions = np.broadcast_to(np.arange(n), (g, n))
+    run_start = np.maximum.accumulate(np.where(np.diff(ordered, axis=1, prepend=np.nan) != 0, positions, 0), axis=1)
+    credit_sorted = np.take_along_axis(credit_sorted, run_start, axis=1)
     credit = np.empty(g * n)
     credit[(order + np.arange(0, g * n, n)[:, None]).ravel()] = credit_sorted.ravel()
     credit = credit.reshape(g, n)
-    return credit - credit.mean(axis=1, keepdims=True)
+    centre = credit.mean(axis=1, keepdims=True)
+    centre += (credit - centre).mean(axis=1, keepdims=True)  # one correction pass: equal credits centre to exactly 0
+    credit -= centre
+    with np.errstate(over="ignore"):  # an advantage beyond the range stays inf, refused where the advantages are checked
+        return credit * scale
 
 
 def pkpo(values: np.ndarray, offsets: np.ndarray, /, *, k: int | None = None, algorithm_config: Any = None, **_: Any) -> np.ndarray:

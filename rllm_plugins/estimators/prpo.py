@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..scaled import unit_scale_retry
 from ..segments import GroupLayout
 from ..spec import list_form_of
 from .grpo import spread_divisor
@@ -21,11 +22,18 @@ def _role_z(values: np.ndarray, offsets: np.ndarray, epsilon: float, divide: boo
     GroupLayout.from_offsets(offsets, len(values))
     if values.size == 0:
         return np.zeros(0)
+    if divide:  # magnitudes near the float64 range: taken again scaled (rllm_plugins.scaled)
+        return unit_scale_retry(_role_standardized, values, epsilon)
+    with np.errstate(over="ignore"):  # a deviation beyond the range stays inf, refused where the advantages are checked
+        return values - GroupLayout.from_offsets([0, values.size], values.size).mean(values)[0]
+
+
+def _role_standardized(values: np.ndarray, epsilon: float) -> np.ndarray:
+    """``(v - role mean) / (role population std + eps)`` ``(N,)``."""
     role = GroupLayout.from_offsets([0, values.size], values.size)
     mean = role.mean(values)
     centred = values - mean[0]
-    if divide:
-        centred /= spread_divisor(float(role.std(values, mean)[0]), epsilon)  # the role std, reusing the mean
+    centred /= spread_divisor(float(role.std(values, mean)[0]), epsilon)  # the role std, reusing the mean
     return centred
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..scaled import unit_scale_retry
 from ..segments import GroupLayout
 from ..spec import list_form_of
 from .grpo import spread_divisor
@@ -33,8 +34,12 @@ def whiten(values: np.ndarray, epsilon: float) -> np.ndarray:
 def reinforce_plus_plus_baseline(values: np.ndarray, offsets: np.ndarray, /, *, epsilon: float = 1e-6, **_: Any) -> np.ndarray:
     """REINFORCE++-baseline: r - group mean (0 for a group of 1), whitened over the role."""
     layout = GroupLayout.from_offsets(offsets, len(values))
-    baseline = np.where(layout.sizes > 1, layout.mean(values), 0.0)
-    return whiten(values - layout.expand(baseline), epsilon)
+
+    def centred_and_whitened(values: np.ndarray, epsilon: float) -> np.ndarray:
+        baseline = np.where(layout.sizes > 1, layout.mean(values), 0.0)
+        return whiten(values - layout.expand(baseline), epsilon)
+
+    return unit_scale_retry(centred_and_whitened, values, epsilon)  # magnitudes near the float64 range: taken again scaled
 
 
 calculate_reinforce_plus_plus_baseline_advantages = list_form_of(

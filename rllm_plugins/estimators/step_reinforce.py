@@ -29,13 +29,13 @@ sokoban example (group mean, batch std) is ``norm_std_type="batch", std_ddof=1, 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..calling import is_plain_real
+from ..calling import describe, is_finite_real
+from ..scaled import power_of_two_scale
 from ..steps.anchors import normalize_within
 from ..steps.batch import StepBatch, discounted_returns
 from ..steps.forms import step_list_form_of
@@ -92,8 +92,8 @@ def check_step_reinforce_options(options: Mapping[str, Any]) -> None:
     if "std_ddof" in options and (isinstance(options["std_ddof"], bool) or options["std_ddof"] not in (0, 1)):
         raise ValueError(f"estimator 'step_reinforce': std_ddof must be 0 (population std) or 1 (unbiased std), got {options['std_ddof']!r}")
     min_std = options.get("min_std")
-    if min_std is not None and (not is_plain_real(min_std) or not math.isfinite(min_std) or min_std < 0):
-        raise ValueError(f"estimator 'step_reinforce': min_std must be None or a finite number >= 0 (ROLL: 1e-6), got {type(min_std).__name__} {min_std!r}")
+    if min_std is not None and (not is_finite_real(min_std) or min_std < 0):
+        raise ValueError(f"estimator 'step_reinforce': min_std must be None or a finite number >= 0 (ROLL: 1e-6), got {describe(min_std)}")
 
 
 def step_reinforce(
@@ -133,13 +133,25 @@ def step_reinforce(
 
 
 def _spread(returns: np.ndarray, ids: np.ndarray, of: str | None, ddof: int) -> np.ndarray:
-    """``(S,)`` the std (``ddof``) of each step's population (``of="group"``) or of every step (``"batch"``), around its own mean."""
+    """``(S,)`` the std (``ddof``) of each step's population (``of="group"``) or of every step (``"batch"``), around its own mean.
+
+    Where the sums or squares overflow (returns near the float64 range), taken on returns divided by a power of two.
+    """
     if of == "batch":
         ids = np.zeros_like(ids)
     counts = np.bincount(ids)
-    mean = np.bincount(ids, returns) / np.maximum(counts, 1)
-    centred = returns - mean[ids]
-    return np.sqrt(np.bincount(ids, centred * centred) / np.maximum(counts - ddof, 1))[ids]
+
+    def std_of(x: np.ndarray) -> np.ndarray:
+        mean = np.bincount(ids, x) / np.maximum(counts, 1)
+        centred = x - mean[ids]
+        return np.sqrt(np.bincount(ids, centred * centred) / np.maximum(counts - ddof, 1))
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        std = std_of(returns)
+    if returns.size and not np.isfinite(std).all() and np.isfinite(returns).all():
+        scale = float(power_of_two_scale(np.abs(returns).max()))
+        std = scale * std_of(returns / scale)
+    return std[ids]
 
 
 def _mixed(returns: np.ndarray, ids: np.ndarray, mean_type: str | None, std_type: str | None, epsilon: float, ddof: int) -> np.ndarray:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..scaled import scaled_standardize, unit_scale_retry
 from ..segments import GroupLayout
 from ..spec import list_form_of
 from .grpo import spread_divisor
@@ -44,7 +45,8 @@ def trl_scaling(scale_rewards: Any = "group", norm_adv_by_std_in_grpo: bool = Tr
 
 def _centred(layout: GroupLayout, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mean = layout.mean(values)
-    return values - layout.expand(mean), mean
+    with np.errstate(over="ignore"):  # a deviation beyond the range stays inf, refused where the advantages are checked
+        return values - layout.expand(mean), mean
 
 
 def trl_grpo(
@@ -59,7 +61,10 @@ def trl_grpo(
     if mode == "none":
         return centred
     std = layout.std(values, mean, ddof=1)
-    centred /= layout.expand(spread_divisor(std, epsilon))
+    with np.errstate(over="ignore", invalid="ignore"):
+        centred /= layout.expand(spread_divisor(std, epsilon))
+    if not np.isfinite(centred[layout.expand(layout.sizes > 1)]).all() and np.isfinite(values).all():  # a deviation beyond the range
+        return scaled_standardize(layout, values, epsilon=epsilon, ddof=1, single="zero")
     return np.nan_to_num(centred, nan=0.0, copy=False)
 
 
@@ -70,12 +75,15 @@ def trl_grpo_batch(
     if trl_scaling(scale_rewards) != "batch":
         raise ValueError(f"trl_grpo_batch scales by the batch std, but scale_rewards={scale_rewards!r}: choose trl_grpo, which follows scale_rewards")
     layout = GroupLayout.from_offsets(offsets, len(values))
-    centred, _ = _centred(layout, values)
     if not norm_adv_by_std_in_grpo or values.size <= 1:
+        return _centred(layout, values)[0]
+
+    def batch_scaled(values: np.ndarray, epsilon: float) -> np.ndarray:
+        centred, _ = _centred(layout, values)
+        centred /= spread_divisor(GroupLayout.from_offsets([0, values.size], values.size).std(values, ddof=1)[0], epsilon)
         return centred
-    std = GroupLayout.from_offsets([0, values.size], values.size).std(values, ddof=1)[0]
-    centred /= spread_divisor(std, epsilon)
-    return centred
+
+    return unit_scale_retry(batch_scaled, values, epsilon)  # magnitudes near the float64 range: taken again scaled
 
 
 calculate_trl_grpo_advantages = list_form_of(trl_grpo, "calculate_trl_grpo_advantages")

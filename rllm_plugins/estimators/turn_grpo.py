@@ -19,13 +19,12 @@ outcome part on every turn, the turn part on the first.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..calling import is_plain_real
+from ..calling import describe, is_finite_real
 from ..steps.anchors import normalize_within
 from ..steps.batch import StepBatch, discounted_returns
 from ..steps.forms import step_list_form_of
@@ -47,8 +46,8 @@ def check_turn_grpo_options(options: Mapping[str, Any]) -> None:
     if "std_ddof" in options and (isinstance(options["std_ddof"], bool) or options["std_ddof"] not in (0, 1)):
         raise ValueError(f"estimator 'turn_grpo': std_ddof must be 0 (population std) or 1 (unbiased std), got {options['std_ddof']!r}")
     lam = options.get("lam", 1.0)
-    if not is_plain_real(lam) or not math.isfinite(lam):
-        raise ValueError(f"estimator 'turn_grpo': lam (the weight of the per-turn part) must be a finite number, got {type(lam).__name__} {lam!r}")
+    if not is_finite_real(lam):
+        raise ValueError(f"estimator 'turn_grpo': lam (the weight of the per-turn part) must be a finite number, got {describe(lam)}")
 
 
 def turn_index(batch: StepBatch) -> np.ndarray:
@@ -72,17 +71,29 @@ def _normalize_absorbing(values: np.ndarray, ids: np.ndarray, size: np.ndarray, 
 
     ``values`` ``(S,)``, ``ids`` ``(S,)`` dense, ``size`` ``(K,)`` >= the present count. The std has ``ddof``;
     a population of one gives 0; the mean takes one correction pass (equal values give exactly 0).
+    Magnitudes whose mean or variance overflow take :func:`normalize_within` with the absent zeros written out.
     """
     present = np.bincount(ids, minlength=size.size)
     absent = size - present  # ids without a step (a turn no trajectory of the group reached) have size - 0 absent, never read
-    mean = np.bincount(ids, values, minlength=size.size) / size
-    mean += (np.bincount(ids, values - mean[ids], minlength=size.size) - absent * mean) / size
-    centred = values - mean[ids]
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = np.bincount(ids, values, minlength=size.size) / size
+        mean += (np.bincount(ids, values - mean[ids], minlength=size.size) - absent * mean) / size
+        centred = values - mean[ids]
+        var = (np.bincount(ids, centred * centred, minlength=size.size) + absent * mean * mean) / np.maximum(size - ddof, 1)
+    if not (np.isfinite(mean).all() and np.isfinite(var).all()):
+        return _normalize_written_out(values, ids, absent * (present > 0), norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon, ddof=ddof)
     centred[(size <= 1)[ids]] = 0.0
     if norm_adv_by_std_in_grpo:
-        var = (np.bincount(ids, centred * centred, minlength=size.size) + absent * mean * mean) / np.maximum(size - ddof, 1)
         centred /= spread_divisor(np.sqrt(var), epsilon)[ids]
     return centred
+
+
+def _normalize_written_out(values: np.ndarray, ids: np.ndarray, absent: np.ndarray, *, norm_adv_by_std_in_grpo: bool, epsilon: float, ddof: int) -> np.ndarray:
+    """:func:`_normalize_absorbing` with ``absent[id]`` zeros appended to each id's population (overflow-safe, slower)."""
+    zeros = np.repeat(np.arange(absent.size, dtype=np.int64), absent.astype(np.int64))
+    population, population_ids = np.concatenate((values, np.zeros(zeros.size))), np.concatenate((ids, zeros))
+    every = normalize_within(population, population_ids, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon, ddof=ddof)
+    return every[: values.size]
 
 
 def turn_grpo(

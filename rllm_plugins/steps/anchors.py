@@ -18,9 +18,29 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
+from ..scaled import scaled_standardize
 from ..segments import GroupLayout
 
-__all__ = ["anchor_ids", "is_hashable", "normalize_within"]
+__all__ = ["TokenIds", "anchor_ids", "is_hashable", "normalize_within"]
+
+
+class TokenIds(bytes):
+    """Token ids as an anchor state: the bytes of their int64 values, so hashed and compared as bytes (one C call).
+
+    Similarity grouping (:mod:`rllm_plugins.steps.similarity`) reads it as the sequence of ids (:meth:`ids`),
+    not as bytes: two states sharing no token share no element.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, ids: np.ndarray) -> TokenIds:
+        """The state of ``ids`` ``(L,)`` of any integer dtype."""
+        return cls(np.asarray(ids).astype(np.int64, copy=False).tobytes())
+
+    def ids(self) -> tuple[int, ...]:
+        """The token ids ``(L,)``, as a tuple of ints."""
+        return tuple(np.frombuffer(self, dtype=np.int64).tolist())
 
 
 def anchor_ids(states: Sequence[Hashable], step_group: Sequence[int] | np.ndarray, where: Callable[[int], str]) -> np.ndarray:
@@ -54,7 +74,7 @@ def anchor_ids(states: Sequence[Hashable], step_group: Sequence[int] | np.ndarra
     return ids.astype(np.int64, copy=False).reshape(-1)
 
 
-_VALUE_HASHED = frozenset({str, bytes, int, bool, tuple, frozenset})
+_VALUE_HASHED = frozenset({str, bytes, TokenIds, int, bool, tuple, frozenset})
 """Types whose hash follows their value and that hold no NaN at the top level: their states are taken as they are."""
 
 
@@ -157,18 +177,17 @@ def _divisor(std: np.ndarray, epsilon: float) -> np.ndarray:
 
 
 def _normalize_sorted(values: np.ndarray, ids: np.ndarray, *, norm_adv_by_std_in_grpo: bool, epsilon: float, ddof: int) -> np.ndarray:
-    """:func:`normalize_within` through :class:`GroupLayout`'s rescaling reductions (values sorted by id)."""
+    """:func:`normalize_within` on values sorted by id: the overflow-safe mean, and the std scaled (:mod:`rllm_plugins.scaled`)."""
     order = np.argsort(ids, kind="stable")
     counts = np.bincount(ids)
     layout = GroupLayout.from_offsets(np.concatenate(([0], np.cumsum(counts))), values.size)
     ordered = values[order]
-    mean = layout.mean(ordered)
-    centred = ordered - layout.expand(mean)
-    single = layout.expand(layout.sizes <= 1)
-    centred[single] = 0.0
     if norm_adv_by_std_in_grpo:
-        std = layout.std(ordered, mean, ddof=ddof)
-        centred /= layout.expand(_divisor(np.where(layout.sizes <= ddof, 1.0, std), epsilon))
+        centred = scaled_standardize(layout, ordered, epsilon=epsilon, ddof=ddof, single="zero")
+    else:
+        with np.errstate(over="ignore"):  # a deviation beyond the range stays inf, refused where the advantages are checked
+            centred = ordered - layout.expand(layout.mean(ordered))
+        centred[layout.expand(layout.sizes <= 1)] = 0.0
     out = np.empty_like(centred)
     out[order] = centred
     return out

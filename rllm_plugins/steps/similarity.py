@@ -16,6 +16,8 @@ from difflib import SequenceMatcher
 
 import numpy as np
 
+from .anchors import TokenIds
+
 __all__ = ["similar_anchor_ids"]
 
 
@@ -23,6 +25,15 @@ def _similar(matcher: SequenceMatcher, state: Sequence[Hashable], threshold: flo
     """``SequenceMatcher(None, state, first).ratio() >= threshold``; the matcher keeps the first member's index, the two upper bounds skip most pairs."""
     matcher.set_seq1(state)
     return matcher.real_quick_ratio() >= threshold and matcher.quick_ratio() >= threshold and matcher.ratio() >= threshold
+
+
+def _sequence(state: object) -> Sequence[Hashable] | None:
+    """What a state is compared as: :class:`TokenIds` as its ids, inside a tuple too (a prompt's ``(tag, ids)``), text and tuples as they are."""
+    if isinstance(state, TokenIds):
+        return state.ids()
+    if isinstance(state, tuple) and any(isinstance(part, TokenIds) for part in state):
+        return tuple(item for part in state for item in (part.ids() if isinstance(part, TokenIds) else (part,)))
+    return state if isinstance(state, (str, bytes, tuple)) else None
 
 
 def similar_anchor_ids(
@@ -42,10 +53,9 @@ def similar_anchor_ids(
     count = 0
     for k in order.tolist():
         s = int(first[k])
-        state = states[s]
-        if isinstance(state, (str, bytes, tuple)):
-            comparable = state
-        else:
+        comparable = _sequence(states[s])
+        if comparable is None:
+            state = states[s]
             raise ValueError(
                 f"{where(s)}: anchor_similarity compares anchor states as sequences (a str, or a tuple of token ids), "
                 f"got {type(state).__name__} {state!r:.60}; give text states or leave anchor_similarity None (equal states only)"
@@ -56,7 +66,7 @@ def similar_anchor_ids(
                 cluster_of[int(ids[k])] = cluster
                 break
         else:
-            group.append((SequenceMatcher(None, b=comparable), count))
+            group.append((SequenceMatcher(None, b=comparable, autojunk=False), count))
             cluster_of[int(ids[k])] = count
             count += 1
     return cluster_of[anchors]

@@ -12,7 +12,7 @@ A row's response mixes model tokens (mask 1) and environment/tool tokens (mask 0
 - the **reward of turn k** is the sum of the token rewards from its first token up to the next
   turn (turn 0 from the row's first token), so the turn rewards of a row add up to its total;
 - the **anchor state of turn k >= 1** is the token ids of the environment segment right before it
-  (as bytes); turn 0's is :data:`PROMPT_ANCHOR`, shared by all rows of one prompt.
+  (:class:`~rllm_plugins.steps.anchors.TokenIds`); turn 0's is :data:`PROMPT_ANCHOR`, shared by all rows of one prompt.
 
 Turns are flat, row-major: turn ``j`` of the batch is in row ``row[j]``, tokens ``start[j]:end[j]``;
 row ``b`` owns turns ``row_offsets[b]:row_offsets[b + 1]``.
@@ -25,6 +25,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 import numpy as np
+
+from .anchors import TokenIds
 
 __all__ = ["PROMPT_ANCHOR", "Turns", "find_turns", "spread_to_tokens", "turn_anchor_states", "turn_rewards"]
 
@@ -108,8 +110,8 @@ def turn_rewards(token_rewards: np.ndarray, turns: Turns) -> np.ndarray:
 
 
 def turn_anchor_states(tokens: np.ndarray, turns: Turns) -> list[Hashable]:
-    """``(K,)`` anchor state of each turn: :data:`PROMPT_ANCHOR` for a row's first turn, else the bytes of the tokens ``(B, T)`` right before it."""
-    tokens = np.asarray(tokens)
+    """``(K,)`` anchor state of each turn: :data:`PROMPT_ANCHOR` for a row's first turn, else the ids ``(B, T)`` right before it (:class:`TokenIds`)."""
+    tokens = np.asarray(tokens).astype(np.int64, copy=False)
     width = tokens.dtype.itemsize
     states: list[Hashable] = []
     starts, ends = turns.start.tolist(), turns.end.tolist()
@@ -119,7 +121,7 @@ def turn_anchor_states(tokens: np.ndarray, turns: Turns) -> list[Hashable]:
             continue
         line = tokens[row].tobytes()  # one copy per row; turns slice it
         states.append(PROMPT_ANCHOR)
-        states.extend(line[ends[j - 1] * width : starts[j] * width] for j in range(first + 1, last))
+        states.extend(TokenIds(line[ends[j - 1] * width : starts[j] * width]) for j in range(first + 1, last))
     return states
 
 

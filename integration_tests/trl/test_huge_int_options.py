@@ -1,0 +1,37 @@
+"""``RLLMGRPOConfig``: every option of every built-in estimator given ``10**400`` is a ``ValueError`` naming it, at construction.
+
+Generated from the options themselves; before, the float options raised a raw ``OverflowError``.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import pytest
+from rllm_trl import RLLMGRPOConfig
+
+from rllm_plugins.discovery.builtin import rllm_adv_estimators
+from rllm_plugins.options import estimator_options_of
+
+BASE = {"output_dir": "unused", "use_cpu": True, "bf16": False}
+CASES = [(spec.name, option) for spec in rllm_adv_estimators() for option in estimator_options_of(spec.name).defaults]
+
+
+def float_default(name: str, option: str) -> bool:
+    default = estimator_options_of(name).defaults[option]
+    return isinstance(default, numbers.Real) and not isinstance(default, (bool, numbers.Integral))
+
+
+@pytest.mark.parametrize(("name", "option"), CASES)
+def test_a_huge_int_option_is_refused_at_construction_naming_it(name, option):
+    try:
+        RLLMGRPOConfig(**BASE, adv_estimator=name, adv_estimator_kwargs={option: 10**400})
+    except ValueError as error:
+        assert option in str(error), str(error)
+        return
+    assert not float_default(name, option), f"{name}: {option}=10**400 accepted"
+
+
+def test_a_huge_composite_weight_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"term 0 \('grpo'\): the weight must be a finite number, got int 10+\.\.\. \(401 characters\)"):
+        RLLMGRPOConfig(**BASE, adv_estimator="composite", adv_estimator_kwargs={"terms": [["grpo", 10**400]]})
