@@ -245,6 +245,10 @@ class AdvEstimatorSpec:
 
     ``stateful=True`` declares an estimator with memory across calls (a running baseline): its
     forms take ``state`` and return ``(result, new_state)`` (:mod:`.state`); outcome level only.
+
+    ``breaks`` maps a relation of the conformance matrix (:mod:`.testing.matrix`) that the estimator
+    breaks on purpose to the reason (e.g. ``{"no_token_rows": "reproduces verl's gpg, whose statistics
+    count padding rows"}``); the matrix reports such a cell as declared, and the docs list every one.
     """
 
     name: str
@@ -259,6 +263,7 @@ class AdvEstimatorSpec:
     needs_anchors: bool = False
     check_options: Callable[[Mapping[str, Any]], object] | None = field(default=None, compare=False)
     stateful: bool = False
+    breaks: Mapping[str, str] | None = field(default=None, compare=False)
     list_form: ListEstimator = field(init=False, repr=False, compare=False)
     batched_form: BatchedEstimator = field(init=False, repr=False, compare=False)
 
@@ -303,6 +308,7 @@ class AdvEstimatorSpec:
                     raise ValueError(
                         f"estimator {self.name!r} is declared stateful=True, so its forms must take a `state` keyword parameter; {form!r} does not"
                     )
+        object.__setattr__(self, "breaks", _checked_breaks(self.name, self.breaks))
         if self.stateful:
             to_list, to_batched = stateful_list_form_of, stateful_batched_form_of
         elif self.level == "step":
@@ -315,6 +321,20 @@ class AdvEstimatorSpec:
     @property
     def names(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
+
+
+def _checked_breaks(name: str, breaks: object) -> Mapping[str, str]:
+    """``breaks`` as a read-only mapping of relation names to non-empty reasons, else ``ValueError`` naming the entry."""
+    from types import MappingProxyType
+
+    if breaks is None:
+        return MappingProxyType({})
+    if not isinstance(breaks, Mapping):
+        raise ValueError(f"estimator {name!r}: breaks must map relation names to reasons (str -> str), got {type(breaks).__name__} {breaks!r}")
+    for relation, reason in breaks.items():
+        if not isinstance(relation, str) or not isinstance(reason, str) or not reason.strip():
+            raise ValueError(f"estimator {name!r}: breaks[{relation!r}] must be a relation name (str) with a non-empty reason (str), got {reason!r}")
+    return MappingProxyType(dict(breaks))
 
 
 def _first_line(obj: object) -> str:
