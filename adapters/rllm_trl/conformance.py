@@ -150,6 +150,7 @@ def paths() -> list[Path]:
             max_reward=FLOAT32_MAX / 64,
             keeps_state=True,
             configure=trl_config_options,
+            run_composite=_turn,
         ),
         Path(
             "trl_turn",

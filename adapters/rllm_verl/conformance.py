@@ -15,6 +15,7 @@ is all 0 (uid ``pad_<i>``, as verl's v1 balancing pads a batch), and check optio
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -83,9 +84,14 @@ def _algorithm(call: Call) -> Any:
 
 
 def _compute(call: Call, sample: Sample, state: Mapping[str, Any] | None, pad_rows: int = 0) -> Output:
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
     from .estimator_state import verl_estimator_state
+    from .registration import register_estimators_into_verl
+
+    if f"rllm_{call.name}" not in ADV_ESTIMATOR_REGISTRY:  # registered after verl was imported (user code, a plugin loaded late)
+        register_estimators_into_verl()
 
     held = verl_estimator_state()
     if state is None:
@@ -93,7 +99,11 @@ def _compute(call: Call, sample: Sample, state: Mapping[str, Any] | None, pad_ro
     else:
         held.load_state_dict(state)
     data, firsts = encode(sample, pad_rows)
-    out = compute_advantage(data, adv_estimator=f"rllm_{call.name}", gamma=1.0, lam=1.0, num_repeat=1, norm_adv_by_std_in_grpo=True, config=_algorithm(call))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*at most one turn", category=UserWarning)  # an outcome-level sample through the step bridge
+        out = compute_advantage(
+            data, adv_estimator=f"rllm_{call.name}", gamma=1.0, lam=1.0, num_repeat=1, norm_adv_by_std_in_grpo=True, config=_algorithm(call)
+        )
     advantages = out.batch["advantages"].to(torch.float64)
     flat = advantages.reshape(-1).numpy()
     real = len({p // advantages.shape[1] for p in firsts})
@@ -144,7 +154,16 @@ def paths() -> list[Path]:
         "fast_configure": False,
     }
     return [
-        Path("verl_legacy", "path", "verl", "verl's ray_trainer.compute_advantage, rllm_<name>, one row per trajectory", _run, levels=("outcome",), **common),
+        Path(
+            "verl_legacy",
+            "path",
+            "verl",
+            "verl's ray_trainer.compute_advantage, rllm_<name>, one row per trajectory",
+            _run,
+            levels=("outcome",),
+            run_composite=_run,
+            **common,
+        ),
         Path(
             "verl_step_bridge",
             "path",

@@ -73,7 +73,9 @@ class Path:
     every comparison); ``max_reward`` the largest reward its input type holds; ``keeps_state`` whether it carries a
     stateful estimator's state; ``pad(call, sample, n)`` runs with ``n`` rows without model tokens appended (their
     advantages in ``Output.padding``); ``configure(name, options)`` runs the path's config-time checks;
-    ``reference(collector_advantages, sample)`` what the collector's output becomes on this path (default: itself).
+    ``reference(collector_advantages, sample)`` what the collector's output becomes on this path (default: itself);
+    ``run_composite`` how the same framework runs a ``composite`` of this path's estimators when the path itself
+    takes no step-level estimator (verl routes it to the step bridge, TRL to its turn path).
     """
 
     name: str
@@ -91,6 +93,7 @@ class Path:
     stateful: bool = True  # whether it takes stateful estimators at all
     refuses: Mapping[str, str] = field(default_factory=dict)  # estimator name -> why this path does not take it
     fast_configure: bool = True  # False: ``configure`` takes seconds (the fast sample skips it)
+    run_composite: Runner | None = None  # how this framework runs a composite (step-level) of the estimators this path takes
 
     def not_applicable(self, call: Call) -> str | None:
         """Why this path does not take ``call``'s estimator (None: it does)."""

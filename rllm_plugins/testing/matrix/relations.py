@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -156,12 +156,13 @@ def composite_linear(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
     if other is None:
         raise NotApplicable(f"{path.name} takes none of {SECOND_TERMS} as the second term")
     composite = Call("composite", {"terms": [[entry.name, TERM_WEIGHTS[0], dict(entry.options)], [other.name, TERM_WEIGHTS[1]]]})
-    reason = path.not_applicable(composite)
+    reason = None if path.run_composite else path.not_applicable(composite)
     if reason:
         raise NotApplicable(reason)
+    on_composite = replace(path, run=path.run_composite) if path.run_composite else path
     for seed in budget.seeds:
         sample = entry.sample(seed)
-        alone, second, both = _run(path, _call(entry), sample), _run(path, other, sample), _run(path, composite, sample)
+        alone, second, both = _run(path, _call(entry), sample), _run(path, other, sample), _run(on_composite, composite, sample)
         if isinstance(alone, str) or isinstance(both, str) or isinstance(second, str):
             if isinstance(alone, str) and isinstance(both, str):
                 continue
