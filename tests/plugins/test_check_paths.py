@@ -12,6 +12,16 @@ from rllm_plugins import cli
 pytest.importorskip("verl")
 pytest.importorskip("trl")
 
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_transfer_queue():
+    """The v1 path starts Ray and TransferQueue in this process: stop them after this module."""
+    yield
+    from rllm_verl.conformance_v1 import close
+
+    close()
+
+
 RELATIONS = ["equals_collector", "no_token_rows", "permutation", "composite_linear", "state_roundtrip", "scale", "hostile_options"]
 
 
@@ -34,7 +44,7 @@ def test_the_example_plugin_passes_on_every_path_it_takes(capsys):
     out = capsys.readouterr().out
     table = _table(out)
     assert code == 0
-    assert table["verl_legacy"] == dict.fromkeys(RELATIONS, "PASS") | {"state_roundtrip": "n.a.", "hostile_options": "n.a."}
+    assert table["verl_legacy"] == table["verl_v1"] == dict.fromkeys(RELATIONS, "PASS") | {"state_roundtrip": "n.a.", "hostile_options": "n.a."}
     assert table["trl_outcome"]["equals_collector"] == "PASS" and table["trl_turn"]["equals_collector"] == "n.a."  # outcome-level
     assert table["collector"]["equals_collector"] == "n.a."  # the reference
     assert "FAIL" not in out
@@ -45,11 +55,11 @@ def test_a_step_level_plugin_runs_on_the_step_paths(load_plugins, capsys):
     code = cli.main(["check", "last_turn_baseline", "--paths", "--json"])
     cells = {(c["path"], c["relation"]): c["status"] for c in json.loads(capsys.readouterr().out)}
     assert code == 0
-    for path in ("collector", "list_form", "batched_form", "verl_step_bridge", "trl_turn"):
+    for path in ("collector", "list_form", "batched_form", "verl_step_bridge", "verl_v1", "trl_turn"):
         assert cells[(path, "permutation")] == "PASS", path
-    for path in ("verl_step_bridge", "trl_turn", "composite_term", "list_form"):
+    for path in ("verl_step_bridge", "verl_v1", "trl_turn", "composite_term", "list_form"):
         assert cells[(path, "equals_collector")] == "PASS", path
-    assert cells[("verl_step_bridge", "no_token_rows")] == cells[("trl_turn", "no_token_rows")] == "PASS"
+    assert cells[("verl_step_bridge", "no_token_rows")] == cells[("verl_v1", "no_token_rows")] == cells[("trl_turn", "no_token_rows")] == "PASS"
     assert cells[("verl_legacy", "equals_collector")] == cells[("trl_outcome", "equals_collector")] == "n.a."  # outcome-level paths
 
 

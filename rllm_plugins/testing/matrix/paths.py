@@ -292,7 +292,9 @@ def installed_paths() -> list[Path]:
     for ep in sorted(metadata.entry_points(group=PATHS_GROUP), key=lambda ep: ep.name):
         try:
             contribute = ep.load()
-        except ImportError:  # the adapter's framework is not installed
+        except ModuleNotFoundError as error:  # the adapter's framework is not installed; a module of the adapter's own is a bug
+            if error.name is None or error.name.split(".")[0] == ep.module.split(".")[0]:
+                raise
             continue
         paths.extend(contribute())
     return paths
