@@ -1,4 +1,4 @@
-# The README's two commands: `make demo` (the main job) and `make test` (the whole suite).
+# The README's two commands: `make demo` (the main job) and `make test` (the whole suite); `make conformance` the full matrix.
 # Each creates .venv and installs what it needs; re-runs reuse it while pyproject.toml is unchanged.
 PYTHON ?= python3
 VENV := .venv
@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo bench lint clean
+.PHONY: install test conformance demo bench lint clean
 
 install: $(STAMP)
 
@@ -22,6 +22,11 @@ $(STAMP): pyproject.toml examples/rllm-median-baseline/pyproject.toml
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
+
+# the whole conformance matrix (estimators x paths x relations, every seed, scale and hostile option value);
+# `make test` runs its fast sample
+conformance: $(STAMP)
+	RLLM_CONFORMANCE=full $(PY) -m pytest -q tests/conformance integration_tests/conformance
 
 demo: $(STAMP)
 	$(PY) examples/demo/rllm_demo.py $(ARGS)

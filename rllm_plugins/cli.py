@@ -4,6 +4,7 @@
 ``plugins [--json] [--strict]``  every plugin (built-ins and entry points) and its status; ``--strict``
                          exits 1 when one is in error, in conflict or misplaced (a CI check);
 ``check NAME [--json]``  the contract check of one estimator (:func:`rllm_plugins.testing.check_estimator`);
+                         ``--paths``: its cells of the conformance matrix on every installed path (:mod:`rllm_plugins.testing.matrix`);
 ``COMMAND ARGS...``      a command contributed by an installed distribution through the entry-point
                          group ``rllm_plugins.commands`` (the verl adapter contributes ``verl-check``).
 
@@ -220,12 +221,27 @@ def _cmd_check(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(e, file=sys.stderr)
         return EXIT_FAILURE
+    if args.paths:
+        return _check_paths(args.name, options, args.json)
     report = check_estimator(args.name, options=options)
     if args.json:
         _print_json(report.as_dict())
     else:
         print(report)
     return EXIT_OK if report.ok else EXIT_FAILURE
+
+
+def _check_paths(name: str, options: dict[str, Any] | None, as_json: bool) -> int:
+    """``check NAME --paths``: the estimator's cells of the conformance matrix on every installed path and wrapper."""
+    from .testing.matrix.report import cells_as_dicts, cells_table, check_paths
+
+    cells = check_paths(name, options=options)
+    if as_json:
+        _print_json(cells_as_dicts(cells))
+    else:
+        print(f"conformance of estimator {name} on every installed path and wrapper:")
+        print(cells_table(cells))
+    return EXIT_FAILURE if any(c.status == "FAIL" for c in cells) else EXIT_OK
 
 
 def _run_contributed(command: ContributedCommand, argv: list[str]) -> int:
@@ -268,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     check_command = add("check", _cmd_check, "check an estimator's contract on synthetic groups; exit 1 if it fails")
     check_command.add_argument("name", help="estimator name")
     check_command.add_argument("--json", action="store_true", help="print the report as JSON")
+    check_command.add_argument(
+        "--paths", action="store_true", help="run it through every installed path and wrapper (verl, TRL, composite, ...): a table of conformance cells"
+    )
     check_command.add_argument("--options", help='options for every call, a JSON object (e.g. \'{"terms": [["grpo", 0.5], ["rloo", 0.5]]}\')')
     for name, command in sorted(contributed.items()):
         if name in BUILTIN_COMMANDS:

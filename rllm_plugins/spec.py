@@ -255,6 +255,9 @@ class AdvEstimatorSpec:
     ``(advantages, returns)`` (:mod:`.steps.forms`). TRL has no critic and refuses such estimators.
     ``state_schema`` (stateful only) declares the keys its state may hold and their kinds
     (:mod:`.state_schema`), checked when a state is loaded and on what each call changes.
+    ``breaks`` maps a relation of the conformance matrix (:mod:`.testing.matrix`) that the estimator
+    breaks on purpose to the reason (e.g. ``{"no_token_rows": "reproduces verl's gpg, whose statistics
+    count padding rows"}``); the matrix reports such a cell as declared, and the docs list every one.
     """
 
     name: str
@@ -272,6 +275,7 @@ class AdvEstimatorSpec:
     needs_for: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False)
     needs_values: bool = False
     state_schema: Mapping[str, Any] | None = field(default=None, compare=False)
+    breaks: Mapping[str, str] | None = field(default=None, compare=False)
     list_form: ListEstimator = field(init=False, repr=False, compare=False)
     batched_form: BatchedEstimator = field(init=False, repr=False, compare=False)
 
@@ -326,6 +330,7 @@ class AdvEstimatorSpec:
             from .state_schema import check_schema
 
             object.__setattr__(self, "state_schema", check_schema(self.state_schema, f"estimator {self.name!r}"))
+        object.__setattr__(self, "breaks", _checked_breaks(self.name, self.breaks))
         if self.stateful:
             to_list, to_batched = stateful_list_form_of, stateful_batched_form_of
         elif self.level == "step":
@@ -339,6 +344,20 @@ class AdvEstimatorSpec:
     @property
     def names(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
+
+
+def _checked_breaks(name: str, breaks: object) -> Mapping[str, str]:
+    """``breaks`` as a read-only mapping of relation names to non-empty reasons, else ``ValueError`` naming the entry."""
+    from types import MappingProxyType
+
+    if breaks is None:
+        return MappingProxyType({})
+    if not isinstance(breaks, Mapping):
+        raise ValueError(f"estimator {name!r}: breaks must map relation names to reasons (str -> str), got {type(breaks).__name__} {breaks!r}")
+    for relation, reason in breaks.items():
+        if not isinstance(relation, str) or not isinstance(reason, str) or not reason.strip():
+            raise ValueError(f"estimator {name!r}: breaks[{relation!r}] must be a relation name (str) with a non-empty reason (str), got {reason!r}")
+    return MappingProxyType(dict(breaks))
 
 
 def _first_line(obj: object) -> str:

@@ -58,7 +58,14 @@ BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
     ),
     AdvEstimatorSpec("gigpo", calculate_gigpo_advantages, gigpo, options=(), level="step", needs_anchors=True, check_options=check_gigpo_options),
     AdvEstimatorSpec(
-        "rae", batched=rae, options=(), stateful=True, group_order_invariant=False, check_options=check_rae_options, state_schema=RAE_STATE_SCHEMA
+        "rae",
+        batched=rae,
+        options=(),
+        stateful=True,
+        group_order_invariant=False,
+        check_options=check_rae_options,
+        state_schema=RAE_STATE_SCHEMA,
+        breaks={"permutation": "each trajectory's baseline is the running mean of those scanned before it: the scan order is part of the estimate"},
     ),
     AdvEstimatorSpec(
         "step_reinforce", calculate_step_reinforce_advantages, step_reinforce, options=(), level="step", check_options=check_step_reinforce_options

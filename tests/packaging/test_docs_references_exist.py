@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").glob("*/README.md"))]
 DOTTED = re.compile(r"(?<![\w./-])((?:rllm_plugins|rllm_verl|rllm_trl)(?:\.\w+)+)")
-ENTRY_POINT_GROUPS = {"rllm_plugins.commands"}  # dotted, but a group name, not a module
+ENTRY_POINT_GROUPS = {"rllm_plugins.commands", "rllm_plugins.conformance_paths"}  # dotted, but a group name, not a module
 PATH = re.compile(r"(?<![\w./-])((?:rllm_plugins|adapters|benchmarks|examples|tests|integration_tests|docs)/[\w./-]*\w)")
 
 

@@ -1,0 +1,176 @@
+"""verl's paths of the conformance matrix (:mod:`rllm_plugins.testing.matrix`), contributed through ``rllm_plugins.conformance_paths``.
+
+- ``verl_legacy``: outcome-level ``rllm_<name>`` through verl's own ``ray_trainer.compute_advantage`` (the
+  legacy trainer's call), on a CPU DataProto: one row per trajectory, its reward on its last model token;
+- ``verl_step_bridge``: step-level ``rllm_<name>`` through the same function, one row per trajectory whose
+  turns are its steps (each step's environment tokens, then its model tokens with ``response_mask`` 1; the
+  step's reward on its last model token), anchors read from ``responses`` as in training.
+
+Both read each step's advantage at its first model token, keep a stateful estimator's state where verl
+keeps it (:func:`rllm_verl.estimator_state.verl_estimator_state`), pad with rows whose ``response_mask``
+is all 0 (uid ``pad_<i>``, as verl's v1 balancing pads a batch), and check options at config time with
+``rllm-plugins verl-check`` (:func:`rllm_verl.check.verl_check`, verl's composed Hydra config).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from rllm_plugins.testing.matrix import Call, Output, Path, Sample
+from rllm_plugins.testing.matrix.paths import PROMPT
+from rllm_plugins.testing.matrix.samples import MODEL_TOKEN
+
+__all__ = ["encode", "paths"]
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def encode(sample: Sample, pad_rows: int = 0) -> tuple[Any, list[int]]:
+    """The sample as a DataProto (``responses``, ``response_mask``, ``token_level_rewards``, ``prompts``; ``uid``) and
+    the position of every step's first model token, flat (``row * T + t``); ``pad_rows`` rows without model tokens appended."""
+    from verl import DataProto
+
+    rows: list[tuple[list[int], list[int], list[float]]] = []
+    firsts: list[tuple[int, int]] = []
+    uids: list[str] = []
+    for g, group in enumerate(sample.groups):
+        for traj in group:
+            tokens: list[int] = []
+            mask: list[int] = []
+            rewards: list[float] = []
+            for k, (reward, length, anchor) in enumerate(zip(traj.step_rewards, traj.lengths, traj.anchors, strict=True)):
+                tokens += list(anchor)
+                mask += [0] * len(anchor)
+                rewards += [0.0] * len(anchor)
+                firsts.append((len(rows), len(tokens)))
+                tokens += [MODEL_TOKEN + k] * length
+                mask += [1] * length
+                rewards += [0.0] * (length - 1) + [reward if sample.level == "step" else traj.reward]
+            rows.append((tokens, mask, rewards))
+            uids.append(f"task{g}")
+    width = max((len(r[0]) for r in rows), default=1)
+    rows += [([0], [0], [0.0])] * pad_rows
+    uids += [f"pad_{i}" for i in range(pad_rows)]
+    n = len(rows)
+    responses = torch.zeros(n, width, dtype=torch.int64)
+    mask = torch.zeros(n, width, dtype=torch.int64)
+    rewards = torch.zeros(n, width, dtype=torch.float32)
+    for b, (tok, m, r) in enumerate(rows):
+        responses[b, : len(tok)] = torch.tensor(tok)
+        mask[b, : len(m)] = torch.tensor(m)
+        rewards[b, : len(r)] = torch.tensor(r, dtype=torch.float32)
+    prompts = torch.tensor([list(PROMPT)] * n, dtype=torch.int64)
+    data = DataProto.from_dict(
+        tensors={"responses": responses, "response_mask": mask, "token_level_rewards": rewards, "prompts": prompts},
+        non_tensors={"uid": np.array(uids, dtype=object)},
+    )
+    return data, [b * width + t for b, t in firsts]
+
+
+def _algorithm(call: Call) -> Any:
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.create(
+        {"adv_estimator": f"rllm_{call.name}", "norm_adv_by_std_in_grpo": True, "gamma": 1.0, "lam": 1.0, "rllm_estimator_kwargs": dict(call.options)}
+    )
+    OmegaConf.set_struct(config, True)
+    return config
+
+
+def _compute(call: Call, sample: Sample, state: Mapping[str, Any] | None, pad_rows: int = 0) -> Output:
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    from .estimator_state import verl_estimator_state
+    from .registration import register_estimators_into_verl
+
+    if f"rllm_{call.name}" not in ADV_ESTIMATOR_REGISTRY:  # registered after verl was imported (user code, a plugin loaded late)
+        register_estimators_into_verl()
+
+    held = verl_estimator_state()
+    if state is None:
+        held.clear()
+    else:
+        held.load_state_dict(state)
+    data, firsts = encode(sample, pad_rows)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*at most one turn", category=UserWarning)  # an outcome-level sample through the step bridge
+        out = compute_advantage(
+            data, adv_estimator=f"rllm_{call.name}", gamma=1.0, lam=1.0, num_repeat=1, norm_adv_by_std_in_grpo=True, config=_algorithm(call)
+        )
+    advantages = out.batch["advantages"].to(torch.float64)
+    flat = advantages.reshape(-1).numpy()
+    real = len({p // advantages.shape[1] for p in firsts})
+    padding = advantages[real:].numpy().reshape(-1) if pad_rows else None
+    return Output(flat[firsts].copy(), held.state_dict(), padding)
+
+
+def _run(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
+    return _compute(call, sample, state)
+
+
+def _pad(call: Call, sample: Sample, n: int) -> Output:
+    return _compute(call, sample, None, n)
+
+
+def hydra_value(value: Any) -> str:
+    """``value`` as a Hydra override value (a str quoted, so it stays a str)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f"'{value}'"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return str(value)
+
+
+def verl_check_options(name: str, options: Mapping[str, Any]) -> None:
+    """``rllm-plugins verl-check`` on ``algorithm.adv_estimator=rllm_<name>`` with ``options``: ``ValueError`` with its errors when it fails."""
+    from .check import verl_check
+
+    overrides = [
+        f"algorithm.adv_estimator=rllm_{name}",
+        *(f"+algorithm.rllm_estimator_kwargs.{k}={hydra_value(v)}" for k, v in options.items() if not isinstance(v, list)),
+    ]
+    report = verl_check(overrides)
+    if not report.ok:
+        raise ValueError("; ".join(report.errors))
+
+
+def paths() -> list[Path]:
+    """verl's paths: the legacy trainer's ``compute_advantage`` (outcome level) and the step bridge (step level)."""
+    common: dict[str, Any] = {
+        "dtype": "float32",
+        "max_reward": FLOAT32_MAX / 64,
+        "keeps_state": True,
+        "pad": _pad,
+        "configure": verl_check_options,
+        "fast_configure": False,
+    }
+    return [
+        Path(
+            "verl_legacy",
+            "path",
+            "verl",
+            "verl's ray_trainer.compute_advantage, rllm_<name>, one row per trajectory",
+            _run,
+            levels=("outcome",),
+            run_composite=_run,
+            **common,
+        ),
+        Path(
+            "verl_step_bridge",
+            "path",
+            "verl",
+            "verl's ray_trainer.compute_advantage, step-level rllm_<name>, one row per episode",
+            _run,
+            levels=("step",),
+            **common,
+        ),
+    ]

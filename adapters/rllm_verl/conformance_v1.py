@@ -1,0 +1,214 @@
+"""verl's v1 path of the conformance matrix: ``PPOTrainer._compute_advantage`` with a real TransferQueue on a local Ray.
+
+Rows are stored as verl's v1 agent loop stores them (``AgentLoopOutput.as_dict()`` per output, keys
+``{uid}_{session}_{index}``), the trainer is verl's ``PPOTrainerSync`` with verl's composed Hydra config, and
+the advantages are read back from TransferQueue. Each trajectory is a session. An outcome-level sample gives
+every other session of more than one token two outputs: its model tokens split between them (so the session's
+length is the trajectory's), both with the trajectory's reward (v1 copies the final score to every output), the
+advantage read from the final output. A step-level sample gives each session one output whose turns are the
+steps, each step's reward on its last token of ``rm_scores`` (as a per-turn reward manager leaves them). Rows
+are put in a shuffled order; with padding, verl's own ``_balance_batch`` pads the batch (rows with
+``response_mask`` all 0, uid ``pad…``) and reorders it.
+
+The first call starts Ray (3 CPUs) and TransferQueue in this process, kept for later calls; :func:`close` (also run at
+exit) stops what it started.
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import itertools
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+from rllm_plugins.testing.matrix import Call, Output, Path, Sample
+from rllm_plugins.testing.matrix.paths import PROMPT
+from rllm_plugins.testing.matrix.samples import MODEL_TOKEN
+
+from .conformance import FLOAT32_MAX, verl_check_options
+
+__all__ = ["close", "paths"]
+
+EOS = 2
+_started: dict[str, Any] = {}
+_calls = itertools.count()
+
+
+def _transfer_queue() -> Any:
+    """TransferQueue on a local Ray, started on first use (Ray only when no Ray runs in this process yet)."""
+    import ray
+    import transfer_queue as tq
+
+    if "tq" not in _started:
+        atexit.register(close)
+        if not ray.is_initialized():
+            ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
+            _started["ray"] = ray
+        tq.init()
+        _started["tq"] = tq
+    return _started["tq"]
+
+
+def close() -> None:
+    """Stop TransferQueue and the Ray this module started (a no-op when it started none)."""
+    tq = _started.pop("tq", None)
+    if tq is not None:
+        tq.close()
+    ray = _started.pop("ray", None)
+    if ray is not None:
+        ray.shutdown()
+
+
+def _base_config() -> Any:
+    if "config" not in _started:
+        from .check import _compose
+
+        _started["config"] = _compose(["actor_rollout_ref.rollout.n=4"], "ppo_trainer", None)
+    return _started["config"]
+
+
+def _trainer(call: Call) -> Any:
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    trainer = PPOTrainerSync.__new__(PPOTrainerSync)
+    config = copy.deepcopy(_base_config())
+    OmegaConf.update(config, "algorithm.adv_estimator", f"rllm_{call.name}")
+    OmegaConf.update(config, "algorithm.gamma", 1.0)
+    OmegaConf.update(config, "algorithm.rllm_estimator_kwargs", dict(call.options), force_add=True)
+    trainer.config = config
+    return trainer
+
+
+def _outputs(sample: Sample, prefix: str) -> tuple[list[dict[str, Any]], list[tuple[str, list[int]]]]:
+    """The rows (one per output) and, per sample step, (key of the output holding it, position of its first model token)."""
+    rows: list[dict[str, Any]] = []
+    steps: list[tuple[str, list[int]]] = []
+    session = 0
+    for g, group in enumerate(sample.groups):
+        uid = f"{prefix}task{g}"
+        for i, traj in enumerate(group):
+            response, mask, scores, firsts = [], [], [], []
+            for k, (length, anchor, reward) in enumerate(zip(traj.lengths, traj.anchors, traj.step_rewards, strict=True)):
+                response += list(anchor)
+                mask += [0] * len(anchor)
+                firsts.append(len(response))
+                response += [MODEL_TOKEN + k] * length
+                mask += [1] * length
+                scores += [0.0] * (len(anchor) + length - 1) + [reward]
+            if sample.level == "outcome" and i % 2 and len(response) > 1:  # two outputs sharing the model tokens
+                half = len(response) // 2
+                parts = [(response[:half], mask[:half]), (response[half:], mask[half:])]
+                firsts = [0]
+            else:
+                parts = [(response, mask)]
+            for index, (tokens, tokens_mask) in enumerate(parts):
+                key = f"{uid}_{session}_{index}"
+                row = {"key": key, "uid": uid, "prompt": list(PROMPT), "response": tokens, "mask": tokens_mask, "reward": traj.reward}
+                if sample.level == "step":  # per-turn rewards at each turn's last token, as a per-turn reward manager leaves them
+                    row["scores"] = scores
+                rows.append(row)
+            steps += [(f"{uid}_{session}_{len(parts) - 1}", [t]) for t in firsts]
+            session += 1
+    return rows, steps
+
+
+def _store(rows: list[dict[str, Any]], partition: str, pad: int, order: np.ndarray) -> Any:
+    """Put ``rows`` (in ``order``) into TransferQueue as verl's v1 agent loop does; with ``pad``, verl's ``_balance_batch`` pads and reorders."""
+    from transfer_queue import KVBatchMeta
+    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    tq = _transfer_queue()
+    rows = [rows[i] for i in order]
+    fields, tags = [], []
+    for row in rows:
+        turns = sum(1 for t, m in enumerate(row["mask"]) if m and (t == 0 or not row["mask"][t - 1]))
+        output = AgentLoopOutput(
+            prompt_ids=row["prompt"],
+            response_ids=row["response"],
+            response_mask=row["mask"],
+            response_logprobs=[0.0] * len(row["response"]),
+            reward_score=row["reward"],
+            num_turns=2 * turns,
+            metrics=AgentLoopMetrics(),
+            extra_fields={},
+        )
+        field = output.as_dict()
+        field.update(uid=row["uid"], session_id=int(row["key"].rsplit("_", 2)[1]))
+        field["loss_mask"] = field["response_mask"]
+        field["old_log_probs"] = torch.zeros(len(row["response"]))
+        if "scores" in row:
+            field["rm_scores"] = torch.tensor(row["scores"], dtype=torch.float32)
+        fields.append(field)
+        length = len(row["prompt"]) + len(row["response"])
+        tags.append({"status": "success", "prompt_len": len(row["prompt"]), "response_len": len(row["response"]), "seq_len": length})
+    keys = [row["key"] for row in rows]
+    tq.kv_batch_put(keys=keys, partition_id=partition, fields=list_of_dict_to_tensordict(fields), tags=tags)
+    batch = KVBatchMeta(keys=keys, tags=tags, partition_id=partition)
+    if not pad:
+        return batch
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    balancer = PPOTrainerSync.__new__(PPOTrainerSync)
+    balancer.config = _base_config()
+    balancer.actor_rollout_wg = SimpleNamespace(_dispatch_info={"actor": list(range(len(rows) + pad))})  # data-parallel ranks
+    balancer.use_critic, balancer.global_steps = False, -1
+    balancer.tokenizer = SimpleNamespace(eos_token_id=EOS)
+    return balancer._balance_batch(batch, metrics={})
+
+
+def _compute(call: Call, sample: Sample, state: Mapping[str, Any] | None, pad: int) -> Output:
+    from .estimator_state import verl_estimator_state
+
+    held = verl_estimator_state()
+    if state is None:
+        held.clear()
+    else:
+        held.load_state_dict(state)
+    n = next(_calls)
+    rows, steps = _outputs(sample, f"c{n}")
+    partition = f"conformance_{n}"
+    batch = _store(rows, partition, pad, np.random.default_rng(n).permutation(len(rows)))
+    tq = _transfer_queue()
+    try:
+        out = _trainer(call)._compute_advantage(batch, metrics={})
+        got = tq.kv_batch_get(keys=out.keys, partition_id=out.partition_id, select_fields=["advantages"])["advantages"].unbind(0)
+        by_key = {key: values.to(torch.float64).numpy() for key, values in zip(out.keys, got, strict=True)}
+    finally:
+        tq.kv_clear(keys=list(batch.keys), partition_id=partition)
+    values = np.array([by_key[key][positions[0]] for key, positions in steps])
+    padding = np.concatenate([v for k, v in by_key.items() if k.startswith("pad")]) if pad else None
+    return Output(values, held.state_dict(), padding)
+
+
+def _run(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
+    return _compute(call, sample, state, 0)
+
+
+def _pad(call: Call, sample: Sample, n: int) -> Output:
+    return _compute(call, sample, None, n)
+
+
+def paths() -> list[Path]:
+    """verl's v1 path (slow: every call goes through TransferQueue)."""
+    return [
+        Path(
+            "verl_v1",
+            "path",
+            "verl",
+            "verl's v1 PPOTrainer._compute_advantage on a real TransferQueue: shuffled rows, multi-output sessions, padding",
+            _run,
+            dtype="float32",
+            max_reward=FLOAT32_MAX / 64,
+            keeps_state=True,
+            pad=_pad,
+            configure=verl_check_options,
+            fast_configure=False,
+        )
+    ]

@@ -1,0 +1,86 @@
+"""The conformance matrix on verl's and TRL's paths: every cell holds, is declared, or is a known failure.
+
+``RLLM_CONFORMANCE=full`` (``make conformance``) runs the full budget, ``rllm-plugins verl-check`` on every
+hostile option value included; the default is the fast sample.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("verl")
+pytest.importorskip("trl")
+
+from rllm_plugins.discovery import manager
+from rllm_plugins.spec import AdvEstimatorSpec
+from rllm_plugins.testing.matrix import FAST, FULL, KNOWN_FAILURES, RELATIONS, entry_of, estimator_table, installed_paths, path_table, run_cell, run_matrix
+
+FULL_MATRIX = os.environ.get("RLLM_CONFORMANCE") == "full"
+BUDGET = FULL if FULL_MATRIX else FAST
+SLOW_PATHS = {"verl_v1"}  # every call goes through TransferQueue: the fast sample runs a few estimators there
+FAST_ON_SLOW_PATHS = ("grpo", "rloo", "prpo", "gigpo", "step_reinforce")
+
+
+@pytest.fixture(scope="module")
+def adapter_paths():
+    from rllm_verl.conformance_v1 import close
+
+    yield {p.name: p for p in installed_paths()}
+    close()  # the Ray and TransferQueue the v1 path started
+
+
+@pytest.mark.parametrize("framework", ["verl", "trl"])
+def test_every_adapter_cell_holds_is_declared_or_known(adapter_paths, framework):
+    paths = [p for p in adapter_paths.values() if p.framework == framework and p.name not in SLOW_PATHS]
+    cells = run_matrix(estimator_table(), paths, BUDGET)
+    failing = [str(c) for c in cells if c.status == "FAIL"]
+    assert not failing, "\n".join(failing)
+    assert sum(c.status == "PASS" for c in cells) > 60
+
+
+def test_every_v1_cell_holds_is_declared_or_known(adapter_paths):
+    entries = [e for e in estimator_table() if FULL_MATRIX or e.name in FAST_ON_SLOW_PATHS]
+    cells = run_matrix(entries, [adapter_paths["verl_v1"]], BUDGET)
+    failing = [str(c) for c in cells if c.status == "FAIL"]
+    assert not failing, "\n".join(failing)
+    assert sum(c.status == "PASS" for c in cells) >= 4 * len(entries)
+
+
+def test_the_adapters_contribute_their_paths(adapter_paths):
+    assert set(adapter_paths) == {"verl_legacy", "verl_step_bridge", "verl_v1", "trl_outcome", "trl_turn"}
+
+
+def test_known_failures_name_installed_paths():
+    names = {p.name for p in path_table()}
+    assert {path for _, path, _ in KNOWN_FAILURES} <= names
+
+
+def _half_list(rewards, **_):
+    out = [np.asarray(r, dtype=np.float64) / 2 for r in rewards]
+    return out, out
+
+
+def _whole_batched(values, offsets, **_):
+    return np.asarray(values, dtype=np.float64)
+
+
+@pytest.fixture
+def two_forms():
+    """An estimator whose batched form (the adapters') differs from its list form (the collector's)."""
+    from rllm_verl.registration import register_estimators_into_verl
+
+    spec = AdvEstimatorSpec("conformance_two_forms", fn=_half_list, batched=_whole_batched)
+    manager.add_user_estimator(manager.Estimator(spec, manager.Provider("tests", kind="user")))
+    register_estimators_into_verl()
+    yield spec.name
+    manager.remove_user_estimator(spec.name)
+
+
+@pytest.mark.parametrize("path", ["verl_legacy", "verl_v1", "trl_outcome"])
+def test_an_adapter_path_that_disagrees_with_the_collector_fails_its_cell(adapter_paths, two_forms, path):
+    relation = next(r for r in RELATIONS if r.name == "equals_collector")
+    cell = run_cell(entry_of(two_forms), adapter_paths[path], relation, FAST)
+    assert cell.status == "FAIL" and "expected" in cell.message

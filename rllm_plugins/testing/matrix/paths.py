@@ -1,0 +1,305 @@
+"""The path table of the conformance matrix: the ways an estimator's advantages are computed, and the wrappers around them.
+
+A :class:`Path` takes a :class:`Call` (estimator name and options) and a :class:`~.samples.Sample`, encodes
+the sample as its framework does, runs, and returns the advantages flat, one per step (:class:`Output`). The
+core contributes the paths below; an adapter contributes its own through the entry-point group
+:data:`PATHS_GROUP` (``name = "module:function"``, ``function() -> list[Path]``), so the core never imports
+an adapter: ``rllm_verl`` adds verl's ``compute_advantage``, ``rllm_trl`` TRL's outcome and turn paths.
+
+Core paths: ``collector`` (the reference), ``list_form`` and ``batched_form`` (the spec's two forms called
+directly); wrappers: ``composite_term`` (``composite([[e, 1.0, options]])``), ``gdpo_one_key`` (one named
+reward, ``normalize_then_sum``: the estimator, then whitening over the role) and ``per_role_map`` (the
+estimator for one role of ``estimator_map`` beside another role).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+
+from ...advantage import collect_reward_and_advantage_from_trajectory_groups
+from ...calling import call_with_accepted_kwargs
+from ...config import AlgorithmConfig
+from ...registry import get_estimator
+from ...segments import offsets_from_sizes
+from ...steps.forms import batch_from_lists
+from ...types import Step, Trajectory, TrajectoryGroup
+from .samples import MODEL_TOKEN, Sample
+
+__all__ = ["COLLECTOR", "PATHS_GROUP", "PROMPT", "Call", "Output", "Path", "core_paths", "installed_paths", "path_table"]
+
+PATHS_GROUP = "rllm_plugins.conformance_paths"
+PROMPT = (1, 2)  # the prompt token ids of every task group (the anchor of every first step)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One estimator call: its registered ``name`` and ``options`` (estimator keyword arguments)."""
+
+    name: str
+    options: Mapping[str, Any]
+
+    @property
+    def level(self) -> str:
+        return get_estimator(self.name).spec.level
+
+    @property
+    def stateful(self) -> bool:
+        return get_estimator(self.name).spec.stateful
+
+
+@dataclass
+class Output:
+    """Advantages float64 ``(S,)`` one per step of the sample, the state after the call (stateful paths) and the padding rows' advantages."""
+
+    advantages: np.ndarray
+    state: dict[str, Any] | None = None
+    padding: np.ndarray | None = None
+
+
+Runner = Callable[[Call, Sample, "Mapping[str, Any] | None"], Output]
+
+
+@dataclass(frozen=True)
+class Path:
+    """One path or wrapper.
+
+    ``run(call, sample, state)`` -> :class:`Output` (``state``: what a previous ``Output.state`` held, None at first);
+    ``levels`` the estimator levels it takes; ``dtype`` the float type it computes its output in (the tolerance of
+    every comparison); ``max_reward`` the largest reward its input type holds; ``keeps_state`` whether it carries a
+    stateful estimator's state; ``pad(call, sample, n)`` runs with ``n`` rows without model tokens appended (their
+    advantages in ``Output.padding``); ``configure(name, options)`` runs the path's config-time checks;
+    ``reference(collector_advantages, sample)`` what the collector's output becomes on this path (default: itself);
+    ``run_composite`` how the same framework runs a ``composite`` of this path's estimators when the path itself
+    takes no step-level estimator (verl routes it to the step bridge, TRL to its turn path).
+    """
+
+    name: str
+    kind: str  # "path" or "wrapper"
+    framework: str
+    description: str
+    run: Runner
+    levels: tuple[str, ...] = ("outcome", "step")
+    dtype: str = "float64"
+    max_reward: float = 1e300
+    keeps_state: bool = False
+    pad: Callable[[Call, Sample, int], Output] | None = None
+    configure: Callable[[str, Mapping[str, Any]], object] | None = field(default=None)
+    reference: Callable[[np.ndarray, Sample], np.ndarray] | None = field(default=None)
+    stateful: bool = True  # whether it takes stateful estimators at all
+    refuses: Mapping[str, str] = field(default_factory=dict)  # estimator name -> why this path does not take it
+    fast_configure: bool = True  # False: ``configure`` takes seconds (the fast sample skips it)
+    run_composite: Runner | None = None  # how this framework runs a composite (step-level) of the estimators this path takes
+
+    def not_applicable(self, call: Call) -> str | None:
+        """Why this path does not take ``call``'s estimator (None: it does)."""
+        if call.name in self.refuses:
+            return self.refuses[call.name]
+        if call.level not in self.levels:
+            return f"{call.level}-level estimators do not run on {self.name}"
+        if call.stateful and not self.stateful:
+            return f"{self.name} takes no stateful estimator"
+        return None
+
+
+def trajectory_groups(sample: Sample, role: str | None = None) -> list[TrajectoryGroup]:
+    """The sample as rLLM objects: one step per sample step (``response_ids`` its model tokens, ``metadata["anchor_state"]``)."""
+    groups = []
+    for g, group in enumerate(sample.groups):
+        trajectories = []
+        for traj in group:
+            steps = [
+                Step(
+                    prompt_ids=list(PROMPT),
+                    response_ids=[MODEL_TOKEN + k] * n,
+                    reward=0.0 if sample.level == "outcome" else r,
+                    metadata={"anchor_state": anchor if anchor else ("prompt",)},
+                )
+                for k, (r, n, anchor) in enumerate(zip(traj.step_rewards, traj.lengths, traj.anchors, strict=True))
+            ]
+            trajectories.append(Trajectory(steps=steps, reward=traj.reward))
+        groups.append(TrajectoryGroup(trajectories, group_id=f"task{g}" + (f":{role}" if role else "")))
+    return groups
+
+
+def step_advantages(groups: list[TrajectoryGroup]) -> np.ndarray:
+    """Every step's advantage, flat in (group, trajectory, step) order."""
+    return np.array([float(step.advantage) for group in groups for traj in group.trajectories for step in traj.steps], dtype=np.float64)
+
+
+def _config(call: Call, state: Mapping[str, Any] | None, **fields: Any) -> AlgorithmConfig:
+    config = AlgorithmConfig(estimator=call.name, estimator_kwargs=dict(call.options), **fields)
+    if state is not None:
+        config.estimator_state.load_state_dict(state)
+    return config
+
+
+def _collector(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
+    groups = trajectory_groups(sample)
+    config = _config(call, state)
+    collect_reward_and_advantage_from_trajectory_groups(groups, config)
+    return Output(step_advantages(groups), config.estimator_state.state_dict())
+
+
+def _configure_core(name: str, options: Mapping[str, Any]) -> None:
+    """The core's checks before any estimator runs: the config, then the collector's option checks (on no groups)."""
+    collect_reward_and_advantage_from_trajectory_groups([], AlgorithmConfig(estimator=name, estimator_kwargs=dict(options)))
+
+
+def _outcome_inputs(sample: Sample) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    rewards = [np.array([t.reward for t in group], dtype=np.float64) for group in sample.groups]
+    lengths = np.array([float(sum(t.lengths)) for group in sample.groups for t in group])
+    task_ids = np.array([f"task{g}" for g, group in enumerate(sample.groups) for _ in group], dtype=object)
+    return rewards, lengths, task_ids
+
+
+def _step_inputs(sample: Sample) -> tuple[list[np.ndarray], list[list[np.ndarray]], list[list[list[Any]]]]:
+    rewards = [np.array([t.reward for t in group], dtype=np.float64) for group in sample.groups]
+    step_rewards = [[np.array(t.step_rewards, dtype=np.float64) for t in group] for group in sample.groups]
+    anchors = [[[a if a else ("prompt",) for a in t.anchors] for t in group] for group in sample.groups]
+    return rewards, step_rewards, anchors
+
+
+def _flat(by_group: Any) -> np.ndarray:
+    return np.concatenate([np.asarray(a, dtype=np.float64).reshape(-1) for a in by_group]) if len(by_group) else np.zeros(0)
+
+
+def _per_step(sample: Sample, per_trajectory: np.ndarray) -> np.ndarray:
+    """One value per trajectory -> one per step (an outcome-level estimator's value on each of its steps)."""
+    return np.repeat(per_trajectory, [len(t.step_rewards) for group in sample.groups for t in group])
+
+
+def _list_form(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
+    spec = get_estimator(call.name).spec
+    options = dict(call.options)
+    if spec.level == "step":
+        rewards, step_rewards, anchors = _step_inputs(sample)
+        config = AlgorithmConfig(estimator=call.name)
+        advantages, _ = call_with_accepted_kwargs(
+            spec.list_form, rewards, step_rewards, anchors, algorithm_config=config, norm_adv_by_std_in_grpo=True, **options
+        )
+        return Output(_flat([a for group in advantages for a in group]))
+    rewards, _, task_ids = _outcome_inputs(sample)
+    groups = trajectory_groups(sample)
+    kwargs = {"rewards": rewards, "algorithm_config": AlgorithmConfig(estimator=call.name), "traj_groups": groups, "norm_adv_by_std_in_grpo": True}
+    if spec.stateful:
+        (advantages, _), new_state = call_with_accepted_kwargs(spec.list_form, state=dict(state or {}), task_ids=task_ids, **kwargs, **options)
+        return Output(_per_step(sample, _flat(advantages)), dict(new_state))
+    advantages, _ = call_with_accepted_kwargs(spec.list_form, **kwargs, **options)
+    return Output(_per_step(sample, _flat(advantages)))
+
+
+def _batched_form(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
+    spec = get_estimator(call.name).spec
+    options = {**call.options, "norm_adv_by_std_in_grpo": True}
+    if spec.level == "step":
+        batch = batch_from_lists(*_step_inputs(sample))
+        config = AlgorithmConfig(estimator=call.name)
+        return Output(np.asarray(call_with_accepted_kwargs(spec.batched_form, batch, algorithm_config=config, **options), dtype=np.float64))
+    rewards, lengths, task_ids = _outcome_inputs(sample)
+    values = np.concatenate(rewards)
+    offsets = offsets_from_sizes([r.size for r in rewards])
+    if spec.stateful:
+        advantages, new_state = call_with_accepted_kwargs(
+            spec.batched_form, values, offsets, state=dict(state or {}), lengths=lengths, task_ids=task_ids, **options
+        )
+        return Output(_per_step(sample, np.asarray(advantages, dtype=np.float64)), dict(new_state))
+    return Output(_per_step(sample, np.asarray(call_with_accepted_kwargs(spec.batched_form, values, offsets, lengths=lengths, **options), dtype=np.float64)))
+
+
+def _composite_term(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
+    term = Call("composite", {"terms": [[call.name, 1.0, dict(call.options)]]})
+    return _collector(term, sample, state)
+
+
+GDPO_KEY = "score"
+
+
+def _gdpo_one_key(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
+    groups = trajectory_groups(sample)
+    for group in groups:
+        for traj in group.trajectories:
+            traj.metadata = {"rewards": {GDPO_KEY: traj.reward}}
+    config = _config(call, state, multi_objective_aggregation="normalize_then_sum")
+    collect_reward_and_advantage_from_trajectory_groups(groups, config)
+    return Output(step_advantages(groups), config.estimator_state.state_dict())
+
+
+def whitened(advantages: np.ndarray, _sample: Sample) -> np.ndarray:
+    """GDPO's last step written plainly: ``(a - mean) / (sample std + 1e-6)`` over the role, 0 for fewer than two values."""
+    if advantages.size < 2:
+        return np.zeros_like(advantages)
+    mean = sum(advantages.tolist()) / advantages.size
+    std = (sum((a - mean) ** 2 for a in advantages.tolist()) / (advantages.size - 1)) ** 0.5
+    return (advantages - mean) / (std + 1e-6)
+
+
+OTHER_ROLE, ROLE = "judge", "solver"
+
+
+def _per_role_map(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
+    mine = trajectory_groups(sample, ROLE)
+    other = trajectory_groups(Sample(tuple((g[0],) * 2 for g in sample.groups), sample.level), OTHER_ROLE)
+    config = AlgorithmConfig(estimator="grpo", estimator_map={ROLE: call.name}, estimator_kwargs=dict(call.options))
+    if state is not None:
+        config.estimator_state.load_state_dict(state)
+    interleaved = [g for pair in zip(other, mine, strict=True) for g in pair]
+    collect_reward_and_advantage_from_trajectory_groups(interleaved, config)
+    return Output(step_advantages(mine), config.estimator_state.state_dict())
+
+
+COLLECTOR = Path(
+    "collector", "path", "core", "collect_reward_and_advantage_from_trajectory_groups (the reference)", _collector, keeps_state=True, configure=_configure_core
+)
+
+
+def core_paths() -> list[Path]:
+    """The core's paths and wrappers."""
+    return [
+        COLLECTOR,
+        Path("list_form", "path", "core", "the spec's list form, called as rLLM calls it", _list_form, keeps_state=True),
+        Path("batched_form", "path", "core", "the spec's batched form over flat values and offsets", _batched_form, keeps_state=True),
+        Path(
+            "composite_term",
+            "wrapper",
+            "core",
+            "composite([[e, 1.0, options]]) in the collector",
+            _composite_term,
+            keeps_state=True,
+            refuses={"composite": "a composite is no term of a composite"},
+        ),
+        Path(
+            "gdpo_one_key",
+            "wrapper",
+            "core",
+            "one named reward, normalize_then_sum (GDPO): e, then whitening",
+            _gdpo_one_key,
+            levels=("outcome",),
+            reference=whitened,
+            stateful=False,
+        ),
+        Path("per_role_map", "wrapper", "core", "estimator_map={role: e} beside a role running grpo", _per_role_map, keeps_state=True),
+    ]
+
+
+def installed_paths() -> list[Path]:
+    """The paths adapters contribute through :data:`PATHS_GROUP`; an adapter whose framework is missing contributes none."""
+    paths: list[Path] = []
+    for ep in sorted(metadata.entry_points(group=PATHS_GROUP), key=lambda ep: ep.name):
+        try:
+            contribute = ep.load()
+        except ModuleNotFoundError as error:  # the adapter's framework is not installed; a module of the adapter's own is a bug
+            if error.name is None or error.name.split(".")[0] == ep.module.split(".")[0]:
+                raise
+            continue
+        paths.extend(contribute())
+    return paths
+
+
+def path_table() -> list[Path]:
+    """Every path and wrapper: the core's, then the installed adapters'."""
+    return [*core_paths(), *installed_paths()]

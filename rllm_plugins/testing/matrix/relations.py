@@ -1,0 +1,287 @@
+"""The relations of the conformance matrix: what every (estimator, path) pair must satisfy, one function each.
+
+A relation returns ``""`` when it holds, else a message naming the seed and where the first difference is;
+:class:`NotApplicable` says why a pair has nothing to check. Tolerances follow the path's dtype.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from .estimators import EstimatorEntry
+from .paths import COLLECTOR, Call, Output, Path
+from .samples import Sample
+
+__all__ = ["FAST", "FULL", "PLACE_WORDS", "RELATIONS", "Budget", "NotApplicable", "Relation"]
+
+PLACE_WORDS = ("group", "trajectory", "row", "uid", "role", "completion", "step", "turn", "key")
+RTOL = {"float64": 1e-9, "float32": 2e-5}
+
+
+class NotApplicable(Exception):  # noqa: N818 - a verdict, not an error
+    """The pair has nothing to check for this relation (the reason is the message)."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much of each relation runs: sample ``seeds``, reward ``scales`` (powers of 10), ``hostile`` option values
+    (``hostile_slow`` on paths whose config check takes seconds, as ``verl-check``'s Hydra composition)."""
+
+    seeds: tuple[int, ...]
+    scales: tuple[int, ...]
+    hostile: tuple[Any, ...]
+    hostile_slow: tuple[Any, ...]
+
+
+HOSTILE = (10**400, float("nan"), True, "1")
+FAST = Budget(seeds=(0,), scales=(-300, -30, 30, 150, 300), hostile=HOSTILE, hostile_slow=())
+FULL_HOSTILE = (*HOSTILE, float("inf"), float("-inf"))
+FULL = Budget(seeds=tuple(range(6)), scales=tuple(range(-300, 301, 15)), hostile=FULL_HOSTILE, hostile_slow=FULL_HOSTILE)
+BASE_SCALE = 10  # the scale relation compares against rewards x 1e10 (where an epsilon no longer matters)
+
+
+def _call(entry: EstimatorEntry) -> Call:
+    return Call(entry.name, entry.options)
+
+
+def _run(path: Path, call: Call, sample: Sample, state: Any = None) -> Output | str:
+    """The path's output, or ``"raised ValueError: ..."`` when it refuses (any other exception propagates: a finding)."""
+    try:
+        return path.run(call, sample, state)
+    except ValueError as e:
+        return f"raised ValueError: {e}"
+
+
+def _tolerance(path: Path, scale: float) -> tuple[float, float]:
+    rtol = RTOL.get(path.dtype, 1e-9)
+    return rtol, rtol * max(scale, 1e-300)
+
+
+def _difference(got: np.ndarray, want: np.ndarray, path: Path, what: str) -> str:
+    if got.shape != want.shape:
+        return f"{what}: {got.size} advantages for {want.size} steps"
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    rtol, atol = _tolerance(path, scale)
+    bad = ~np.isclose(got, want, rtol=rtol, atol=atol)
+    if not bad.any():
+        return ""
+    s = int(np.flatnonzero(bad)[0])
+    return f"{what}: step {s} (flat) got {got[s]!r}, expected {want[s]!r}"
+
+
+def _reference(entry: EstimatorEntry, sample: Sample) -> Output | str:
+    return _run(COLLECTOR, _call(entry), sample)
+
+
+def equals_collector(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
+    """The path gives the collector's advantages on the same trajectories (to its dtype's tolerance), or both refuse."""
+    if path.name == "collector":
+        raise NotApplicable("the reference")
+    for seed in budget.seeds:
+        sample = entry.sample(seed)
+        want, got = _reference(entry, sample), _run(path, _call(entry), sample)
+        if isinstance(want, str) or isinstance(got, str):
+            if isinstance(want, str) and isinstance(got, str):
+                continue
+            return f"seed {seed}: collector {want if isinstance(want, str) else 'ran'}, {path.name} {got if isinstance(got, str) else 'ran'}"
+        expected = path.reference(want.advantages, sample) if path.reference else want.advantages
+        message = _difference(got.advantages, expected, path, f"seed {seed}")
+        if message:
+            return message
+    return ""
+
+
+PAD_ROWS = 3
+
+
+def no_token_rows(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
+    """Rows without model tokens (padding) change nothing for the real rows, get 0, and leave the state as it was."""
+    if path.pad is None:
+        raise NotApplicable(f"{path.name} has no rows without model tokens")
+    for seed in budget.seeds:
+        sample = entry.sample(seed)
+        base = _run(path, _call(entry), sample)
+        try:
+            padded: Output | str = path.pad(_call(entry), sample, PAD_ROWS)
+        except ValueError as e:
+            padded = f"raised ValueError: {e}"
+        if isinstance(base, str) or isinstance(padded, str):
+            if isinstance(base, str) and isinstance(padded, str):
+                continue
+            with_padding = padded if isinstance(padded, str) else "ran"
+            return f"seed {seed}: without padding {base if isinstance(base, str) else 'ran'}, with {PAD_ROWS} padding rows {with_padding}"
+        message = _difference(padded.advantages, base.advantages, path, f"seed {seed}, real rows beside {PAD_ROWS} padding rows")
+        if message:
+            return message
+        if padded.padding is not None and np.any(padded.padding != 0):
+            return f"seed {seed}: padding rows got advantages {padded.padding.tolist()}, expected 0"
+        if padded.state != base.state:
+            return f"seed {seed}: padding rows changed the state: {padded.state} instead of {base.state}"
+    return ""
+
+
+def permutation(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
+    """Shuffling the trajectories of each group (and the groups, where ``group_order_invariant``) shuffles the advantages alike."""
+    for seed in budget.seeds:
+        sample = entry.sample(seed)
+        shuffled, order = sample.permuted(np.random.default_rng(seed + 1000), groups=entry.spec.group_order_invariant)
+        base, got = _run(path, _call(entry), sample), _run(path, _call(entry), shuffled)
+        if isinstance(base, str) or isinstance(got, str):
+            if isinstance(base, str) and isinstance(got, str):
+                continue
+            return f"seed {seed}: in order {base if isinstance(base, str) else 'ran'}, shuffled {got if isinstance(got, str) else 'ran'}"
+        message = _difference(got.advantages, base.advantages[order], path, f"seed {seed}, shuffled")
+        if message:
+            return message
+    return ""
+
+
+TERM_WEIGHTS = (0.25, -2.0)
+SECOND_TERMS = ("grpo", "step_reinforce")  # the other term: the first the path takes
+
+
+def composite_linear(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
+    """``composite([[e, a, opts], [f, b]])`` on the path is ``a * e + b * f`` on the same path (``f``: grpo, or step_reinforce on step-only paths)."""
+    if entry.name == "composite":
+        raise NotApplicable("composite is the wrapper itself")
+    if path.kind != "path":
+        raise NotApplicable("composite runs on paths, not inside another wrapper")
+    other = next((Call(name, {}) for name in SECOND_TERMS if path.not_applicable(Call(name, {})) is None), None)
+    if other is None:
+        raise NotApplicable(f"{path.name} takes none of {SECOND_TERMS} as the second term")
+    composite = Call("composite", {"terms": [[entry.name, TERM_WEIGHTS[0], dict(entry.options)], [other.name, TERM_WEIGHTS[1]]]})
+    reason = None if path.run_composite else path.not_applicable(composite)
+    if reason:
+        raise NotApplicable(reason)
+    on_composite = replace(path, run=path.run_composite) if path.run_composite else path
+    for seed in budget.seeds:
+        sample = entry.sample(seed)
+        alone, second, both = _run(path, _call(entry), sample), _run(path, other, sample), _run(on_composite, composite, sample)
+        if isinstance(alone, str) or isinstance(both, str) or isinstance(second, str):
+            if isinstance(alone, str) and isinstance(both, str):
+                continue
+            return f"seed {seed}: e alone {alone if isinstance(alone, str) else 'ran'}, in composite {both if isinstance(both, str) else 'ran'}"
+        expected = TERM_WEIGHTS[0] * alone.advantages + TERM_WEIGHTS[1] * second.advantages
+        message = _difference(both.advantages, expected, path, f"seed {seed}, composite of weights {TERM_WEIGHTS}")
+        if message:
+            return message
+    return ""
+
+
+CALLS = 4
+
+
+def state_roundtrip(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
+    """Saving the state (as JSON) after any call of a sequence and continuing from it equals the uninterrupted sequence."""
+    if not entry.spec.stateful:
+        raise NotApplicable("not stateful")
+    if not path.keeps_state:
+        raise NotApplicable(f"{path.name} keeps no state")
+    for seed in budget.seeds:
+        samples = [entry.sample(seed * CALLS + i) for i in range(CALLS)]
+        straight, state = [], None
+        for sample in samples:
+            out = path.run(_call(entry), sample, state)
+            straight.append(out.advantages)
+            state = out.state
+        for cut in range(1, CALLS):
+            state = None
+            for i, sample in enumerate(samples):
+                if i == cut:
+                    state = json.loads(json.dumps(state))
+                out = path.run(_call(entry), sample, state)
+                state = out.state
+                if not np.array_equal(out.advantages, straight[i]):
+                    return f"seed {seed}: state saved and restored before call {cut}: call {i} differs from the uninterrupted sequence"
+    return ""
+
+
+def _names_a_place(message: str) -> bool:
+    return any(word in message for word in PLACE_WORDS)
+
+
+def scale(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
+    """Rewards x 10^k give the advantages of rewards x 1e10, or those times 10^(k-10) (scale-equivariant), or a ValueError naming the place.
+
+    For k < 10 (an epsilon may matter there) the advantages must be finite, or a ValueError naming the place.
+    """
+    for seed in budget.seeds:
+        sample = entry.sample(seed)
+        if sample.max_abs_reward == 0:
+            continue
+        base_sample = sample.scaled(10.0**BASE_SCALE)
+        base = _run(path, _call(entry), base_sample) if base_sample.max_abs_reward <= path.max_reward else "not representable"
+        for k in budget.scales:
+            factor = 10.0**k
+            scaled = sample.scaled(factor)
+            if scaled.max_abs_reward > path.max_reward or not math.isfinite(scaled.max_abs_reward):
+                continue
+            try:
+                out = path.run(_call(entry), scaled, None)
+            except ValueError as e:
+                if not _names_a_place(str(e)):
+                    return f"seed {seed}, rewards x 1e{k}: ValueError names no place ({', '.join(PLACE_WORDS)}): {e}"
+                continue
+            got = out.advantages
+            if not np.isfinite(got).all():
+                return f"seed {seed}, rewards x 1e{k}: non-finite advantage {got[~np.isfinite(got)][0]} without a ValueError"
+            if k < BASE_SCALE or isinstance(base, str):
+                continue
+            same = _difference(got, base.advantages, path, "")
+            scaled_too = _difference(got, base.advantages * 10.0 ** (k - BASE_SCALE), path, "")
+            if same and scaled_too:
+                return f"seed {seed}, rewards x 1e{k}: advantages changed silently against rewards x 1e{BASE_SCALE}{same}"
+    return ""
+
+
+def hostile_options(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
+    """Every numeric option given as a huge int, NaN, inf, a bool or a str is a ``ValueError`` naming the option, at config time."""
+    if path.configure is None:
+        raise NotApplicable(f"{path.name} has no config time")
+    values = budget.hostile if path.fast_configure else budget.hostile_slow
+    if not values:
+        raise NotApplicable(f"{path.name}'s config check takes seconds: only in the full matrix (make conformance)")
+    if not entry.numeric_options:
+        raise NotApplicable("no numeric option")
+    for option in entry.numeric_options:
+        for value in values:
+            shown = "10**400" if isinstance(value, int) and not isinstance(value, bool) and value > 1e308 else repr(value)
+            try:
+                path.configure(entry.name, {**entry.options, option: value})
+            except ValueError as e:
+                if option not in str(e):
+                    return f"{option}={shown}: the ValueError does not name the option: {e}"
+                continue
+            except Exception as e:  # any other exception is the finding
+                return f"{option}={shown}: raised {type(e).__name__} instead of ValueError: {e}"
+            return f"{option}={shown}: accepted at config time"
+    return ""
+
+
+@dataclass(frozen=True)
+class Relation:
+    """One relation: ``name``, what it demands, and ``check(entry, path, budget) -> "" | message``."""
+
+    name: str
+    check: Callable[[EstimatorEntry, Path, Budget], str]
+
+    @property
+    def description(self) -> str:
+        return (self.check.__doc__ or "").strip().splitlines()[0]
+
+
+RELATIONS: Sequence[Relation] = (
+    Relation("equals_collector", equals_collector),
+    Relation("no_token_rows", no_token_rows),
+    Relation("permutation", permutation),
+    Relation("composite_linear", composite_linear),
+    Relation("state_roundtrip", state_roundtrip),
+    Relation("scale", scale),
+    Relation("hostile_options", hostile_options),
+)

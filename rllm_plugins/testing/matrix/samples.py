@@ -1,0 +1,108 @@
+"""Sample inputs of the conformance matrix: task groups of trajectories, the same data every path encodes its own way.
+
+A :class:`Sample` holds task groups; a :class:`Traj` its outcome reward, one reward per step (turn), the number
+of model tokens of each step and the anchor of each step (the environment tokens right before it; ``()`` for
+the first step, anchored at the prompt). Rewards are multiples of 1/8, exact in float32, so that paths that
+compute in float32 see the same numbers. An outcome-level sample has one step per trajectory; a step-level
+sample's outcome is the sum of its step rewards (verl's rule: a row's reward is its token rewards' sum).
+
+Advantages are compared flat, one value per step in (group, trajectory, step) order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+__all__ = ["ENV_TOKENS", "Sample", "Traj", "generate"]
+
+ENV_TOKENS = (3, 4)  # the vocabulary of environment segments: small, so anchor states repeat
+MODEL_TOKEN = 10  # model token ids are MODEL_TOKEN + the step's index (never an environment token)
+
+
+@dataclass(frozen=True)
+class Traj:
+    """One trajectory: ``reward`` (outcome), per step ``step_rewards``, ``lengths`` (model tokens, >= 1) and ``anchors``."""
+
+    reward: float
+    step_rewards: tuple[float, ...]
+    lengths: tuple[int, ...]
+    anchors: tuple[tuple[int, ...], ...]
+
+    def scaled(self, factor: float) -> Traj:
+        return replace(self, reward=self.reward * factor, step_rewards=tuple(r * factor for r in self.step_rewards))
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Task groups of trajectories (``level``: ``"outcome"``, one step each, or ``"step"``)."""
+
+    groups: tuple[tuple[Traj, ...], ...]
+    level: str
+
+    @property
+    def num_steps(self) -> int:
+        return sum(len(t.step_rewards) for g in self.groups for t in g)
+
+    @property
+    def max_abs_reward(self) -> float:
+        values = [abs(x) for g in self.groups for t in g for x in (t.reward, *t.step_rewards)]
+        return max(values, default=0.0)
+
+    def scaled(self, factor: float) -> Sample:
+        return replace(self, groups=tuple(tuple(t.scaled(factor) for t in g) for g in self.groups))
+
+    def step_positions(self) -> list[list[list[int]]]:
+        """``[group][trajectory]`` -> the flat positions of its steps."""
+        out, at = [], 0
+        for group in self.groups:
+            rows = []
+            for traj in group:
+                rows.append(list(range(at, at + len(traj.step_rewards))))
+                at += len(traj.step_rewards)
+            out.append(rows)
+        return out
+
+    def permuted(self, rng: np.random.Generator, *, groups: bool) -> tuple[Sample, np.ndarray]:
+        """The trajectories of every group shuffled (and the groups too when ``groups``), with ``order``:
+        the permuted sample's flat step ``s`` is the original's step ``order[s]``."""
+        positions = self.step_positions()
+        group_order = rng.permutation(len(self.groups)) if groups else np.arange(len(self.groups))
+        new_groups, order = [], []
+        for g in group_order.tolist():
+            traj_order = rng.permutation(len(self.groups[g])).tolist()
+            new_groups.append(tuple(self.groups[g][i] for i in traj_order))
+            for i in traj_order:
+                order.extend(positions[g][i])
+        return replace(self, groups=tuple(new_groups)), np.array(order, dtype=np.int64)
+
+
+def _reward(rng: np.random.Generator, binary: bool) -> float:
+    return float(rng.integers(0, 2)) if binary else float(rng.integers(-16, 25)) / 8
+
+
+def generate(seed: int, level: str, sizes: Sequence[int], *, binary: bool = False) -> Sample:
+    """A sample of 2-4 task groups with sizes drawn from ``sizes``; rewards 0/1 when ``binary``, else multiples of 1/8 in [-2, 3].
+
+    Outcome level: one step per trajectory. Step level: 1-3 steps, step rewards in {0, 1/2, 1} (0/1 when
+    ``binary``), anchors drawn from :data:`ENV_TOKENS` (so some steps share an anchor group).
+    """
+    rng = np.random.default_rng(seed)
+    groups = []
+    for _ in range(int(rng.integers(2, 5))):
+        trajs = []
+        for _ in range(int(rng.choice(list(sizes)))):
+            if level == "outcome":
+                reward = _reward(rng, binary)
+                trajs.append(Traj(reward, (reward,), (int(rng.integers(1, 6)),), ((),)))
+                continue
+            steps = int(rng.integers(1, 4))
+            last = [float(rng.integers(0, 2))]
+            step_rewards = tuple([0.0] * (steps - 1) + last) if binary else tuple(float(x) / 2 for x in rng.integers(0, 3, steps))
+            anchors = ((), *(tuple(int(x) for x in rng.choice(ENV_TOKENS, int(rng.integers(1, 3)))) for _ in range(steps - 1)))
+            lengths = tuple(int(x) for x in rng.integers(1, 4, steps))
+            trajs.append(Traj(float(sum(step_rewards)), step_rewards, lengths, anchors))
+        groups.append(tuple(trajs))
+    return Sample(tuple(groups), level)
