@@ -11,14 +11,15 @@ import pytest
 from rllm_trl import RLLMGRPOConfig
 
 from rllm_plugins.discovery.builtin import rllm_adv_estimators
-from rllm_plugins.options import estimator_options_of
+from rllm_plugins.options import spec_options
+from rllm_plugins.registry import get_estimator_spec
 
 BASE = {"output_dir": "unused", "use_cpu": True, "bf16": False}
-CASES = [(spec.name, option) for spec in rllm_adv_estimators() for option in estimator_options_of(spec.name).defaults]
+CASES = [(spec.name, option) for spec in rllm_adv_estimators() for option in spec_options(get_estimator_spec(spec.name)).defaults]
 
 
 def float_default(name: str, option: str) -> bool:
-    default = estimator_options_of(name).defaults[option]
+    default = spec_options(get_estimator_spec(name)).defaults[option]
     return isinstance(default, numbers.Real) and not isinstance(default, (bool, numbers.Integral))
 
 

@@ -1,6 +1,6 @@
 """Every option of every built-in estimator, given an int beyond the float64 range (``10**400``), is a ``ValueError`` naming it.
 
-The cases are generated from the options themselves (:func:`estimator_options_of`), so an option added later is covered.
+The cases are generated from the options themselves (:func:`rllm_plugins.options.spec_options`), so an option added later is covered.
 Before, ``math.isfinite(10**400)`` raised a raw ``OverflowError`` from the option checks of ``lam``, ``step_advantage_w``,
 ``epsilon``, ``min_std``, ``gamma``, ``f_norm`` and a composite weight.
 """
@@ -13,15 +13,16 @@ import pytest
 
 from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups
 from rllm_plugins.discovery.builtin import rllm_adv_estimators
-from rllm_plugins.options import check_estimator_kwargs, estimator_options_of
+from rllm_plugins.options import check_estimator_kwargs, spec_options
+from rllm_plugins.registry import get_estimator
 
 HUGE = (10**400, -(10**400))
-CASES = [(spec.name, option) for spec in rllm_adv_estimators() for option in estimator_options_of(spec.name).defaults]
+CASES = [(spec.name, option) for spec in rllm_adv_estimators() for option in spec_options(get_estimator(spec.name).spec).defaults]
 
 
 def real_default(name: str, option: str) -> bool:
     """Whether the option's default is a float (so any int beyond the float64 range is out of its type)."""
-    default = estimator_options_of(name).defaults[option]
+    default = spec_options(get_estimator(name).spec).defaults[option]
     return isinstance(default, numbers.Real) and not isinstance(default, (bool, numbers.Integral))
 
 
@@ -44,7 +45,7 @@ def test_the_cases_cover_the_options_named_in_the_overflow_report():
 def test_a_huge_int_option_is_refused_naming_it_or_computed(name, option, value):
     """Through the check every path shares (collector, TRL config, verl bridge), then the collector itself."""
     try:
-        check_estimator_kwargs(name, {option: value}, where="options", norm_field="norm")
+        check_estimator_kwargs({name: get_estimator(name)}, {option: value}, where="options", norm_field="norm")
     except ValueError as error:
         assert option in str(error), str(error)
         return
