@@ -95,7 +95,9 @@ def _value_problem(key: str, value: Any, default: Any) -> str | None:
     if isinstance(default, bool):
         return None if isinstance(value, (bool, np.bool_)) else f"must be a bool (True or False), got {shown}"
     if isinstance(default, numbers.Integral):
-        return None if isinstance(value, numbers.Integral) and not isinstance(value, bool) else f"must be an int, got {shown}"
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            return f"must be an int, got {shown}"
+        return None if is_finite_real(value) else f"must be an int within the float64 range, got {short_repr(value)}"
     if isinstance(default, numbers.Real):
         if not is_plain_real(value):
             return f"must be a number, got {shown}{_as_float_hint(value)}"

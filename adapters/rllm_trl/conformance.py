@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rllm_plugins.needs import needs_of
 from rllm_plugins.state import EstimatorState
 from rllm_plugins.testing.matrix import Call, Output, Path, Sample
 from rllm_plugins.testing.matrix.paths import PROMPT
@@ -82,6 +83,7 @@ def _turns(call: Call, sample: Sample, idle_rows: bool) -> Output:
     G = _group_size(sample) + int(idle_rows)  # noqa: N806 - TRL's num_generations
     rows: list[tuple[list[int], list[int]]] = []
     rewards: list[float] = []
+    lengths: list[float] = []  # each completion's tokens, as TRL's batch carries them (a composite's length terms read them)
     overrides: list[dict[str, Any]] = []
     firsts: list[tuple[int, int]] = []
     idle: list[int] = []
@@ -91,15 +93,18 @@ def _turns(call: Call, sample: Sample, idle_rows: bool) -> Output:
                 tokens, tool_mask, starts = _completion(group[i])
                 firsts += [(len(rows), t) for t in starts]
                 rewards.append(group[i].reward)
+                lengths.append(float(sum(group[i].lengths)))
                 overrides.append({TURN_REWARDS_KEY: list(group[i].step_rewards)} if sample.level == "step" else {})
             elif idle_rows and i == G - 1:
                 idle.append(len(rows))
                 tokens, tool_mask = [3, 4], [0, 0]
                 rewards.append(0.0)
+                lengths.append(1.0)
                 overrides.append({})
             else:  # a fill row: unscorable
                 tokens, tool_mask = [MODEL_TOKEN], [1]
                 rewards.append(float("nan"))
+                lengths.append(1.0)
                 overrides.append({})
             rows.append((tokens, tool_mask))
     width = max(len(t) for t, _ in rows)
@@ -112,12 +117,16 @@ def _turns(call: Call, sample: Sample, idle_rows: bool) -> Output:
         tool_mask[b, : len(tools)] = tools
     prompt_ids = np.array([list(PROMPT)] * len(rows), dtype=np.int64)
     turns = local_turns(completion_mask, tool_mask)
-    needs_anchors = get_estimator(call.name).spec.needs_anchors
+    options = {**call.options, "norm_adv_by_std_in_grpo": True}
+    needs = needs_of(get_estimator(call.name).spec, options)  # what the mixin hands it (a composite's terms: anchors, lengths, a state)
     described = row_turns(
-        completion_ids, completion_mask, turns, overrides, with_anchors=needs_anchors, prompt_ids=prompt_ids, prompt_mask=np.ones_like(prompt_ids)
+        completion_ids, completion_mask, turns, overrides, with_anchors=needs.anchors, prompt_ids=prompt_ids, prompt_mask=np.ones_like(prompt_ids)
     )
     reward_array = torch.tensor(rewards, dtype=torch.float32).to(torch.float64).numpy()  # TRL's rewards are float32
-    result = step_advantages(described, reward_array, G, call.name, {**call.options, "norm_adv_by_std_in_grpo": True})
+    task_ids = np.array([f"task{g}" for g in range(len(sample.groups)) for _ in range(G)], dtype=object)
+    result = step_advantages(
+        described, reward_array, G, call.name, options, lengths=np.array(lengths), task_ids=task_ids, state=EstimatorState() if needs.state else None
+    )
     tokens = spread_local(result, described, 0, turns).astype(np.float64)
     padding = tokens[idle].reshape(-1) if idle_rows else None
     return Output(np.array([tokens[b, t] for b, t in firsts]), None, padding)
@@ -164,5 +173,6 @@ def paths() -> list[Path]:
             pad=_turn_padded,
             configure=trl_config_options,
             stateful=False,
+            critic=False,
         ),
     ]

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..calling import is_finite_real, short_repr
 from ..scaled import power_of_two_scale
 from ..segments import GroupLayout
 from ..spec import list_form_of
@@ -42,6 +43,8 @@ def _check_k(k: object) -> int:
         raise ValueError(f"estimator 'pkpo': k must be an int (the k of pass@k), got {type(k).__name__} {k!r}")
     if k < 1:
         raise ValueError(f"estimator 'pkpo': k must be at least 1, got {k}")
+    if not is_finite_real(k):  # pass@k of more samples than float64 can count: no group holds them
+        raise ValueError(f"estimator 'pkpo': k must be an int within the float64 range (at most the group size), got {short_repr(k)}")
     return int(k)
 
 

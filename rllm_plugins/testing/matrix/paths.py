@@ -15,7 +15,7 @@ estimator for one role of ``estimator_map`` beside another role).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from typing import Any
 
@@ -24,6 +24,7 @@ import numpy as np
 from ...advantage import collect_reward_and_advantage_from_trajectory_groups
 from ...calling import call_with_accepted_kwargs
 from ...config import AlgorithmConfig
+from ...needs import needs_of
 from ...registry import get_estimator
 from ...segments import offsets_from_sizes
 from ...steps.forms import batch_from_lists
@@ -50,6 +51,10 @@ class Call:
     @property
     def stateful(self) -> bool:
         return get_estimator(self.name).spec.stateful
+
+    @property
+    def needs_values(self) -> bool:
+        return get_estimator(self.name).spec.needs_values
 
 
 @dataclass
@@ -94,6 +99,7 @@ class Path:
     refuses: Mapping[str, str] = field(default_factory=dict)  # estimator name -> why this path does not take it
     fast_configure: bool = True  # False: ``configure`` takes seconds (the fast sample skips it)
     run_composite: Runner | None = None  # how this framework runs a composite (step-level) of the estimators this path takes
+    critic: bool = True  # whether the framework has a critic: False refuses value-based estimators (TRL)
 
     def not_applicable(self, call: Call) -> str | None:
         """Why this path does not take ``call``'s estimator (None: it does)."""
@@ -103,6 +109,8 @@ class Path:
             return f"{call.level}-level estimators do not run on {self.name}"
         if call.stateful and not self.stateful:
             return f"{self.name} takes no stateful estimator"
+        if call.needs_values and not self.critic:
+            return f"{self.name} has no critic: value-based estimators are refused at config time"
         return None
 
 
@@ -176,12 +184,14 @@ def _per_step(sample: Sample, per_trajectory: np.ndarray) -> np.ndarray:
 def _list_form(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
     spec = get_estimator(call.name).spec
     options = dict(call.options)
-    if spec.level == "step":
+    if spec.level == "step":  # what it reads with these options (a composite's terms: lengths, a state) from the groups
         rewards, step_rewards, anchors = _step_inputs(sample)
-        config = AlgorithmConfig(estimator=call.name)
-        advantages, _ = call_with_accepted_kwargs(
-            spec.list_form, rewards, step_rewards, anchors, algorithm_config=config, norm_adv_by_std_in_grpo=True, **options
-        )
+        kwargs = {"algorithm_config": AlgorithmConfig(estimator=call.name), "traj_groups": trajectory_groups(sample), "norm_adv_by_std_in_grpo": True}
+        if needs_of(spec, options).state:
+            kwargs.update(state=dict(state or {}), task_ids=_outcome_inputs(sample)[2])
+            (advantages, _), new_state = call_with_accepted_kwargs(spec.list_form, rewards, step_rewards, anchors, **kwargs, **options)
+            return Output(_flat([a for group in advantages for a in group]), dict(new_state))
+        advantages, _ = call_with_accepted_kwargs(spec.list_form, rewards, step_rewards, anchors, **kwargs, **options)
         return Output(_flat([a for group in advantages for a in group]))
     rewards, _, task_ids = _outcome_inputs(sample)
     groups = trajectory_groups(sample)
@@ -196,9 +206,17 @@ def _list_form(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> O
 def _batched_form(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
     spec = get_estimator(call.name).spec
     options = {**call.options, "norm_adv_by_std_in_grpo": True}
-    if spec.level == "step":
+    if spec.level == "step":  # what it reads with these options (a composite's terms: lengths, a state) in the batch
+        needs = needs_of(spec, call.options)
+        _, lengths, task_ids = _outcome_inputs(sample)
         batch = batch_from_lists(*_step_inputs(sample))
+        batch = replace(batch, lengths=lengths) if needs.lengths else batch
         config = AlgorithmConfig(estimator=call.name)
+        if needs.state:
+            advantages, new_state = call_with_accepted_kwargs(
+                spec.batched_form, batch, algorithm_config=config, state=dict(state or {}), task_ids=task_ids, **options
+            )
+            return Output(np.asarray(advantages, dtype=np.float64), dict(new_state))
         return Output(np.asarray(call_with_accepted_kwargs(spec.batched_form, batch, algorithm_config=config, **options), dtype=np.float64))
     rewards, lengths, task_ids = _outcome_inputs(sample)
     values = np.concatenate(rewards)
