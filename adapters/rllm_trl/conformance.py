@@ -173,6 +173,5 @@ def paths() -> list[Path]:
             pad=_turn_padded,
             configure=trl_config_options,
             stateful=False,
-            critic=False,
         ),
     ]

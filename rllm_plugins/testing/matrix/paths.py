@@ -99,7 +99,6 @@ class Path:
     refuses: Mapping[str, str] = field(default_factory=dict)  # estimator name -> why this path does not take it
     fast_configure: bool = True  # False: ``configure`` takes seconds (the fast sample skips it)
     run_composite: Runner | None = None  # how this framework runs a composite (step-level) of the estimators this path takes
-    critic: bool = True  # whether the framework has a critic: False refuses value-based estimators (TRL)
 
     def not_applicable(self, call: Call) -> str | None:
         """Why this path does not take ``call``'s estimator (None: it does)."""
@@ -109,8 +108,8 @@ class Path:
             return f"{call.level}-level estimators do not run on {self.name}"
         if call.stateful and not self.stateful:
             return f"{self.name} takes no stateful estimator"
-        if call.needs_values and not self.critic:
-            return f"{self.name} has no critic: value-based estimators are refused at config time"
+        if call.needs_values:  # else every path would refuse it alike, and "both refuse" would read as a pass
+            return "the samples carry no critic values: value-based estimators are pinned by their own tests on every path"
         return None
 
 
