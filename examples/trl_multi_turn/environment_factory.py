@@ -39,9 +39,7 @@ from game import MAX_TURNS, answer, hidden_digit, prompts
 from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from turn_table import turn_table
-from warm_start import build_tool_tokenizer, scripted_games, warm_start
-
-from rllm_plugins.tiny import build_tiny_model
+from warm_start import warm_tiny_model
 
 GIGPO_OPTIONS = {"gamma": 0.9, "step_advantage_w": 1.0}
 
@@ -80,17 +78,6 @@ def found_reward(completions: list[Any], environments: list[GuessEnvironment], *
 
 def dataset(count: int) -> Dataset:
     return Dataset.from_dict({"prompt": [[{"role": "user", "content": p}] for p in prompts(count)]})
-
-
-def build_warm_tiny_model(warm_start_steps: int) -> tuple[Any, Any]:
-    """The tiny tokenizer and model, the model warm-started on 64 scripted games (:mod:`warm_start`); prints the loss."""
-    tools, game_prompts = [GuessEnvironment.guess], dataset(10)["prompt"]
-    tokenizer = build_tool_tokenizer(game_prompts, tools)
-    model = build_tiny_model(tokenizer, seed=0)
-    games = scripted_games(tokenizer, game_prompts, tools, hidden_digit, count=64, seed=0)
-    first, last = warm_start(model, games, warm_start_steps)
-    print(f"warm start: {warm_start_steps} supervised steps on {len(games)} scripted games of random guesses, loss {first:.3f} -> {last:.3f}")
-    return tokenizer, model
 
 
 def build_trainer(model: Any, tokenizer: Any, steps: int, output_dir: str, estimator: str = "gigpo", max_completion_length: int = 192) -> RLLMGRPOTrainer:
@@ -133,7 +120,7 @@ def main(argv: list[str] | None = None) -> RLLMGRPOTrainer:
     parser.add_argument("--output-dir", default="trl_environment_out")
     options = parser.parse_args(argv)
     if options.model is None:
-        tokenizer, model = build_warm_tiny_model(options.warm_start_steps)
+        tokenizer, model = warm_tiny_model(dataset(10)["prompt"], [GuessEnvironment.guess], hidden_digit, options.warm_start_steps)
     else:
         tokenizer, model = AutoTokenizer.from_pretrained(options.model), AutoModelForCausalLM.from_pretrained(options.model)
     trainer = build_trainer(model, tokenizer, options.steps, options.output_dir, options.estimator, options.max_completion_length)

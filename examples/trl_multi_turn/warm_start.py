@@ -25,9 +25,9 @@ from game import MAX_TURNS, answer
 from transformers import PreTrainedTokenizerFast
 from trl.chat_template_utils import add_response_schema, qwen2_5_chat_template
 
-from rllm_plugins.tiny import build_tiny_tokenizer
+from rllm_plugins.tiny import build_tiny_model, build_tiny_tokenizer
 
-__all__ = ["SHORT_TOOL_TEMPLATE", "build_tool_tokenizer", "call_text", "scripted_games", "warm_start"]
+__all__ = ["SHORT_TOOL_TEMPLATE", "build_tool_tokenizer", "call_text", "scripted_games", "warm_start", "warm_tiny_model"]
 
 SHORT_TOOL_TEMPLATE = (
     "{% if tools %}<|im_start|>system\ntools:{% for tool in tools %} {{ (tool.function or tool).name }}{% endfor %}<|im_end|>\n{% endif %}"
@@ -134,3 +134,13 @@ def warm_start(
         optimizer.step()
         losses.append(loss.item())
     return losses[0], losses[-1]
+
+
+def warm_tiny_model(prompts: list[list[dict[str, str]]], tools: list[Callable[..., Any]], hidden: Callable[[str], int], steps: int) -> tuple[Any, Any]:
+    """The tiny tokenizer and model (seed 0), the model warm-started on 64 scripted games; prints the loss before and after."""
+    tokenizer = build_tool_tokenizer(prompts, tools)
+    model = build_tiny_model(tokenizer, seed=0)
+    games = scripted_games(tokenizer, prompts, tools, hidden, count=64, seed=0)
+    first, last = warm_start(model, games, steps)
+    print(f"warm start: {steps} supervised steps on {len(games)} scripted games of random guesses, loss {first:.3f} -> {last:.3f}")
+    return tokenizer, model

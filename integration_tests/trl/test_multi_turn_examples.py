@@ -62,10 +62,11 @@ def z_scores(values: list[float]) -> list[float]:
     return [(v - mean) / (std + 1e-6) for v in values]
 
 
-def test_the_environment_factory_recipe_prints_multi_turn_advantages_its_readme_quotes(tmp_path):
+@pytest.mark.parametrize("script", ["environment_factory.py", "tools.py"])
+def test_the_tool_recipe_prints_multi_turn_advantages_its_readme_quotes(tmp_path, script):
     """The warm-started tiny model calls the tool: episodes of several turns, gigpo's per-turn advantages are not grpo's, and the README quotes the run."""
-    printed = "".join(line + "\n" for line in run_script(tmp_path, "environment_factory.py").splitlines() if not line.startswith(("{", "[")))
-    assert printed == quoted_output("environment_factory.py output")  # TRL's own log lines ({...}, [transformers]) left out
+    printed = "".join(line + "\n" for line in run_script(tmp_path, script).splitlines() if not line.startswith(("{", "[")))
+    assert printed == quoted_output(f"{script} output")  # TRL's own log lines ({...}, [transformers]) left out
 
     rows = printed.splitlines()[4:]  # the table's columns: episode, results, reward, gigpo's per turn, grpo's
     results = [[] if line[9:18].strip() == "-" else line[9:18].split() for line in rows]
