@@ -146,3 +146,18 @@ def test_the_environment_factory_recipe_gives_per_turn_advantages_when_the_model
     logged = next(e for e in trainer.state.log_history if "loss" in e)
     assert logged["tools/call_frequency"] == pytest.approx(12 / 16) and logged["batch/all_groups/turns/mean"] == pytest.approx(1.75)
     assert np.abs(result.values).max() > 0
+
+
+def test_the_short_tool_template_makes_an_18_token_prompt_and_renders_calls_as_the_model_writes_them():
+    """The README's claim (a prompt is 18 tokens), and a call rendered by the template is the text the warm start teaches."""
+    example = load("environment_factory")
+    from warm_start import build_tool_tokenizer, call_text
+
+    prompt = example.dataset(1)["prompt"][0]
+    tokenizer = build_tool_tokenizer(example.dataset(10)["prompt"], [example.GuessEnvironment.guess])
+    assert (
+        len(tokenizer.apply_chat_template(prompt, tools=[example.GuessEnvironment.guess], add_generation_prompt=True, tokenize=True, return_dict=False)) == 18
+    )
+    call = {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "guess", "arguments": {"digit": 5}}}]}
+    rendered = tokenizer.apply_chat_template([*prompt, call], tools=[example.GuessEnvironment.guess], tokenize=False)
+    assert rendered.endswith("<|im_start|>assistant\n" + call_text(5) + "\n")
