@@ -11,7 +11,7 @@ random, so the warm-started model guesses at random and GRPO has something to im
 
 The tokenizer's chat template is a short one in Qwen2.5's format (calls in ``<tool_call>`` tags, results in
 ``<tool_response>`` tags, so TRL's Qwen parser reads the calls) whose system line names the tools
-instead of Qwen2.5's ~230-token tool preamble: an 18-token prompt keeps the warm start and each step cheap.
+instead of Qwen2.5's tool preamble (instructions and each tool's JSON schema): an 18-token prompt keeps the warm start and each step cheap.
 """
 
 from __future__ import annotations
