@@ -1,6 +1,6 @@
 """Multi-turn GRPO with turn-level credit (``gigpo``) in TRL through ``environment_factory`` and its tool loop.
 
-    python examples/trl_multi_turn/environment_factory.py --steps 2                       # the tiny local model, offline
+    python examples/trl_multi_turn/environment_factory.py                                  # the tiny local model, offline
     python examples/trl_multi_turn/environment_factory.py --model ./Qwen2.5-0.5B-Instruct  # a tool-calling chat model saved locally
 
 The environment is :mod:`game` (higher-or-lower), played through a tool: TRL builds one
@@ -10,11 +10,12 @@ The environment is :mod:`game` (higher-or-lower), played through a tool: TRL bui
 step-level estimator; the tool result before a turn is its anchor state, so the turns after the same
 answer (``<``, ``>``) are compared by ``gigpo``.
 
-TRL needs a chat template that renders tool calls and a parser for them: the tiny model here uses
-TRL's Qwen2.5 template (TRL knows how to parse it), on a tiny tokenizer trained on the prompts it
-renders. A random tiny model never writes a tool call, so its episodes are one turn (reward 0) and
-the run only shows the plumbing; with a chat model that calls tools (``--model``), they are
-multi-turn and ``trainer.last_step_advantages`` holds one advantage per turn.
+The tiny model starts random and would never write a tool call (one turn per episode, every advantage
+0): :mod:`warm_start` first teaches it the call format by supervised steps on scripted games of random
+guesses, so its episodes have several turns and the printed per-turn advantages of ``gigpo`` differ from
+``grpo``'s. A chat model that calls tools (``--model``) needs no warm start. The script pins torch's
+kernels (``examples/demo/kernels.py``) when run as a script, so it prints the same numbers on any
+x86-64 CPU.
 """
 
 from __future__ import annotations
@@ -27,27 +28,31 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is experimental in TRL 1.16
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+if __name__ == "__main__" and not any(arg.startswith("--model") for arg in sys.argv):  # the tiny model as a script: its numbers the same on any x86-64 CPU
+    from pinned import pin_demo_kernels
+
+    pin_demo_kernels()
 
 from datasets import Dataset
+from game import MAX_TURNS, answer, hidden_digit, prompts
 from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl.chat_template_utils import qwen2_5_chat_template
+from turn_table import turn_table
+from warm_start import warm_tiny_model
 
-from rllm_plugins.tiny import build_tiny_model, build_tiny_tokenizer
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from game import MAX_TURNS, answer, hidden_digit, prompts
+GIGPO_OPTIONS = {"gamma": 0.9, "step_advantage_w": 1.0}
 
 
 class GuessEnvironment:
-    """One episode of the game; ``guess`` is the tool the model calls."""
+    """One episode of the game; ``guess`` is the tool the model calls, ``replies`` every result it returned."""
 
     def __init__(self) -> None:
-        self.hidden, self.guesses, self.found = 0, 0, False
+        self.hidden, self.guesses, self.replies, self.found = 0, 0, [], False
 
     def reset(self, prompt: list[dict[str, str]], **_: Any) -> None:
         """Start the episode of the dataset row (its prompt names the game); the prompt is shown unchanged."""
-        self.hidden, self.guesses, self.found = hidden_digit(prompt[-1]["content"]), 0, False
+        self.hidden, self.guesses, self.replies, self.found = hidden_digit(prompt[-1]["content"]), 0, [], False
 
     def guess(self, digit: int) -> str:
         """
@@ -59,11 +64,10 @@ class GuessEnvironment:
         Returns:
             "=" when it is the hidden digit, "<" when the hidden digit is lower, ">" when it is higher.
         """
-        if self.found or self.guesses == MAX_TURNS:
-            return "the game is over"
-        self.guesses += 1
-        reply = answer(str(digit), self.hidden)
-        self.found = reply == "="
+        reply = "the game is over" if self.found or self.guesses == MAX_TURNS else answer(str(digit), self.hidden)
+        self.guesses += reply != "the game is over"
+        self.found = self.found or reply == "="
+        self.replies.append(reply)
         return reply
 
 
@@ -76,23 +80,13 @@ def dataset(count: int) -> Dataset:
     return Dataset.from_dict({"prompt": [[{"role": "user", "content": p}] for p in prompts(count)]})
 
 
-def build_tiny_tool_tokenizer() -> Any:
-    """A tiny tokenizer with TRL's Qwen2.5 chat template, trained on the prompts as that template renders them with the tool."""
-    probe = build_tiny_tokenizer(prompts(10))
-    probe.chat_template = qwen2_5_chat_template
-    rendered = [probe.apply_chat_template(p, tools=[GuessEnvironment.guess], add_generation_prompt=True, tokenize=False) for p in dataset(10)["prompt"]]
-    tokenizer = build_tiny_tokenizer([*rendered, '<tool_call>\n{"name": "guess", "arguments": {"digit": 5}}\n</tool_call>'], vocab_size=512)
-    tokenizer.chat_template = qwen2_5_chat_template
-    return tokenizer
-
-
-def build_trainer(model: Any, tokenizer: Any, steps: int, output_dir: str, estimator: str = "gigpo", max_completion_length: int = 64) -> RLLMGRPOTrainer:
+def build_trainer(model: Any, tokenizer: Any, steps: int, output_dir: str, estimator: str = "gigpo", max_completion_length: int = 192) -> RLLMGRPOTrainer:
     args = RLLMGRPOConfig(
         output_dir=output_dir,
         adv_estimator=estimator,  # step-level: one advantage per model turn, (B, T) advantages
-        adv_estimator_kwargs={"gamma": 0.9, "step_advantage_w": 1.0} if estimator == "gigpo" else {},
-        per_device_train_batch_size=8,  # 2 prompts x 4 episodes per step
-        num_generations=4,
+        adv_estimator_kwargs=GIGPO_OPTIONS if estimator == "gigpo" else {},
+        per_device_train_batch_size=16,  # 2 prompts x 8 episodes per step
+        num_generations=8,
         max_completion_length=max_completion_length,  # every turn and tool result of an episode
         max_tool_calling_iterations=MAX_TURNS,
         learning_rate=1e-3,
@@ -119,20 +113,21 @@ def build_trainer(model: Any, tokenizer: Any, steps: int, output_dir: str, estim
 def main(argv: list[str] | None = None) -> RLLMGRPOTrainer:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--model", default=None, help="a local directory of a tool-calling chat model (default: the tiny model)")
+    parser.add_argument("--model", default=None, help="a local directory of a tool-calling chat model (default: the tiny model, warm-started)")
+    parser.add_argument("--warm-start-steps", type=int, default=150, help="supervised steps that teach the tiny model the call format")
     parser.add_argument("--estimator", default="gigpo")
-    parser.add_argument("--max-completion-length", type=int, default=64)
+    parser.add_argument("--max-completion-length", type=int, default=192)
     parser.add_argument("--output-dir", default="trl_environment_out")
     options = parser.parse_args(argv)
     if options.model is None:
-        tokenizer = build_tiny_tool_tokenizer()
-        model = build_tiny_model(tokenizer, seed=0)
+        tokenizer, model = warm_tiny_model(dataset(10)["prompt"], [GuessEnvironment.guess], hidden_digit, options.warm_start_steps)
     else:
         tokenizer, model = AutoTokenizer.from_pretrained(options.model), AutoModelForCausalLM.from_pretrained(options.model)
     trainer = build_trainer(model, tokenizer, options.steps, options.output_dir, options.estimator, options.max_completion_length)
     trainer.train()
     turns = [entry["batch/all_groups/turns/mean"] for entry in trainer.state.log_history if "batch/all_groups/turns/mean" in entry]
     print(f"turns per episode, by step: {turns}")
+    print(turn_table(trainer, [env.replies for env in trainer.environments], GIGPO_OPTIONS))
     return trainer
 
 

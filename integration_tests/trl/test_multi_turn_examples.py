@@ -27,12 +27,10 @@ def load(name: str) -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize(
-    "script, output", [("rollout_func.py", r"episodes that found the digit: first steps"), ("environment_factory.py", r"turns per episode, by step: \[")]
-)
-def test_the_recipe_runs_as_a_script(tmp_path, script, output):
+def run_script(tmp_path: Path, script: str, *args: str) -> str:
+    """The script's standard output, run as a user runs it (so it pins its kernels)."""
     done = subprocess.run(
-        [sys.executable, str(EXAMPLES / script), "--steps", "1", "--output-dir", str(tmp_path / "out")],
+        [sys.executable, str(EXAMPLES / script), *args, "--output-dir", str(tmp_path / "out")],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -40,7 +38,56 @@ def test_the_recipe_runs_as_a_script(tmp_path, script, output):
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert re.search(output, done.stdout), done.stdout[-2000:]
+    return done.stdout
+
+
+def test_the_rollout_func_recipe_runs_as_a_script(tmp_path):
+    assert re.search(r"episodes that found the digit: first steps", run_script(tmp_path, "rollout_func.py", "--steps", "1"))
+
+
+def quoted_output(marker: str) -> str:
+    """The ``text`` block after ``<!-- marker -->`` in the recipes' README."""
+    readme = (EXAMPLES / "README.md").read_text(encoding="utf-8")
+    found = re.search(rf"<!-- {re.escape(marker)} -->\n```text\n(.*?)```", readme, re.DOTALL)
+    assert found, f"no block marked {marker!r} in examples/trl_multi_turn/README.md"
+    return found.group(1)
+
+
+def z_scores(values: list[float]) -> list[float]:
+    """Population z-scores with eps 1e-6; a single value gives 0."""
+    if len(values) == 1:
+        return [0.0]
+    mean = sum(values) / len(values)
+    std = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+    return [(v - mean) / (std + 1e-6) for v in values]
+
+
+@pytest.mark.parametrize("script", ["environment_factory.py", "tools.py"])
+def test_the_tool_recipe_prints_multi_turn_advantages_its_readme_quotes(tmp_path, script):
+    """The warm-started tiny model calls the tool: episodes of several turns, gigpo's per-turn advantages are not grpo's, and the README quotes the run."""
+    printed = "".join(line + "\n" for line in run_script(tmp_path, script).splitlines() if not line.startswith(("{", "[")))
+    assert printed == quoted_output(f"{script} output")  # TRL's own log lines ({...}, [transformers]) left out
+
+    rows = printed.splitlines()[4:]  # the table's columns: episode, results, reward, gigpo's per turn, grpo's
+    results = [[] if line[9:18].strip() == "-" else line[9:18].split() for line in rows]
+    rewards = [float(line[20:26]) for line in rows]
+    gigpo = [[float(v) for v in line[28:58].split()] for line in rows]
+    grpo = [float(line[60:]) for line in rows]
+    assert len(rows) == 8 and max(map(len, gigpo)) >= 2 and 0 < sum(rewards) < 8
+
+    gamma, weight = 0.9, 1.0  # the recipe's gigpo options
+    anchors = [["prompt", *r][: len(turns)] for r, turns in zip(results, gigpo, strict=True)]  # turn t follows result t - 1
+    returns = [[gamma ** (len(turns) - 1 - t) * reward for t in range(len(turns))] for turns, reward in zip(gigpo, rewards, strict=True)]
+    episode = z_scores(rewards)
+    step = [[0.0] * len(turns) for turns in gigpo]
+    for state in {s for a in anchors for s in a}:
+        members = [(b, t) for b, a in enumerate(anchors) for t, s in enumerate(a) if s == state]
+        for (b, t), z in zip(members, z_scores([returns[b][t] for b, t in members]), strict=True):
+            step[b][t] = z
+    for b in range(8):
+        assert gigpo[b] == pytest.approx([episode[b] + weight * s for s in step[b]], abs=6e-4)
+        assert grpo[b] == pytest.approx(episode[b], abs=6e-4)
+    assert any(turns != pytest.approx([g] * len(turns), abs=1e-3) for turns, g in zip(gigpo, grpo, strict=True))
 
 
 def test_the_rollout_func_contract_its_docstring_states(tmp_path, monkeypatch):
@@ -66,9 +113,11 @@ def test_the_rollout_func_contract_its_docstring_states(tmp_path, monkeypatch):
 
 
 def test_the_environment_factory_recipe_gives_per_turn_advantages_when_the_model_calls_the_tool(tmp_path):
-    """As in test_tool_loops.py, generate is scripted: a random tiny model never writes a tool call."""
+    """As in test_tool_loops.py, generate is scripted (here without the warm start): the turns are the script's."""
     example = load("environment_factory")
-    tokenizer = example.build_tiny_tool_tokenizer()
+    from warm_start import build_tool_tokenizer
+
+    tokenizer = build_tool_tokenizer(example.dataset(10)["prompt"], [example.GuessEnvironment.guess])
     from rllm_plugins.tiny import build_tiny_model
 
     trainer = example.build_trainer(build_tiny_model(tokenizer, seed=0), tokenizer, steps=1, output_dir=str(tmp_path / "out"), max_completion_length=96)
@@ -77,7 +126,7 @@ def test_the_environment_factory_recipe_gives_per_turn_advantages_when_the_model
     def generate(input_ids: torch.Tensor, **_: Any) -> torch.Tensor:
         texts = []
         for row, ids in enumerate(input_ids.tolist()):
-            if calls["count"] == 0 and row % 4 != 3:  # first turn: completions 0-2 of each group guess; the hidden digit, then 5, then 7
+            if calls["count"] == 0 and row % 4 != 3:  # first turn: completions 0-2 of every four guess; the hidden digit, then 5, then 7
                 prompt = re.search(r"user\n(\d+:)", tokenizer.decode(ids)).group(1)
                 digit = [example.hidden_digit(prompt), 5, 7][row % 4]
                 texts.append(f'<tool_call>\n{{"name": "guess", "arguments": {{"digit": {digit}}}}}\n</tool_call><|im_end|>')
@@ -92,8 +141,23 @@ def test_the_environment_factory_recipe_gives_per_turn_advantages_when_the_model
     with patch.object(trainer.model, "generate", side_effect=generate):
         trainer.train()
     result = trainer.last_step_advantages
-    assert np.diff(result.offsets).tolist() == [2, 2, 2, 1] * 2  # a guess and a closing turn; the fourth never called the tool
-    assert trainer.last_reward_batch.rewards.tolist() == [1.0, 0.0, 0.0, 0.0] * 2  # found by the first guess only
+    assert np.diff(result.offsets).tolist() == [2, 2, 2, 1] * 4  # a guess and a closing turn; the fourth never called the tool
+    assert trainer.last_reward_batch.rewards.tolist() == [1.0, 0.0, 0.0, 0.0] * 4  # found by the first guess only
     logged = next(e for e in trainer.state.log_history if "loss" in e)
-    assert logged["tools/call_frequency"] == pytest.approx(6 / 8) and logged["batch/all_groups/turns/mean"] == pytest.approx(1.75)
+    assert logged["tools/call_frequency"] == pytest.approx(12 / 16) and logged["batch/all_groups/turns/mean"] == pytest.approx(1.75)
     assert np.abs(result.values).max() > 0
+
+
+def test_the_short_tool_template_makes_an_18_token_prompt_and_renders_calls_as_the_model_writes_them():
+    """The README's claim (a prompt is 18 tokens), and a call rendered by the template is the text the warm start teaches."""
+    example = load("environment_factory")
+    from warm_start import build_tool_tokenizer, call_text
+
+    prompt = example.dataset(1)["prompt"][0]
+    tokenizer = build_tool_tokenizer(example.dataset(10)["prompt"], [example.GuessEnvironment.guess])
+    assert (
+        len(tokenizer.apply_chat_template(prompt, tools=[example.GuessEnvironment.guess], add_generation_prompt=True, tokenize=True, return_dict=False)) == 18
+    )
+    call = {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "guess", "arguments": {"digit": 5}}}]}
+    rendered = tokenizer.apply_chat_template([*prompt, call], tools=[example.GuessEnvironment.guess], tokenize=False)
+    assert rendered.endswith("<|im_start|>assistant\n" + call_text(5) + "\n")
