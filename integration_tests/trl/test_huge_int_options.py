@@ -15,7 +15,8 @@ from rllm_plugins.options import spec_options
 from rllm_plugins.registry import get_estimator_spec
 
 BASE = {"output_dir": "unused", "use_cpu": True, "bf16": False}
-CASES = [(spec.name, option) for spec in rllm_adv_estimators() for option in spec_options(get_estimator_spec(spec.name)).defaults]
+# TRL refuses a value-based estimator whatever its options (GRPOTrainer has no critic: test_config.py)
+CASES = [(spec.name, option) for spec in rllm_adv_estimators() if not spec.needs_values for option in spec_options(get_estimator_spec(spec.name)).defaults]
 
 
 def float_default(name: str, option: str) -> bool:
