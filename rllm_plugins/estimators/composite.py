@@ -46,7 +46,7 @@ from ..registry import get_estimator_spec
 from ..state import call_stateful
 from ..steps.batch import StepBatch
 from ..steps.forms import step_list_form_of
-from .gigpo import check_discount
+from .step_options import check_discount
 
 __all__ = [
     "calculate_composite_advantages",

@@ -25,7 +25,7 @@ at least the threshold against a cluster's first member) share an anchor group, 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -36,23 +36,11 @@ from ..steps.batch import StepBatch, discounted_returns
 from ..steps.forms import step_list_form_of
 from ..steps.similarity import similar_anchor_ids
 from .grpo import standardize_in_groups
+from .step_options import check_choice, check_discount, check_std_ddof
 
-__all__ = ["calculate_gigpo_advantages", "check_discount", "check_gigpo_options", "gigpo"]
+__all__ = ["calculate_gigpo_advantages", "check_gigpo_options", "gigpo"]
 
 EPISODE_STATS = ("trajectory", "step")
-
-
-def check_discount(name: str, gamma: object) -> float:
-    """``gamma`` must be a real number in [0, 1]."""
-    if not is_finite_real(gamma) or not 0.0 <= float(gamma) <= 1.0:  # type: ignore[arg-type]
-        raise ValueError(f"estimator {name!r}: gamma (the discount of step returns) must be a number in [0, 1], got {describe(gamma)}")
-    return float(gamma)
-
-
-def check_choice(name: str, options: Mapping[str, Any], key: str, choices: Sequence[str]) -> None:
-    """``options[key]``, when given, must be one of ``choices``."""
-    if key in options and options[key] not in choices:
-        raise ValueError(f"estimator {name!r}: {key} must be one of {list(choices)}, got {options[key]!r}")
 
 
 def check_gigpo_options(options: Mapping[str, Any]) -> None:
@@ -60,8 +48,7 @@ def check_gigpo_options(options: Mapping[str, Any]) -> None:
     if "gamma" in options:
         check_discount("gigpo", options["gamma"])
     check_choice("gigpo", options, "episode_stats", EPISODE_STATS)
-    if "std_ddof" in options and (isinstance(options["std_ddof"], bool) or options["std_ddof"] not in (0, 1)):
-        raise ValueError(f"estimator 'gigpo': std_ddof must be 0 (population std) or 1 (unbiased std), got {options['std_ddof']!r}")
+    check_std_ddof("gigpo", options)
     threshold = options.get("anchor_similarity")
     if threshold is not None and (not is_finite_real(threshold) or not 0.0 < float(threshold) <= 1.0):
         raise ValueError(

@@ -39,8 +39,8 @@ from ..scaled import power_of_two_scale
 from ..steps.anchors import normalize_within
 from ..steps.batch import StepBatch, discounted_returns
 from ..steps.forms import step_list_form_of
-from .gigpo import check_choice, check_discount
 from .grpo import spread_divisor
+from .step_options import check_choice, check_discount, check_std_ddof
 
 __all__ = ["AS_METHOD", "calculate_step_reinforce_advantages", "check_step_reinforce_options", "norm_types", "step_reinforce"]
 
@@ -89,8 +89,7 @@ def check_step_reinforce_options(options: Mapping[str, Any]) -> None:
         check_discount("step_reinforce", options["gamma"])
     check_choice("step_reinforce", options, "grouping", GROUPINGS)
     norm_types(options)
-    if "std_ddof" in options and (isinstance(options["std_ddof"], bool) or options["std_ddof"] not in (0, 1)):
-        raise ValueError(f"estimator 'step_reinforce': std_ddof must be 0 (population std) or 1 (unbiased std), got {options['std_ddof']!r}")
+    check_std_ddof("step_reinforce", options)
     min_std = options.get("min_std")
     if min_std is not None and (not is_finite_real(min_std) or min_std < 0):
         raise ValueError(f"estimator 'step_reinforce': min_std must be None or a finite number >= 0 (ROLL: 1e-6), got {describe(min_std)}")

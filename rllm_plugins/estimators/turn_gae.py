@@ -25,7 +25,7 @@ import numpy as np
 from ..calling import is_plain_real
 from ..steps.batch import StepBatch
 from ..steps.forms import step_list_form_of
-from .gigpo import check_discount
+from .step_options import check_discount
 
 __all__ = ["calculate_turn_gae_advantages", "check_turn_gae_options", "turn_gae", "turn_gae_returns", "whiten_over_tokens"]
 

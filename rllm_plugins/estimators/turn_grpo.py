@@ -28,8 +28,8 @@ from ..calling import describe, is_finite_real
 from ..steps.anchors import normalize_within
 from ..steps.batch import StepBatch, discounted_returns
 from ..steps.forms import step_list_form_of
-from .gigpo import check_choice, check_discount
 from .grpo import spread_divisor, standardize_in_groups
+from .step_options import check_choice, check_discount, check_std_ddof
 
 __all__ = ["calculate_turn_grpo_advantages", "check_turn_grpo_options", "turn_grpo", "turn_index"]
 
@@ -43,8 +43,7 @@ def check_turn_grpo_options(options: Mapping[str, Any]) -> None:
         check_discount("turn_grpo", options["gamma"])
     check_choice("turn_grpo", options, "value", VALUES)
     check_choice("turn_grpo", options, "ended", ENDED)
-    if "std_ddof" in options and (isinstance(options["std_ddof"], bool) or options["std_ddof"] not in (0, 1)):
-        raise ValueError(f"estimator 'turn_grpo': std_ddof must be 0 (population std) or 1 (unbiased std), got {options['std_ddof']!r}")
+    check_std_ddof("turn_grpo", options)
     lam = options.get("lam", 1.0)
     if not is_finite_real(lam):
         raise ValueError(f"estimator 'turn_grpo': lam (the weight of the per-turn part) must be a finite number, got {describe(lam)}")
