@@ -24,7 +24,7 @@ import numpy as np
 
 from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups
 from rllm_plugins.estimators.rae import STATE_SCHEMA, rae
-from rllm_plugins.state import EstimatorState
+from rllm_plugins.state.store import EstimatorState
 
 from .report import Report, Target, script_main
 from .timing import Table, format_bytes, format_ratio, format_time, measure, measure_interleaved

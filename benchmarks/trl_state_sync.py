@@ -43,7 +43,7 @@ def _worker(out: str, sizes: list[int], steps: int) -> None:
     from accelerate.utils import gather_object
     from rllm_trl.advantages import compute_advantages, prepare_batch
 
-    from rllm_plugins.state import EstimatorState
+    from rllm_plugins.state.store import EstimatorState
 
     torch.distributed.init_process_group("gloo")
     PartialState(cpu=True)  # accelerate on the process group, as in the trainer (gather_object reads it)

@@ -52,7 +52,7 @@ from .registry import (
 )
 from .rl_algo import calculate_grpo_advantages_per_group, calculate_rloo_advantages_per_group
 from .spec import AdvEstimatorSpec
-from .state import EstimatorState
+from .state.store import EstimatorState
 from .types import Step, Trajectory, TrajectoryGroup
 
 __all__ = [

@@ -28,8 +28,8 @@ from .outputs import as_advantages, as_groups
 from .registry import get_estimator, prepare_adv_estimator_input
 from .segments import GroupLayout, offsets_from_sizes
 from .spec import call_with_accepted_kwargs, flatten_groups, normalize_name
-from .state import call_stateful
-from .state_options import state_options
+from .state.options import state_options
+from .state.store import call_stateful
 from .steps.diagnostics import turn_metrics
 from .steps.forms import split_step_output
 from .steps.inputs import step_batch_from_groups

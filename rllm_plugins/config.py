@@ -21,7 +21,7 @@ import numpy as np
 
 from .calling import as_finite_real, describe
 from .names import normalize_name
-from .state import EstimatorState
+from .state.store import EstimatorState
 from .trainer_fields import split_trainer_fields
 
 __all__ = ["AlgorithmConfig", "RolloutCorrectionConfig", "build_algorithm_config", "refuse_per_role_losses", "rLLMAdvantageEstimator"]

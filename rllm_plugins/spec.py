@@ -254,7 +254,7 @@ class AdvEstimatorSpec:
     turn's first model token) and gives the critic's targets as its returns: its batched form returns
     ``(advantages, returns)`` (:mod:`.steps.forms`). TRL has no critic and refuses such estimators.
     ``state_schema`` (stateful only) declares the keys its state may hold and their kinds
-    (:mod:`.state_schema`), checked when a state is loaded and on what each call changes.
+    (:mod:`.state.schema`), checked when a state is loaded and on what each call changes.
     ``breaks`` maps a relation of the conformance matrix (:mod:`.testing.matrix`) that the estimator
     breaks on purpose to the reason (e.g. ``{"no_token_rows": "reproduces verl's gpg, whose statistics
     count padding rows"}``); the matrix reports such a cell as declared, and the docs list every one.
@@ -327,7 +327,7 @@ class AdvEstimatorSpec:
         if self.state_schema is not None:
             if not self.stateful:
                 raise ValueError(f"estimator {self.name!r}: state_schema needs stateful=True")
-            from .state_schema import check_schema
+            from .state.schema import check_schema
 
             object.__setattr__(self, "state_schema", check_schema(self.state_schema, f"estimator {self.name!r}"))
         object.__setattr__(self, "breaks", _checked_breaks(self.name, self.breaks))

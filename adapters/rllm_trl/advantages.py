@@ -34,8 +34,8 @@ from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.spec import AdvEstimatorSpec, accepted_keywords
-from rllm_plugins.state import EstimatorState, call_stateful
-from rllm_plugins.state_options import state_options
+from rllm_plugins.state.options import state_options
+from rllm_plugins.state.store import EstimatorState, call_stateful
 from rllm_plugins.types import TrajectoryGroup
 
 __all__ = [

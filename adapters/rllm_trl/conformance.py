@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from rllm_plugins.needs import needs_of
-from rllm_plugins.state import EstimatorState
+from rllm_plugins.state.store import EstimatorState
 from rllm_plugins.testing.matrix import Call, Output, Path, Sample
 from rllm_plugins.testing.matrix.paths import PROMPT
 from rllm_plugins.testing.matrix.samples import MODEL_TOKEN

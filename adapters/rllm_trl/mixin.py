@@ -32,8 +32,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from rllm_plugins.needs import needs_of
-from rllm_plugins.state import EstimatorState
-from rllm_plugins.state_options import state_options
+from rllm_plugins.state.options import state_options
+from rllm_plugins.state.store import EstimatorState
 
 from .advantages import RewardBatch, compute_advantages, compute_metrics, prepare_batch, role_name
 from .config import AdvantageSettings, check_trainer_setup

@@ -42,7 +42,7 @@ from rllm_plugins.needs import needs_of
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
-from rllm_plugins.state import EstimatorState, call_stateful
+from rllm_plugins.state.store import EstimatorState, call_stateful
 from rllm_plugins.steps import StepBatch
 from rllm_plugins.steps.anchors import TokenIds, anchor_ids
 from rllm_plugins.steps.diagnostics import turn_metrics

@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from rllm_plugins.registry import get_estimator
-from rllm_plugins.state import EstimatorState
-from rllm_plugins.state_options import accepted_from_env, state_schemas
+from rllm_plugins.state.options import accepted_from_env, state_schemas
+from rllm_plugins.state.store import EstimatorState
 
 from .extension import Extension
 

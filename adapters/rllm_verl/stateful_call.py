@@ -19,8 +19,8 @@ import numpy as np
 
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.segments import offsets_from_sizes
-from rllm_plugins.state import call_stateful
-from rllm_plugins.state_options import state_options
+from rllm_plugins.state.options import state_options
+from rllm_plugins.state.store import call_stateful
 
 from .estimator_state import VERL_ROLE, verl_estimator_state
 

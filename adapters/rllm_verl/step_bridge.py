@@ -33,7 +33,7 @@ from rllm_plugins.calling import call_with_accepted_kwargs
 from rllm_plugins.needs import needs_of
 from rllm_plugins.registry import Estimator
 from rllm_plugins.segments import offsets_from_sizes
-from rllm_plugins.state import call_stateful
+from rllm_plugins.state.store import call_stateful
 from rllm_plugins.steps import StepBatch
 from rllm_plugins.steps.anchors import TokenIds, anchor_ids
 from rllm_plugins.steps.diagnostics import turn_metrics

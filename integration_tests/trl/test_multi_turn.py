@@ -657,7 +657,7 @@ def functional_rows(seed: int, rows: int = 8):
 
 
 def test_a_stateful_composite_term_keeps_its_running_baseline_in_the_trainers_state():
-    from rllm_plugins.state import EstimatorState
+    from rllm_plugins.state.store import EstimatorState
 
     state, b = EstimatorState(), 0.0
     for seed in range(3):
@@ -693,7 +693,7 @@ def test_a_one_term_composite_is_the_term_alone_on_the_gathered_rows(name):
     one on TRL's outcome path, broadcast to the row's turns), lengths and state included."""
     from rllm_trl.advantages import compute_advantages, prepare_batch
 
-    from rllm_plugins.state import EstimatorState
+    from rllm_plugins.state.store import EstimatorState
 
     rows = functional_rows(6)
     rewards = torch.tensor([[1.0], [0.0], [0.5], [0.0], [1.0], [1.0], [0.0], [0.25]])

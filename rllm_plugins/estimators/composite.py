@@ -43,7 +43,7 @@ from ..calling import (
 from ..needs import Needs, needs_of
 from ..outputs import as_advantages
 from ..registry import get_estimator_spec
-from ..state import call_stateful
+from ..state.store import call_stateful
 from ..steps.batch import StepBatch
 from ..steps.forms import step_list_form_of
 from .step_options import check_discount

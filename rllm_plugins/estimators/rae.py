@@ -13,7 +13,7 @@ a group in order). The key is the role (the state is already kept per role: one 
 
 State: ``{"baseline": b}`` (``key_by="role"``) or ``{"task_baselines": {task_id: b}}`` (``"task"``)
 (:data:`STATE_SCHEMA`); a state of the other layout is refused, never ignored. A call reads and
-returns only its batch's tasks (:func:`~rllm_plugins.state_views.updated`), so its cost does not grow
+returns only its batch's tasks (:func:`~rllm_plugins.state.views.updated`), so its cost does not grow
 with the tasks the state holds.
 
 Vectorised: within one key the scan has the closed form
@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from ..state_schema import MapOf
-from ..state_views import StateView, updated
+from ..state.schema import MapOf
+from ..state.views import StateView, updated
 
 KEY_BY = ("role", "task")
 _SCALE_LIMIT = 200.0 * math.log(10.0)  # d^(-q) stays below 1e200 within a chunk

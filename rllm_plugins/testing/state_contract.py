@@ -19,7 +19,7 @@ import numpy as np
 
 from ..calling import call_with_accepted_kwargs
 from ..segments import offsets_from_sizes
-from ..state import EstimatorState, call_stateful, check_state
+from ..state.store import EstimatorState, call_stateful, check_state
 from .calls import Case, Subject, short
 
 __all__ = ["STATE_RULES", "bind_state", "check_state_rules", "warm_state"]

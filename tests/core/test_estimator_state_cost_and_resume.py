@@ -21,9 +21,9 @@ from rllm_plugins import (
 )
 from rllm_plugins.estimators.rae import SCAN_IN_PYTHON_BELOW, STATE_SCHEMA, rae
 from rllm_plugins.spec import AdvEstimatorSpec
-from rllm_plugins.state import EstimatorState
-from rllm_plugins.state_schema import MapOf
-from rllm_plugins.state_views import updated
+from rllm_plugins.state.schema import MapOf
+from rllm_plugins.state.store import EstimatorState
+from rllm_plugins.state.views import updated
 
 
 def loop(traces, baselines, decay):

@@ -23,7 +23,7 @@ from rllm_plugins import (
 )
 from rllm_plugins.estimators.rae import ema_scan, rae
 from rllm_plugins.spec import AdvEstimatorSpec
-from rllm_plugins.state import EstimatorState
+from rllm_plugins.state.store import EstimatorState
 
 
 def reference_rae(traces, baselines, decay):

@@ -93,7 +93,7 @@ def test_the_state_file_shown_is_what_the_worked_example_saves():
 
 
 def test_the_resume_rules_name_the_real_switches():
-    from rllm_plugins.state import ACCEPT_ENV
+    from rllm_plugins.state.store import ACCEPT_ENV
 
     rules = section("## The state file and resume rules")
     assert f"`{ACCEPT_ENV}=decay`" in rules

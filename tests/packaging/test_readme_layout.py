@@ -58,7 +58,7 @@ def test_every_top_level_folder_in_the_layout_exists():
 
 
 def test_the_line_of_each_core_subpackage_names_each_of_its_modules():
-    for package in ("steps", "discovery", "testing"):
+    for package in ("steps", "discovery", "state", "testing"):
         (line,) = [line for line in layout_lines() if line.startswith(f"  {package}/")]
         words = set(re.findall(r"\w+", line.split(maxsplit=1)[1]))
         modules = {p.stem for p in (ROOT / "rllm_plugins" / package).glob("*.py") if p.name != "__init__.py"}

@@ -15,7 +15,7 @@ import pytest
 from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups
 from rllm_plugins.estimators import BUILTIN_SPECS, calculate_composite_advantages, check_group_size
 from rllm_plugins.registry import get_estimator_spec
-from rllm_plugins.state import EstimatorState
+from rllm_plugins.state.store import EstimatorState
 
 EPS = 1e-6
 

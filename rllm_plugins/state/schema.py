@@ -18,7 +18,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from .state_views import StateView, Updated
+from .views import StateView, Updated
 
 __all__ = ["MapOf", "StateSchema", "check_schema", "check_state_schema"]
 

@@ -10,17 +10,17 @@ A spec with ``stateful=True`` declares an estimator whose forms take one more ke
 
 A state is plain data (a mapping with str keys whose values are str, int, float, bool, None,
 lists or such mappings), so that every owner can save it as JSON and compare it. A call costs what
-its batch costs (:mod:`.state_views`): the estimator gets the top level as a new dict and everything
+its batch costs (:mod:`.views`): the estimator gets the top level as a new dict and everything
 below as read-only views, and returns a new state that may hold views (unchanged) and
-:func:`~.state_views.updated` mappings (a few keys changed); only what is new is checked, against
-the spec's ``state_schema`` too (:mod:`.state_schema`). Owners (one per run) keep one state per
+:func:`~.views.updated` mappings (a few keys changed); only what is new is checked, against
+the spec's ``state_schema`` too (:mod:`.schema`). Owners (one per run) keep one state per
 estimator name and role in an :class:`EstimatorState`: the core's ``AlgorithmConfig``, the TRL mixin
 (identically on every process) and verl's process that runs ``compute_advantage``
 (:mod:`rllm_verl.estimator_state`). New states are committed once every call of a step succeeded,
 so a call that raises leaves the kept state as it was.
 
 ``state_dict()`` (the state file) records the format, each estimator's states by role and the options
-they were made with (:mod:`.state_options`); a resume under other options is refused unless accepted.
+they were made with (:mod:`.options`); a resume under other options is refused unless accepted.
 
 ``task_ids`` (str ``(N,)`` object array, in the estimator's row order, or None where no stable id
 exists) is passed to stateful estimators that name it, so they can key their state by task.
@@ -33,7 +33,7 @@ import json
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from .state_views import StateView, absorb, materialise, view_of
+from .views import StateView, absorb, materialise, view_of
 
 __all__ = ["ACCEPT_ENV", "STATE_FORMAT", "EstimatorState", "call_stateful", "check_state", "compare_options"]
 
@@ -62,14 +62,14 @@ def call_stateful(
     except (TypeError, AttributeError) as error:  # item assignment, or a dict/list method, on a read-only view
         if "StateView" in str(error) or "ListView" in str(error):
             raise ValueError(
-                f"{who} tried to change the state it was given in place ({error}); return a new state instead (rllm_plugins.state_views.updated)"
+                f"{who} tried to change the state it was given in place ({error}); return a new state instead (rllm_plugins.state.views.updated)"
             ) from None
         raise
     if not isinstance(out, tuple) or len(out) != 2:
         raise ValueError(f"{who} is stateful and must return (result, new_state), got {type(out).__name__}")
     new_state = absorb(out[1], who, "the new state", top=True)
     if schema is not None:
-        from .state_schema import check_state_schema
+        from .schema import check_state_schema
 
         check_state_schema(new_state, schema, f"{who}, the new state")
     return out[0], new_state
@@ -108,7 +108,7 @@ class EstimatorState:
     def get(self, name: str, role: str, schema: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
         """The state of ``name`` for ``role``; a loaded one is first checked against ``schema`` (once), ``ValueError`` naming estimator, role and key."""
         if schema is not None and (name, role) in self._unchecked:
-            from .state_schema import check_state_schema
+            from .schema import check_state_schema
 
             check_state_schema(self._states[name][role], schema, f"the state {self._source}: estimator {name!r}, role {role!r}")
             self._unchecked.discard((name, role))
@@ -179,7 +179,7 @@ class EstimatorState:
                 f"load_state_dict: expected {{'format': {STATE_FORMAT}, 'estimators': {{name: {{role: state}}}}, 'options': {{name: {{option: value}}}}}} "
                 f"(from state_dict()), got {got}"
             )
-        from .state_schema import check_state_schema
+        from .schema import check_state_schema
 
         states: dict[str, dict[str, dict[str, Any]]] = {}
         unchecked: set[tuple[str, str]] = set()

@@ -15,11 +15,11 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .options import spec_options
-from .registry import get_estimator
-from .spec import AdvEstimatorSpec
-from .state import ACCEPT_ENV
-from .state_views import absorb
+from ..options import spec_options
+from ..registry import get_estimator
+from ..spec import AdvEstimatorSpec
+from .store import ACCEPT_ENV
+from .views import absorb
 
 __all__ = ["accepted_from_env", "state_options", "state_schemas"]
 
