@@ -27,7 +27,7 @@ from ...config import AlgorithmConfig
 from ...needs import needs_of
 from ...registry import get_estimator
 from ...segments import offsets_from_sizes
-from ...steps.forms import batch_from_lists
+from ...steps.forms import batch_from_lists, split_step_output
 from ...types import Step, Trajectory, TrajectoryGroup
 from .samples import MODEL_TOKEN, Sample
 
@@ -99,6 +99,7 @@ class Path:
     refuses: Mapping[str, str] = field(default_factory=dict)  # estimator name -> why this path does not take it
     fast_configure: bool = True  # False: ``configure`` takes seconds (the fast sample skips it)
     run_composite: Runner | None = None  # how this framework runs a composite (step-level) of the estimators this path takes
+    critic_values: str | None = "this path's sample carries no critic values yet (value-based estimators: their own tests)"  # None: it hands them over
 
     def not_applicable(self, call: Call) -> str | None:
         """Why this path does not take ``call``'s estimator (None: it does)."""
@@ -108,8 +109,8 @@ class Path:
             return f"{call.level}-level estimators do not run on {self.name}"
         if call.stateful and not self.stateful:
             return f"{self.name} takes no stateful estimator"
-        if call.needs_values:  # else every path would refuse it alike, and "both refuse" would read as a pass
-            return "the samples carry no critic values: value-based estimators are pinned by their own tests on every path"
+        if call.needs_values and self.critic_values is not None:  # else it would refuse alike everywhere, read as a pass
+            return self.critic_values
         return None
 
 
@@ -125,6 +126,7 @@ def trajectory_groups(sample: Sample, role: str | None = None) -> list[Trajector
                     response_ids=[MODEL_TOKEN + k] * n,
                     reward=0.0 if sample.level == "outcome" else r,
                     metadata={"anchor_state": anchor if anchor else ("prompt",)},
+                    value=traj.values[k] if traj.values else None,
                 )
                 for k, (r, n, anchor) in enumerate(zip(traj.step_rewards, traj.lengths, traj.anchors, strict=True))
             ]
@@ -171,6 +173,14 @@ def _step_inputs(sample: Sample) -> tuple[list[np.ndarray], list[list[np.ndarray
     return rewards, step_rewards, anchors
 
 
+def _critic_inputs(sample: Sample) -> dict[str, list[list[np.ndarray]]]:
+    """A value-based estimator's nested ``step_values`` and ``step_tokens`` (each step's model tokens), as the list form takes them."""
+    return {
+        "step_values": [[np.array(t.values, dtype=np.float64) for t in group] for group in sample.groups],
+        "step_tokens": [[np.array(t.lengths, dtype=np.float64) for t in group] for group in sample.groups],
+    }
+
+
 def _flat(by_group: Any) -> np.ndarray:
     return np.concatenate([np.asarray(a, dtype=np.float64).reshape(-1) for a in by_group]) if len(by_group) else np.zeros(0)
 
@@ -186,6 +196,8 @@ def _list_form(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> O
     if spec.level == "step":  # what it reads with these options (a composite's terms: lengths, a state) from the groups
         rewards, step_rewards, anchors = _step_inputs(sample)
         kwargs = {"algorithm_config": AlgorithmConfig(estimator=call.name), "traj_groups": trajectory_groups(sample), "norm_adv_by_std_in_grpo": True}
+        if needs_of(spec, options).values:
+            kwargs.update(_critic_inputs(sample))
         if needs_of(spec, options).state:
             kwargs.update(state=dict(state or {}), task_ids=_outcome_inputs(sample)[2])
             (advantages, _), new_state = call_with_accepted_kwargs(spec.list_form, rewards, step_rewards, anchors, **kwargs, **options)
@@ -208,7 +220,7 @@ def _batched_form(call: Call, sample: Sample, state: Mapping[str, Any] | None) -
     if spec.level == "step":  # what it reads with these options (a composite's terms: lengths, a state) in the batch
         needs = needs_of(spec, call.options)
         _, lengths, task_ids = _outcome_inputs(sample)
-        batch = batch_from_lists(*_step_inputs(sample))
+        batch = batch_from_lists(*_step_inputs(sample), **(_critic_inputs(sample) if needs.values else {}))
         batch = replace(batch, lengths=lengths) if needs.lengths else batch
         config = AlgorithmConfig(estimator=call.name)
         if needs.state:
@@ -216,7 +228,8 @@ def _batched_form(call: Call, sample: Sample, state: Mapping[str, Any] | None) -
                 spec.batched_form, batch, algorithm_config=config, state=dict(state or {}), task_ids=task_ids, **options
             )
             return Output(np.asarray(advantages, dtype=np.float64), dict(new_state))
-        return Output(np.asarray(call_with_accepted_kwargs(spec.batched_form, batch, algorithm_config=config, **options), dtype=np.float64))
+        result = call_with_accepted_kwargs(spec.batched_form, batch, algorithm_config=config, **options)
+        return Output(split_step_output(result, needs.values, batch.num_steps, f"estimator {call.name!r}")[0])
     rewards, lengths, task_ids = _outcome_inputs(sample)
     values = np.concatenate(rewards)
     offsets = offsets_from_sizes([r.size for r in rewards])
@@ -270,7 +283,14 @@ def _per_role_map(call: Call, sample: Sample, state: Mapping[str, Any] | None) -
 
 
 COLLECTOR = Path(
-    "collector", "path", "core", "collect_reward_and_advantage_from_trajectory_groups (the reference)", _collector, keeps_state=True, configure=_configure_core
+    "collector",
+    "path",
+    "core",
+    "collect_reward_and_advantage_from_trajectory_groups (the reference)",
+    _collector,
+    keeps_state=True,
+    configure=_configure_core,
+    critic_values=None,
 )
 
 
@@ -278,8 +298,8 @@ def core_paths() -> list[Path]:
     """The core's paths and wrappers."""
     return [
         COLLECTOR,
-        Path("list_form", "path", "core", "the spec's list form, called as rLLM calls it", _list_form, keeps_state=True),
-        Path("batched_form", "path", "core", "the spec's batched form over flat values and offsets", _batched_form, keeps_state=True),
+        Path("list_form", "path", "core", "the spec's list form, called as rLLM calls it", _list_form, keeps_state=True, critic_values=None),
+        Path("batched_form", "path", "core", "the spec's batched form over flat values and offsets", _batched_form, keeps_state=True, critic_values=None),
         Path(
             "composite_term",
             "wrapper",
@@ -288,6 +308,7 @@ def core_paths() -> list[Path]:
             _composite_term,
             keeps_state=True,
             refuses={"composite": "a composite is no term of a composite"},
+            critic_values="composite refuses a value-based term: its returns are a critic's targets, which a sum of terms has not",
         ),
         Path(
             "gdpo_one_key",
@@ -299,7 +320,7 @@ def core_paths() -> list[Path]:
             reference=whitened,
             stateful=False,
         ),
-        Path("per_role_map", "wrapper", "core", "estimator_map={role: e} beside a role running grpo", _per_role_map, keeps_state=True),
+        Path("per_role_map", "wrapper", "core", "estimator_map={role: e} beside a role running grpo", _per_role_map, keeps_state=True, critic_values=None),
     ]
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ...registry import get_estimator
 from .estimators import EstimatorEntry
 from .paths import COLLECTOR, Call, Output, Path
 from .samples import Sample
@@ -150,6 +151,8 @@ def composite_linear(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
     """``composite([[e, a, opts], [f, b]])`` on the path is ``a * e + b * f`` on the same path (``f``: grpo, or step_reinforce on step-only paths)."""
     if entry.name == "composite":
         raise NotApplicable("composite is the wrapper itself")
+    if get_estimator(entry.name).spec.needs_values:  # the refusal itself: tests/steps/test_composite_any_terms.py
+        raise NotApplicable("composite refuses a value-based term: its returns are a critic's targets, which a sum of terms has not")
     if path.kind != "path":
         raise NotApplicable("composite runs on paths, not inside another wrapper")
     other = next((Call(name, {}) for name in SECOND_TERMS if path.not_applicable(Call(name, {})) is None), None)

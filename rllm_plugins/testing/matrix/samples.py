@@ -24,15 +24,22 @@ MODEL_TOKEN = 10  # model token ids are MODEL_TOKEN + the step's index (never an
 
 @dataclass(frozen=True)
 class Traj:
-    """One trajectory: ``reward`` (outcome), per step ``step_rewards``, ``lengths`` (model tokens, >= 1) and ``anchors``."""
+    """One trajectory: ``reward`` (outcome), per step ``step_rewards``, ``lengths`` (model tokens, >= 1), ``anchors`` and
+    ``values`` (a critic's value of each step's state, for value-based estimators; they scale with the rewards)."""
 
     reward: float
     step_rewards: tuple[float, ...]
     lengths: tuple[int, ...]
     anchors: tuple[tuple[int, ...], ...]
+    values: tuple[float, ...] = ()
 
     def scaled(self, factor: float) -> Traj:
-        return replace(self, reward=self.reward * factor, step_rewards=tuple(r * factor for r in self.step_rewards))
+        return replace(
+            self,
+            reward=self.reward * factor,
+            step_rewards=tuple(r * factor for r in self.step_rewards),
+            values=tuple(v * factor for v in self.values),
+        )
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,7 @@ def generate(seed: int, level: str, sizes: Sequence[int], *, binary: bool = Fals
     ``binary``), anchors drawn from :data:`ENV_TOKENS` (so some steps share an anchor group).
     """
     rng = np.random.default_rng(seed)
+    critic = np.random.default_rng([seed, 1])  # the critic's values: a stream of their own, so the rewards are as without them
     groups = []
     for _ in range(int(rng.integers(2, 5))):
         trajs = []
@@ -103,6 +111,7 @@ def generate(seed: int, level: str, sizes: Sequence[int], *, binary: bool = Fals
             step_rewards = tuple([0.0] * (steps - 1) + last) if binary else tuple(float(x) / 2 for x in rng.integers(0, 3, steps))
             anchors = ((), *(tuple(int(x) for x in rng.choice(ENV_TOKENS, int(rng.integers(1, 3)))) for _ in range(steps - 1)))
             lengths = tuple(int(x) for x in rng.integers(1, 4, steps))
-            trajs.append(Traj(float(sum(step_rewards)), step_rewards, lengths, anchors))
+            values = tuple(float(x) / 8 for x in critic.integers(-8, 9, steps))  # multiples of 1/8: exact in float32
+            trajs.append(Traj(float(sum(step_rewards)), step_rewards, lengths, anchors, values))
         groups.append(tuple(trajs))
     return Sample(tuple(groups), level)
