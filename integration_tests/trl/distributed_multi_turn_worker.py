@@ -113,6 +113,12 @@ def main(out_dir: Path) -> None:
     trainer.train()
     rank = trainer.accelerator.process_index
     (out_dir / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "records": trainer.records}))
+    trainer.accelerator.wait_for_everyone()
+    # Leave without tearing down: torch's gloo group joins its worker thread while holding the GIL, and
+    # that thread may still need the GIL to free a finished all-gather's tensors (a hang, or an abort).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,12 @@ def main(out_dir: Path, estimator: str, case: str = "") -> None:
     rank = trainer.accelerator.process_index
     result = {"rank": rank, "world_size": trainer.accelerator.num_processes, "records": trainer.records}
     (out_dir / f"rank{rank}.json").write_text(json.dumps(result))
+    trainer.accelerator.wait_for_everyone()
+    # Leave without tearing down: torch's gloo group joins its worker thread while holding the GIL, and
+    # that thread may still need the GIL to free a finished all-gather's tensors (a hang, or an abort).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
