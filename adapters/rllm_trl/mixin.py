@@ -39,6 +39,7 @@ from .advantages import RewardBatch, compute_advantages, compute_metrics, prepar
 from .config import AdvantageSettings, check_trainer_setup
 from .estimator_state import load_state, save_state, task_id
 from .rollout_checks import checked_rollout_func
+from .rollout_keys import unread_step_keys
 from .turn_advantages import (
     ANCHOR_STATES_KEY,
     TURN_REWARDS_KEY,
@@ -103,7 +104,9 @@ class RLLMAdvantageMixin:
         settings = self.advantage_settings
         self._rllm_multi_turn_path = multi_turn_path(self)
         if getattr(self, "rollout_func", None) is not None:  # its keys and env_mask checked before TRL reads them
-            self.rollout_func = checked_rollout_func(self.rollout_func, step_level=settings.step_level)
+            anchors = needs_of(settings.selected[settings.estimator].spec, settings.estimator_kwargs).anchors
+            unread = unread_step_keys(settings.estimator, step_level=settings.step_level, anchors=anchors)
+            self.rollout_func = checked_rollout_func(self.rollout_func, step_level=settings.step_level, unread=unread)
         self._rllm_stateful = any(needs_of(estimator.spec, settings.estimator_kwargs).state for estimator in settings.selected.values())
         self.estimator_state = EstimatorState()  # stateful estimators' state: the same on every process
         logger.info("%s: %s", type(self).__name__, self.advantage_settings.describe())

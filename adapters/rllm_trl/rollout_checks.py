@@ -11,7 +11,10 @@ turns ``env_mask`` into ``tool_mask``; the loss, and the turns of a step-level e
   where the sampling log-probabilities are, not by who speaks first (:mod:`.mask_direction`), is logged
   once as a warning saying what to do;
 - a key that is a near miss of one TRL or rllm_trl reads (``turn_reward`` for ``turn_rewards``) is a
-  ``ValueError`` naming the key it is close to (:mod:`.rollout_keys`).
+  ``ValueError`` naming the key it is close to (:mod:`.rollout_keys`);
+- ``env_mask`` returned to a trainer with tools is a ``ValueError``: TRL then runs its tool loop on the
+  completions and writes ``tool_mask`` itself, passing ``env_mask`` to the reward functions only;
+- ``turn_rewards`` / ``anchor_states`` returned to a run that does not read them is logged once as a warning.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 from .mask_direction import MaskEvidence, mask_evidence
 from .rollout_keys import check_rollout_keys
 
-__all__ = ["check_rollout_output", "checked_rollout_func"]
+__all__ = ["check_env_mask_is_read", "check_rollout_output", "checked_rollout_func"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,16 +76,43 @@ def check_rollout_output(output: Mapping[str, Any], *, step_level: bool = False,
     return mask_evidence(masks, completions, output.get("logprobs"), end_of_turn) if judge else None
 
 
-def checked_rollout_func(rollout_func: Callable[..., Any], *, step_level: bool = False) -> Callable[..., Any]:
+def check_env_mask_is_read(output: Mapping[str, Any], trainer: Any) -> None:
+    """Raise ``ValueError`` when ``output`` has an ``env_mask`` that ``trainer``'s tool loop would replace (TRL 1.16 reads it only without tools)."""
+    tools = getattr(trainer, "tools", None)
+    if ENV_MASK_KEY in output and tools:
+        names = [getattr(tool, "__name__", type(tool).__name__) for tool in tools]
+        raise ValueError(
+            f"rollout_func output: env_mask is returned, but the trainer also has tools {names} (tools= or an environment_factory's): "
+            "TRL then runs its own tool loop on the rollout_func's completions, writes the tool mask itself and passes env_mask "
+            "to the reward functions only. Either let the rollout_func run the environment (no tools on the trainer) or let TRL's "
+            "tool loop do it (return no env_mask)"
+        )
+
+
+def checked_rollout_func(rollout_func: Callable[..., Any], *, step_level: bool = False, unread: Mapping[str, str] | None = None) -> Callable[..., Any]:
     """``rollout_func`` whose output passes :func:`check_rollout_output` before TRL reads it (the inverted-mask warning once).
 
-    The end-of-turn tokens are the trainer's ``eos_token_ids`` (TRL's), read at each call.
+    The end-of-turn tokens are the trainer's ``eos_token_ids`` (TRL's), read at each call. ``unread``: keys the
+    run does not read, each with why (:func:`.rollout_keys.unread_step_keys`); returning one is said once.
     """
     warned = False
+    told = not unread
 
     def rollout(prompts: list[Any], trainer: Any) -> Any:
-        nonlocal warned
+        nonlocal warned, told
         output = rollout_func(prompts, trainer)
+        if isinstance(output, Mapping):
+            check_env_mask_is_read(output, trainer)
+            ignored = {key: why for key, why in (unread or {}).items() if key in output}
+            if ignored and not told:
+                told = True
+                logger.warning(
+                    "rollout_func output: %s returned and not read, as %s; TRL passes them to the reward functions only. "
+                    "Select a step-level estimator that reads them (gigpo reads both, turn_grpo and step_reinforce read turn_rewards), "
+                    "or stop returning them",
+                    " and ".join(ignored),
+                    next(iter(ignored.values())),
+                )
         end_of_turn = getattr(trainer, "eos_token_ids", None) or ()
         evidence = check_rollout_output(output, step_level=step_level, end_of_turn=end_of_turn, judge=not warned)
         if evidence is not None and evidence.inverted:

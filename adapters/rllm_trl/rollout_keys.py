@@ -6,7 +6,10 @@ TRL reads ``prompt_ids``, ``completion_ids``, ``logprobs`` (required), ``logprob
 (``turn_reward``, ``anchor_state``, ``env_masks``) or another framework's name for one
 (``tool_mask``, ``step_rewards``) would train on the defaults without a word: it is refused instead,
 naming the key it is close to. A key far from every read one is the reward functions' own and is
-left alone, and so is a near miss returned next to the key it resembles.
+left alone, and so is a near miss returned next to the key it resembles. ``turn_rewards`` or
+``anchor_states`` returned to a run that does not read them (an outcome-level estimator; one that
+compares no anchor states) are the reward functions' only: :func:`unread_step_keys` says why, for a
+warning (a run may keep returning them while comparing estimators).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Iterable, Mapping
 
 from .turn_advantages import ANCHOR_STATES_KEY, TURN_REWARDS_KEY
 
-__all__ = ["STEP_LEVEL_KEYS", "TRL_KEYS", "check_rollout_keys", "closest_read_key"]
+__all__ = ["STEP_LEVEL_KEYS", "TRL_KEYS", "check_rollout_keys", "closest_read_key", "unread_step_keys"]
 
 TRL_KEYS: dict[str, str] = {
     "prompt_ids": "per completion, the prompt's token ids",
@@ -63,3 +66,13 @@ def check_rollout_keys(output: Mapping[str, object], *, step_level: bool) -> Non
             f"TRL would only pass {key!r} to the reward functions and train without it. Rename it to {closest!r}, or, if it is "
             "meant for your reward functions only, to a name further from it"
         )
+
+
+def unread_step_keys(estimator: str, *, step_level: bool, anchors: bool) -> dict[str, str]:
+    """The step-level keys a run of ``estimator`` does not read, each with why: ``step_level``, and with ``anchors`` compared."""
+    if not step_level:
+        why = f"adv_estimator={estimator!r} is outcome-level (one advantage per completion, from its reward)"
+        return {TURN_REWARDS_KEY: why, ANCHOR_STATES_KEY: why}
+    if not anchors:
+        return {ANCHOR_STATES_KEY: f"adv_estimator={estimator!r} with these options compares no anchor states (gigpo does)"}
+    return {}

@@ -149,6 +149,60 @@ def test_step_reinforce_reads_no_anchor_states_and_the_line_says_none(trainer_wi
     assert line.startswith("adv_estimator='step_reinforce': turns from the rollout_func's env_mask; step rewards:") and "anchor" not in line
 
 
+# ---------------------------------------------------------------- step-level keys a run does not read, an env_mask TRL does not read
+
+
+def unread_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "rllm_trl.rollout_checks" and "returned and not read" in r.getMessage()]
+
+
+@pytest.mark.parametrize(
+    "estimator, unread, why",
+    [
+        ("grpo", ["turn_rewards", "anchor_states"], "adv_estimator='grpo' is outcome-level"),
+        ("rloo", ["turn_rewards", "anchor_states"], "adv_estimator='rloo' is outcome-level"),
+        ("turn_grpo", ["anchor_states"], "adv_estimator='turn_grpo' with these options compares no anchor states"),
+        ("step_reinforce", ["anchor_states"], "adv_estimator='step_reinforce' with these options compares no anchor states"),
+        ("gigpo", [], ""),
+    ],
+)
+def test_step_level_keys_a_run_does_not_read_are_said_once(trainer_with, caplog, estimator, unread, why):
+    trainer = trainer_with(two_turns(turn_rewards=lambda b: [0.5, 0.5], anchor_states=lambda b: ["start", f"seen {b % 2}"]), estimator=estimator)
+    with caplog.at_level(logging.WARNING, logger="rllm_trl.rollout_checks"):
+        trainer.train()
+    warnings = unread_warnings(caplog)
+    if not unread:
+        assert warnings == []
+        return
+    (warning,) = warnings  # two steps, one warning
+    assert warning.startswith(f"rollout_func output: {' and '.join(unread)} returned and not read, as {why}"), warning
+
+
+def test_a_run_that_returns_no_unread_key_is_told_nothing(trainer_with, caplog):
+    trainer = trainer_with(two_turns(), estimator="grpo")
+    with caplog.at_level(logging.WARNING, logger="rllm_trl.rollout_checks"):
+        trainer.train()
+    assert unread_warnings(caplog) == []
+
+
+def lookup(word: str) -> str:
+    """Look a word up.
+
+    Args:
+        word: The word to look up.
+    """
+    return word
+
+
+def test_an_env_mask_next_to_trl_tools_is_refused_since_trl_replaces_it(trainer_with):
+    template_tokenizer = build_tiny_tokenizer(["go run"])
+    template_tokenizer.chat_template = qwen2_5_chat_template
+    trainer = trainer_with(two_turns(), tools=[lookup], processing_class=template_tokenizer)
+    with pytest.raises(ValueError, match=r"env_mask is returned, but the trainer also has tools \['lookup'\]") as raised:
+        trainer.train()
+    assert "passes env_mask to the reward functions only" in str(raised.value)
+
+
 # ---------------------------------------------------------------- the single-turn warning names what the run has
 
 
