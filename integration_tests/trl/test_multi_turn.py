@@ -432,6 +432,7 @@ def test_a_trainer_selects_turn_grpo_by_name_and_trains_on_its_advantages(multi_
     "estimator, kwargs, message",
     [
         ("turn_grpo", {"ended": "absorb"}, r"ended must be one of \['absorbing', 'present'\]"),
+        ("turn_grpo", {"single_turn": "combine"}, r"single_turn must be one of \['turns', 'combined'\]"),
         ("step_reinforce", {"method": "mean_norm"}, r"method must be one of"),
         ("gigpo", {"anchor_similarity": 1.5}, r"anchor_similarity must be None"),
         ("composite", {"terms": [["grpo", 0.5], ["rlo", 0.5]]}, r"Unknown advantage estimator 'rlo'"),

@@ -14,7 +14,10 @@ trajectories the policy let reach it); with ``ended="present"``, the trajectorie
 in both levels), eps 1e-6; a population of one gives ``A^T = 0``; ``norm_adv_by_std_in_grpo=False`` drops both
 divisions. MT-GRPO (two turns, a tool call then the answer) is ``value="reward", ended="present", lam=coef,
 std_ddof=1, epsilon=1e-4`` with step rewards ``[R_turn, 0]`` and the outcome reward as the trajectory's: the
-outcome part on every turn, the turn part on the first.
+outcome part on every turn, the turn part on the first. Its completions without a tool result (one turn, step
+rewards ``[R_turn]``) get the *combined* reward standardised over the task group: ``single_turn="combined"``
+gives a trajectory of one step ``(c_i - mean_g c) / (std_g c + eps)`` with ``c = R + sum_t r_t`` (every
+trajectory of the group in the population; the same std and eps), instead of the formula above.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ __all__ = ["calculate_turn_grpo_advantages", "check_turn_grpo_options", "turn_gr
 
 VALUES = ("return", "reward")
 ENDED = ("absorbing", "present")
+SINGLE_TURN = ("turns", "combined")
 
 
 def check_turn_grpo_options(options: Mapping[str, Any]) -> None:
@@ -43,6 +47,7 @@ def check_turn_grpo_options(options: Mapping[str, Any]) -> None:
         check_discount("turn_grpo", options["gamma"])
     check_choice("turn_grpo", options, "value", VALUES)
     check_choice("turn_grpo", options, "ended", ENDED)
+    check_choice("turn_grpo", options, "single_turn", SINGLE_TURN)
     check_std_ddof("turn_grpo", options)
     lam = options.get("lam", 1.0)
     if not is_finite_real(lam):
@@ -106,10 +111,11 @@ def turn_grpo(
     value: str = "return",
     ended: str = "absorbing",
     std_ddof: int = 0,
+    single_turn: str = "turns",
     **_: Any,
 ) -> np.ndarray:
     """Turn GRPO: episode-level GRPO of the outcome plus lam times the step's value against its turn's population."""
-    check_turn_grpo_options({"gamma": gamma, "value": value, "ended": ended, "lam": lam, "std_ddof": std_ddof})
+    check_turn_grpo_options({"gamma": gamma, "value": value, "ended": ended, "lam": lam, "std_ddof": std_ddof, "single_turn": single_turn})
     if batch.num_steps == 0:
         return np.zeros(0)
     batch.warn_if_steps_carry_nothing("turn_grpo")
@@ -124,7 +130,27 @@ def turn_grpo(
         per_turn = _normalize_absorbing(values, ids, sizes, **norm, ddof=std_ddof)
     per_turn *= lam
     per_turn += episode
+    if single_turn == "combined":
+        _combined_on_single_turns(batch, per_turn, norm, std_ddof)
     return per_turn
+
+
+def _combined_on_single_turns(batch: StepBatch, advantages: np.ndarray, norm: Mapping[str, Any], ddof: int) -> None:
+    """Write, in place, on each one-step trajectory's step its combined reward ``R + sum_t r_t`` standardised in its task group."""
+    single = batch.steps.sizes == 1
+    if not single.any():
+        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        combined = batch.outcomes + batch.steps.sum(batch.step_rewards)
+    if not np.isfinite(combined).all():
+        i = int(np.flatnonzero(~np.isfinite(combined))[0])
+        g = int(np.searchsorted(batch.traj_offsets, i, side="right") - 1)
+        raise ValueError(
+            f"estimator 'turn_grpo' (single_turn='combined'): task group {g}, trajectory {i - int(batch.traj_offsets[g])}: its reward plus "
+            "its step rewards overflows float64; scale the rewards down"
+        )
+    standardized = standardize_in_groups(combined, batch.traj_offsets, **norm, ddof=ddof)
+    advantages[batch.step_offsets[:-1][single]] = standardized[single]
 
 
 calculate_turn_grpo_advantages = step_list_form_of(turn_grpo, "calculate_turn_grpo_advantages")

@@ -2,7 +2,8 @@
 
 MT-GRPO, two turns per completion (a tool call, then the answer after the tool result): per group of completions, the
 outcome reward and the turn reward are each standardised, ``(r - mean) / (unbiased std + 1e-4)``; a completion gets
-``A_outcome + coef * A_turn`` on its first turn's tokens and ``A_outcome`` on the rest.
+``A_outcome + coef * A_turn`` on its first turn's tokens and ``A_outcome`` on the rest. A completion without a tool
+result (one turn) gets the standardised combined reward ``R_outcome + R_turn`` on every token (``single_turn="combined"``).
 """
 
 from __future__ import annotations
@@ -84,4 +85,57 @@ def test_std_ddof_other_than_0_or_1_is_refused():
     with pytest.raises(ValueError, match=r"turn_grpo': std_ddof must be 0 \(population std\) or 1 \(unbiased std\), got 2"):
         check_estimator_kwargs(
             {"turn_grpo": get_estimator("turn_grpo")}, {"std_ddof": 2}, where="algorithm.rllm_estimator_kwargs", norm_field="norm_adv_by_std_in_grpo"
+        )
+
+
+def mt_grpo_with_untooled(outcome_rewards, turn_rewards, tooled, coef):
+    """MT-GRPO's ``_assign_advantages``, both branches: per completion, its turns' advantages (two with a tool result, else one)."""
+    outcome, turn = standardise(outcome_rewards), standardise(turn_rewards)
+    combined = standardise([o + t for o, t in zip(outcome_rewards, turn_rewards, strict=True)])
+    return [[o + coef * t, o] if has else [c] for o, t, c, has in zip(outcome, turn, combined, tooled, strict=True)]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_mt_grpo_with_completions_without_a_tool_result_is_single_turn_combined(seed):
+    rng = np.random.default_rng(100 + seed)
+    coef = float(rng.choice([1.0, 0.5]))
+    outcomes, step_rewards, want = [], [], []
+    for _ in range(3):
+        n = int(rng.integers(2, 7))
+        outcome_rewards = rng.choice([0.0, 1.0, 0.5], size=n).tolist()
+        turn_rewards = rng.choice([0.0, 0.2, 1.0], size=n).tolist()
+        tooled = (rng.random(n) < 0.6).tolist()
+        outcome_rewards[0] += 1.0  # spread in every standardised population
+        turn_rewards[1] += 0.3
+        outcomes.append(np.array(outcome_rewards))
+        step_rewards.append([np.array([rt, 0.0] if has else [rt]) for rt, has in zip(turn_rewards, tooled, strict=True)])
+        want += mt_grpo_with_untooled(outcome_rewards, turn_rewards, tooled, coef)
+    options = {"value": "reward", "ended": "present", "lam": coef, "std_ddof": 1, "epsilon": 1e-4}
+    got, _ = calculate_turn_grpo_advantages(outcomes, step_rewards, **options, single_turn="combined")
+    flat = [a for group in got for a in group]
+    for a, b in zip(flat, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    plain, _ = calculate_turn_grpo_advantages(outcomes, step_rewards, **options)
+    for a, b, steps in zip(flat, [a for group in plain for a in group], [r for group in step_rewards for r in group], strict=True):
+        if steps.size > 1:
+            np.testing.assert_array_equal(a, b)  # two turns: the option changes nothing
+
+
+def test_single_turn_combined_permutes_with_the_trajectories_and_refuses_an_overflowing_sum():
+    outcomes = [np.array([1.0, 0.0, 0.5, 0.25])]
+    step_rewards = [[np.array([0.2, 0.0]), np.array([1.0]), np.array([0.0]), np.array([0.5, 0.5])]]
+    got, _ = calculate_turn_grpo_advantages(outcomes, step_rewards, single_turn="combined")
+    order = [2, 0, 3, 1]
+    moved, _ = calculate_turn_grpo_advantages([outcomes[0][order]], [[step_rewards[0][i] for i in order]], single_turn="combined")
+    for k, i in enumerate(order):
+        np.testing.assert_allclose(moved[0][k], got[0][i], rtol=1e-12)
+    with pytest.raises(ValueError, match=r"single_turn='combined'\): task group 0, trajectory 1: its reward plus its step rewards overflows float64"):
+        calculate_turn_grpo_advantages([np.array([1.0, 1.5e308])], [[np.array([0.0, 0.0]), np.array([1.5e308])]], single_turn="combined")
+
+
+@pytest.mark.parametrize("value, message", [("combine", r"single_turn must be one of \['turns', 'combined'\], got 'combine'"), (1, "must be a str")])
+def test_a_wrong_single_turn_is_refused_at_config_time(value, message):
+    with pytest.raises(ValueError, match=message):
+        check_estimator_kwargs(
+            {"turn_grpo": get_estimator("turn_grpo")}, {"single_turn": value}, where="algorithm.rllm_estimator_kwargs", norm_field="norm_adv_by_std_in_grpo"
         )

@@ -98,3 +98,16 @@ def test_the_readme_snippet_gives_one_advantage_per_step_of_the_agent_role():
     assert first == [pytest.approx(a_e + z), pytest.approx(a_e)]
     assert second == [pytest.approx(-a_e - z)]
     assert [[s.advantage for s in t.steps] for t in judge.trajectories] == [[a_e, a_e], [-a_e]]  # broadcast
+
+
+def test_the_turn_grpo_section_names_every_option_with_its_default():
+    from rllm_plugins.options import spec_options
+    from rllm_plugins.registry import get_estimator
+
+    text = section("## `turn_grpo`").split("Options: ", 1)[1].split("\n\n", 1)[0]
+    named = dict(re.findall(r"`(\w+)`[^(`]*\(([^;)]*)", text))
+    defaults = {k: v for k, v in spec_options(get_estimator("turn_grpo").spec).defaults.items() if k != "norm_adv_by_std_in_grpo"}
+    assert set(named) == set(defaults), (named, defaults)
+    for name, default in defaults.items():
+        written = named[name].strip().strip("`")
+        assert (written == f'"{default}"') if isinstance(default, str) else (float(written) == default), (name, written, default)
