@@ -239,11 +239,12 @@ def _call_estimator(
 
 def _call_step_estimator(
     role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator, new_states: dict[tuple[str, str], dict[str, Any]]
-) -> tuple[list[list[np.ndarray]], dict[str, float]]:
-    """Run the role's step-level estimator (``name``, resolved): per group, per trajectory, one advantage per step; and anchor metrics.
+) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]] | None, dict[str, float]]:
+    """Run the role's step-level estimator (``name``, resolved): per group, per trajectory, one advantage per step; the
+    returns the same way (a value-based estimator; else None); and anchor metrics.
 
-    It gets what it needs with the config's options (:func:`.needs.needs_of`): anchor states, lengths, its state
-    (whose update goes into ``new_states``).
+    It gets what it needs with the config's options (:func:`.needs.needs_of`): anchor states, lengths, values, its
+    state (whose update goes into ``new_states``).
     """
     who = f"step-level estimator {name!r} ({estimator.provider}) for role {role!r}"
     if config.multi_objective_aggregation == "normalize_then_sum":
@@ -268,15 +269,21 @@ def _call_step_estimator(
         result, new_states[(estimator.spec.name, role)] = call_stateful(form, config.estimator_state.get(estimator.spec.name, role), who, steps, **kwargs)
     else:
         result = call_with_accepted_kwargs(estimator.batched_form, steps, **kwargs)
-    advantages, _ = split_step_output(result, needs.values, steps.num_steps, who)  # returns: the forms give them
-    if not np.isfinite(advantages).all():
-        s = int(np.flatnonzero(~np.isfinite(advantages))[0])
-        i = int(np.searchsorted(steps.step_offsets, s, side="right") - 1)
-        g = int(np.searchsorted(steps.traj_offsets, i, side="right") - 1)
-        where = _where(role, batch.indices[g], batch.groups[g], i - int(steps.traj_offsets[g]))
-        raise ValueError(f"{who}: {where}, step {s - int(steps.step_offsets[i])} got advantage {advantages[s]}; advantages must be finite")
-    per_traj = steps.steps.split(advantages)
+    advantages, returns = split_step_output(result, needs.values, steps.num_steps, who)
+    checked = {"advantage": advantages, "return": returns} if needs.values else {"advantage": advantages}
+    for what, values in checked.items():
+        if not np.isfinite(values).all():
+            s = int(np.flatnonzero(~np.isfinite(values))[0])
+            i = int(np.searchsorted(steps.step_offsets, s, side="right") - 1)
+            g = int(np.searchsorted(steps.traj_offsets, i, side="right") - 1)
+            where = _where(role, batch.indices[g], batch.groups[g], i - int(steps.traj_offsets[g]))
+            raise ValueError(f"{who}: {where}, step {s - int(steps.step_offsets[i])} got {what} {values[s]}; {what}s must be finite")
     bounds = steps.traj_offsets.tolist()
+
+    def by_group(per_step: np.ndarray) -> list[list[np.ndarray]]:
+        per_traj = steps.steps.split(per_step)
+        return [per_traj[a:b] for a, b in itertools.pairwise(bounds)]
+
     metrics: dict[str, float] = {}
     for key, value in turn_metrics(advantages, steps.step_rewards, steps.step_offsets).items():
         metrics[f"turn/{role}/{key.removeprefix('turn/')}"] = value
@@ -284,7 +291,7 @@ def _call_step_estimator(
         sizes = np.bincount(steps.anchors)
         metrics[f"batch/{role}/anchor_groups/mean_size"] = float(steps.num_steps / sizes.size)
         metrics[f"batch/{role}/anchor_groups/fraction_singleton_steps"] = float(np.mean(sizes[steps.anchors] == 1))
-    return [per_traj[a:b] for a, b in itertools.pairwise(bounds)], metrics
+    return by_group(advantages), by_group(returns) if needs.values else None, metrics
 
 
 def compute_role_metrics(values_by_role: dict[str, Sequence[float]], prefix: str, with_fraction_zero: bool = False) -> dict[str, float]:
@@ -377,7 +384,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
     if unknown and (named_by_role or role_batches or rewards_by_role):
         raise ValueError(f"AlgorithmConfig.reward_weights names {unknown}, which no trajectory carries in metadata[{REWARDS_KEY!r}]; check the names")
     broadcast_writes: list[tuple[TrajectoryGroup, np.ndarray]] = []
-    step_writes: list[tuple[TrajectoryGroup, list[np.ndarray]]] = []
+    step_writes: list[tuple[TrajectoryGroup, list[np.ndarray], list[np.ndarray] | None]] = []  # group, advantages, returns
     step_metrics: dict[str, float] = {}
     new_states: dict[tuple[str, str], dict[str, Any]] = {}  # stateful estimators: committed once every role succeeded
     for role, batch in role_batches.items():
@@ -390,10 +397,10 @@ def collect_reward_and_advantage_from_trajectory_groups(
 
             warnings.warn(f"role {role!r}, estimator {estimator.spec.name!r} (outcome-level): {PER_STEP_DEPRECATION}", DeprecationWarning, stacklevel=2)
         if estimator.spec.level == "step":
-            by_group, anchor_metrics = _call_step_estimator(role, batch, algorithm_config, name, estimator, new_states)
+            by_group, returns_by_group, anchor_metrics = _call_step_estimator(role, batch, algorithm_config, name, estimator, new_states)
             step_metrics.update(anchor_metrics)
-            for group, per_traj in zip(batch.groups, by_group, strict=True):
-                step_writes.append((group, per_traj))
+            for g, (group, per_traj) in enumerate(zip(batch.groups, by_group, strict=True)):
+                step_writes.append((group, per_traj, None if returns_by_group is None else returns_by_group[g]))
                 advantages_by_role.setdefault(role, []).extend(np.concatenate(per_traj).tolist())
             continue
         if algorithm_config.multi_objective_aggregation == "normalize_then_sum" or any(named is not None for named in batch.named):
@@ -409,10 +416,13 @@ def collect_reward_and_advantage_from_trajectory_groups(
         for traj, advantage in zip(group.trajectories, advantages.tolist(), strict=True):
             for step in traj.steps:
                 step.advantage = advantage
-    for group, per_traj in step_writes:
-        for traj, advantages in zip(group.trajectories, per_traj, strict=True):
+    for group, per_traj, targets in step_writes:
+        for t, (traj, advantages) in enumerate(zip(group.trajectories, per_traj, strict=True)):
             for step, advantage in zip(traj.steps, advantages.tolist(), strict=True):
                 step.advantage = advantage
+            if targets is not None:  # a value-based estimator: the critic's targets
+                for step, target in zip(traj.steps, targets[t].tolist(), strict=True):
+                    step.value_target = target
     for step, tokens in token_writes:
         step.advantage = tokens
     made_with = {name: state_options(get_estimator(name).spec, algorithm_config.estimator_kwargs) for name, _ in new_states}

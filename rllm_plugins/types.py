@@ -15,7 +15,8 @@ class Step:
     ``reward`` is the step's own reward and ``observation`` what the agent saw before acting; a
     step-level estimator reads both (the anchor state is ``metadata["anchor_state"]`` when given,
     else ``observation``). ``value`` is a critic's estimate of the step's state (the expected return from
-    it), read by value-based step-level estimators (``turn_gae``); None: no critic.
+    it), read by value-based step-level estimators (``turn_gae``); None: no critic. ``value_target`` is what such an
+    estimator writes next to the advantage: the critic's regression target for the step (verl's ``returns``), None otherwise.
     """
 
     prompt_ids: list[int] = field(default_factory=list)
@@ -30,6 +31,7 @@ class Step:
     info: dict[str, Any] = field(default_factory=dict)
     observation: Any = None
     value: float | None = None
+    value_target: float | None = None
 
 
 @dataclass

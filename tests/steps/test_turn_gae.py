@@ -96,6 +96,14 @@ def test_the_collector_reads_step_value_and_weighs_steps_by_their_response_token
     want = plain_whiten(raw, [3, 1, 2])
     got = [step.advantage for traj in group.trajectories for step in traj.steps]
     np.testing.assert_allclose(got, want, rtol=1e-9)
+    targets = [step.value_target for traj in group.trajectories for step in traj.steps]
+    np.testing.assert_allclose(targets, [a + v for a, v in zip(raw, [0.25, 0.5, -0.5], strict=True)], rtol=1e-12)  # before whitening
+
+
+def test_the_collector_writes_no_value_target_for_an_estimator_without_a_critic():
+    group = TrajectoryGroup([Trajectory(steps=[Step(reward=0.0), Step(reward=1.0)], reward=1.0), Trajectory(steps=[Step(reward=0.0)], reward=0.0)], "t:a")
+    collect_reward_and_advantage_from_trajectory_groups([group], AlgorithmConfig(estimator="turn_grpo"))
+    assert all(step.advantage is not None and step.value_target is None for traj in group.trajectories for step in traj.steps)
 
 
 def test_a_step_without_a_value_is_named_with_what_to_set():
