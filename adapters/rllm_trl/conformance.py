@@ -173,5 +173,6 @@ def paths() -> list[Path]:
             pad=_turn_padded,
             configure=trl_config_options,
             stateful=False,
+            critic_values="TRL's GRPOTrainer has no critic: RLLMGRPOConfig refuses a value-based estimator (integration_tests/trl/test_config.py)",
         ),
     ]

@@ -9,7 +9,10 @@
 Both read each step's advantage at its first model token, keep a stateful estimator's state where verl
 keeps it (:func:`rllm_verl.estimator_state.verl_estimator_state`), pad with rows whose ``response_mask``
 is all 0 (uid ``pad_<i>``, as verl's v1 balancing pads a batch), and check options at config time with
-``rllm-plugins verl-check`` (:func:`rllm_verl.check.verl_check`, verl's composed Hydra config).
+``rllm-plugins verl-check`` (:func:`rllm_verl.check.verl_check`, verl's composed Hydra config; with
+``critic.enable=true`` for a value-based estimator). For a value-based estimator (``turn_gae``) the batch
+carries the critic's ``values`` (B, T) as the trainer holds them: each step's value on its model tokens,
+0 elsewhere and on padding rows; its ``returns`` are read back at each step's first model token.
 """
 
 from __future__ import annotations
@@ -22,21 +25,31 @@ from typing import Any
 import numpy as np
 import torch
 
-from rllm_plugins.testing.matrix import Call, Output, Path, Sample
+from rllm_plugins.testing.matrix import Call, Output, Path, Sample, Traj
 from rllm_plugins.testing.matrix.paths import PROMPT
 from rllm_plugins.testing.matrix.samples import MODEL_TOKEN
 
-__all__ = ["encode", "paths"]
+__all__ = ["critic_values", "encode", "paths"]
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def encode(sample: Sample, pad_rows: int = 0) -> tuple[Any, list[int]]:
-    """The sample as a DataProto (``responses``, ``response_mask``, ``token_level_rewards``, ``prompts``; ``uid``) and
-    the position of every step's first model token, flat (``row * T + t``); ``pad_rows`` rows without model tokens appended."""
+def critic_values(traj: Traj) -> list[float]:
+    """The critic's ``values`` of a trajectory's response tokens, one row as both trainers hold them: each step's value on its
+    model tokens, 0 on the environment's before them."""
+    values: list[float] = []
+    for k, (length, anchor) in enumerate(zip(traj.lengths, traj.anchors, strict=True)):
+        values += [0.0] * len(anchor) + [traj.values[k] if traj.values else 0.0] * length
+    return values
+
+
+def encode(sample: Sample, pad_rows: int = 0, values: bool = False) -> tuple[Any, list[int]]:
+    """The sample as a DataProto (``responses``, ``response_mask``, ``token_level_rewards``, ``prompts``, with ``values`` the
+    critic's ``values`` (:func:`critic_values`); ``uid``) and the position of every step's first model token, flat
+    (``row * T + t``); ``pad_rows`` rows without model tokens appended (values 0)."""
     from verl import DataProto
 
-    rows: list[tuple[list[int], list[int], list[float]]] = []
+    rows: list[tuple[list[int], list[int], list[float], list[float]]] = []
     firsts: list[tuple[int, int]] = []
     uids: list[str] = []
     for g, group in enumerate(sample.groups):
@@ -52,24 +65,26 @@ def encode(sample: Sample, pad_rows: int = 0) -> tuple[Any, list[int]]:
                 tokens += [MODEL_TOKEN + k] * length
                 mask += [1] * length
                 rewards += [0.0] * (length - 1) + [reward if sample.level == "step" else traj.reward]
-            rows.append((tokens, mask, rewards))
+            rows.append((tokens, mask, rewards, critic_values(traj)))
             uids.append(f"task{g}")
     width = max((len(r[0]) for r in rows), default=1)
-    rows += [([0], [0], [0.0])] * pad_rows
+    rows += [([0], [0], [0.0], [0.0])] * pad_rows
     uids += [f"pad_{i}" for i in range(pad_rows)]
     n = len(rows)
     responses = torch.zeros(n, width, dtype=torch.int64)
     mask = torch.zeros(n, width, dtype=torch.int64)
     rewards = torch.zeros(n, width, dtype=torch.float32)
-    for b, (tok, m, r) in enumerate(rows):
+    critic = torch.zeros(n, width, dtype=torch.float32)
+    for b, (tok, m, r, v) in enumerate(rows):
         responses[b, : len(tok)] = torch.tensor(tok)
         mask[b, : len(m)] = torch.tensor(m)
         rewards[b, : len(r)] = torch.tensor(r, dtype=torch.float32)
+        critic[b, : len(v)] = torch.tensor(v, dtype=torch.float32)
     prompts = torch.tensor([list(PROMPT)] * n, dtype=torch.int64)
-    data = DataProto.from_dict(
-        tensors={"responses": responses, "response_mask": mask, "token_level_rewards": rewards, "prompts": prompts},
-        non_tensors={"uid": np.array(uids, dtype=object)},
-    )
+    tensors = {"responses": responses, "response_mask": mask, "token_level_rewards": rewards, "prompts": prompts}
+    if values:
+        tensors["values"] = critic
+    data = DataProto.from_dict(tensors=tensors, non_tensors={"uid": np.array(uids, dtype=object)})
     return data, [b * width + t for b, t in firsts]
 
 
@@ -98,7 +113,7 @@ def _compute(call: Call, sample: Sample, state: Mapping[str, Any] | None, pad_ro
         held.clear()
     else:
         held.load_state_dict(state)
-    data, firsts = encode(sample, pad_rows)
+    data, firsts = encode(sample, pad_rows, values=call.needs_values)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*at most one turn", category=UserWarning)  # an outcome-level sample through the step bridge
         out = compute_advantage(
@@ -108,7 +123,8 @@ def _compute(call: Call, sample: Sample, state: Mapping[str, Any] | None, pad_ro
     flat = advantages.reshape(-1).numpy()
     real = len({p // advantages.shape[1] for p in firsts})
     padding = advantages[real:].numpy().reshape(-1) if pad_rows else None
-    return Output(flat[firsts].copy(), held.state_dict(), padding)
+    returns = out.batch["returns"].to(torch.float64).reshape(-1).numpy()[firsts].copy() if call.needs_values else None
+    return Output(flat[firsts].copy(), held.state_dict(), padding, returns)
 
 
 def _run(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
@@ -131,11 +147,15 @@ def hydra_value(value: Any) -> str:
 
 
 def verl_check_options(name: str, options: Mapping[str, Any]) -> None:
-    """``rllm-plugins verl-check`` on ``algorithm.adv_estimator=rllm_<name>`` with ``options``: ``ValueError`` with its errors when it fails."""
+    """``rllm-plugins verl-check`` on ``algorithm.adv_estimator=rllm_<name>`` with ``options`` (and ``critic.enable=true`` for a
+    value-based estimator, as verl-check asks): ``ValueError`` with its errors when it fails."""
+    from rllm_plugins.registry import get_estimator
+
     from .check import verl_check
 
     overrides = [
         f"algorithm.adv_estimator=rllm_{name}",
+        *(["critic.enable=true"] if get_estimator(name).spec.needs_values else []),
         *(f"+algorithm.rllm_estimator_kwargs.{k}={hydra_value(v)}" for k, v in options.items() if not isinstance(v, list)),
     ]
     report = verl_check(overrides)
@@ -152,6 +172,7 @@ def paths() -> list[Path]:
         "pad": _pad,
         "configure": verl_check_options,
         "fast_configure": False,
+        "critic_values": None,  # a value-based estimator's batch carries the critic's values
     }
     return [
         Path(

@@ -8,7 +8,10 @@ length is the trajectory's), both with the trajectory's reward (v1 copies the fi
 advantage read from the final output. A step-level sample gives each session one output whose turns are the
 steps, each step's reward on its last token of ``rm_scores`` (as a per-turn reward manager leaves them). Rows
 are put in a shuffled order; with padding, verl's own ``_balance_batch`` pads the batch (rows with
-``response_mask`` all 0, uid ``pad…``) and reorders it.
+``response_mask`` all 0, uid ``pad…``) and reorders it. For a value-based estimator (``turn_gae``, with
+``critic.enable=true``) the critic's ``values`` are then put as verl's ``_compute_values`` leaves them (nested, one
+per response token: each step's value on its model tokens, 0 elsewhere and on padding rows), and the ``returns``
+are read back with the advantages.
 
 The first call starts Ray (3 CPUs) and TransferQueue in this process, kept for later calls; :func:`close` (also run at
 exit) stops what it started.
@@ -30,7 +33,7 @@ from rllm_plugins.testing.matrix import Call, Output, Path, Sample
 from rllm_plugins.testing.matrix.paths import PROMPT
 from rllm_plugins.testing.matrix.samples import MODEL_TOKEN
 
-from .conformance import FLOAT32_MAX, verl_check_options
+from .conformance import FLOAT32_MAX, critic_values, verl_check_options
 
 __all__ = ["close", "paths"]
 
@@ -80,6 +83,8 @@ def _trainer(call: Call) -> Any:
     config = copy.deepcopy(_base_config())
     OmegaConf.update(config, "algorithm.adv_estimator", f"rllm_{call.name}")
     OmegaConf.update(config, "algorithm.gamma", 1.0)
+    OmegaConf.update(config, "algorithm.lam", 1.0)
+    OmegaConf.update(config, "critic.enable", call.needs_values)  # verl runs a critic for value-based estimators only
     OmegaConf.update(config, "algorithm.rllm_estimator_kwargs", dict(call.options), force_add=True)
     trainer.config = config
     return trainer
@@ -112,6 +117,7 @@ def _outputs(sample: Sample, prefix: str) -> tuple[list[dict[str, Any]], list[tu
                 row = {"key": key, "uid": uid, "prompt": list(PROMPT), "response": tokens, "mask": tokens_mask, "reward": traj.reward}
                 if sample.level == "step":  # per-turn rewards at each turn's last token, as a per-turn reward manager leaves them
                     row["scores"] = scores
+                    row["values"] = critic_values(traj)
                 rows.append(row)
             steps += [(f"{uid}_{session}_{len(parts) - 1}", [t]) for t in firsts]
             session += 1
@@ -163,6 +169,16 @@ def _store(rows: list[dict[str, Any]], partition: str, pad: int, order: np.ndarr
     return balancer._balance_batch(batch, metrics={})
 
 
+def _put_values(rows: list[dict[str, Any]], batch: Any) -> None:
+    """The critic's ``values`` of every key of ``batch`` as verl's ``_compute_values`` puts them (padding rows: 0)."""
+    from tensordict import TensorDict
+
+    by_key = {row["key"]: row["values"] for row in rows}
+    values = [torch.tensor(by_key.get(key, [0.0] * tag["response_len"]), dtype=torch.float32) for key, tag in zip(batch.keys, batch.tags, strict=True)]
+    nested = torch.nested.as_nested_tensor(values, layout=torch.jagged)
+    _transfer_queue().kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict({"values": nested}, batch_size=len(batch.keys)))
+
+
 def _compute(call: Call, sample: Sample, state: Mapping[str, Any] | None, pad: int) -> Output:
     from .estimator_state import verl_estimator_state
 
@@ -176,15 +192,20 @@ def _compute(call: Call, sample: Sample, state: Mapping[str, Any] | None, pad: i
     partition = f"conformance_{n}"
     batch = _store(rows, partition, pad, np.random.default_rng(n).permutation(len(rows)))
     tq = _transfer_queue()
+    fields = ["advantages", "returns"] if call.needs_values else ["advantages"]
     try:
+        if call.needs_values:
+            _put_values(rows, batch)
         out = _trainer(call)._compute_advantage(batch, metrics={})
-        got = tq.kv_batch_get(keys=out.keys, partition_id=out.partition_id, select_fields=["advantages"])["advantages"].unbind(0)
-        by_key = {key: values.to(torch.float64).numpy() for key, values in zip(out.keys, got, strict=True)}
+        got = tq.kv_batch_get(keys=out.keys, partition_id=out.partition_id, select_fields=fields)
+        by_key = {f: {key: v.to(torch.float64).numpy() for key, v in zip(out.keys, got[f].unbind(0), strict=True)} for f in fields}
     finally:
         tq.kv_clear(keys=list(batch.keys), partition_id=partition)
-    values = np.array([by_key[key][positions[0]] for key, positions in steps])
-    padding = np.concatenate([v for k, v in by_key.items() if k.startswith("pad")]) if pad else None
-    return Output(values, held.state_dict(), padding)
+    advantages = by_key["advantages"]
+    per_step = np.array([advantages[key][positions[0]] for key, positions in steps])
+    padding = np.concatenate([v for k, v in advantages.items() if k.startswith("pad")]) if pad else None
+    returns = np.array([by_key["returns"][key][positions[0]] for key, positions in steps]) if call.needs_values else None
+    return Output(per_step, held.state_dict(), padding, returns)
 
 
 def _run(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
@@ -210,5 +231,6 @@ def paths() -> list[Path]:
             pad=_pad,
             configure=verl_check_options,
             fast_configure=False,
+            critic_values=None,  # a value-based estimator's rows carry the critic's values in TransferQueue
         )
     ]

@@ -49,6 +49,25 @@ def test_every_v1_cell_holds_is_declared_or_known(adapter_paths):
     assert sum(c.status == "PASS" for c in cells) >= 4 * len(entries)
 
 
+@pytest.mark.parametrize(
+    ("path", "checked"),
+    [
+        ("verl_step_bridge", ("equals_collector", "no_token_rows", "permutation", "scale")),
+        ("verl_v1", ("equals_collector", "no_token_rows")),  # the rest of its cells: the full matrix
+    ],
+)
+def test_a_value_based_estimator_gets_the_critics_values_on_verls_step_paths(adapter_paths, path, checked):
+    """turn_gae's cells run (the batch carries each step's value; its returns are checked too) instead of being n.a."""
+    cells = run_matrix([entry_of("turn_gae")], [adapter_paths[path]], FAST, [r for r in RELATIONS if r.name in checked])
+    assert {c.relation: c.status for c in cells} == dict.fromkeys(checked, "PASS"), [str(c) for c in cells]
+
+
+def test_verls_config_time_takes_a_value_based_estimator_with_its_critic(adapter_paths):
+    """verl-check refuses turn_gae without critic.enable=true; the paths' config step sets it for value-based estimators."""
+    entry = entry_of("turn_gae")
+    adapter_paths["verl_step_bridge"].configure(entry.name, dict(entry.options))  # no ValueError
+
+
 def test_the_adapters_contribute_their_paths(adapter_paths):
     assert set(adapter_paths) == {"verl_legacy", "verl_step_bridge", "verl_v1", "trl_outcome", "trl_turn"}
 

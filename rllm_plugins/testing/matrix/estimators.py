@@ -42,6 +42,7 @@ SAMPLES: Mapping[str, SampleSettings] = MappingProxyType(
         "passk_training": SampleSettings({"k": 2}, binary=True),
         "pkpo": SampleSettings({"k": 2}, binary=True, numeric=("k",)),
         "step_reinforce": SampleSettings(numeric=("min_std",)),
+        "turn_gae": SampleSettings({"gamma": 0.9, "lam": 0.8}),  # lam < 1: the returns depend on the critic's values too
     }
 )
 

@@ -31,7 +31,7 @@ from ...steps.forms import batch_from_lists, split_step_output
 from ...types import Step, Trajectory, TrajectoryGroup
 from .samples import MODEL_TOKEN, Sample
 
-__all__ = ["COLLECTOR", "PATHS_GROUP", "PROMPT", "Call", "Output", "Path", "core_paths", "installed_paths", "path_table"]
+__all__ = ["COLLECTOR", "PATHS_GROUP", "PROMPT", "Call", "Output", "Path", "batched_returns", "core_paths", "installed_paths", "path_table"]
 
 PATHS_GROUP = "rllm_plugins.conformance_paths"
 PROMPT = (1, 2)  # the prompt token ids of every task group (the anchor of every first step)
@@ -59,11 +59,13 @@ class Call:
 
 @dataclass
 class Output:
-    """Advantages float64 ``(S,)`` one per step of the sample, the state after the call (stateful paths) and the padding rows' advantages."""
+    """Advantages float64 ``(S,)`` one per step of the sample, the state after the call (stateful paths), the padding rows'
+    advantages and a value-based estimator's returns ``(S,)`` (the critic's targets) where the path gives them."""
 
     advantages: np.ndarray
     state: dict[str, Any] | None = None
     padding: np.ndarray | None = None
+    returns: np.ndarray | None = None
 
 
 Runner = Callable[[Call, Sample, "Mapping[str, Any] | None"], Output]
@@ -202,8 +204,9 @@ def _list_form(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> O
             kwargs.update(state=dict(state or {}), task_ids=_outcome_inputs(sample)[2])
             (advantages, _), new_state = call_with_accepted_kwargs(spec.list_form, rewards, step_rewards, anchors, **kwargs, **options)
             return Output(_flat([a for group in advantages for a in group]), dict(new_state))
-        advantages, _ = call_with_accepted_kwargs(spec.list_form, rewards, step_rewards, anchors, **kwargs, **options)
-        return Output(_flat([a for group in advantages for a in group]))
+        advantages, returns = call_with_accepted_kwargs(spec.list_form, rewards, step_rewards, anchors, **kwargs, **options)
+        by_step = _flat([r for group in returns for r in group]) if needs_of(spec, options).values else None
+        return Output(_flat([a for group in advantages for a in group]), returns=by_step)
     rewards, _, task_ids = _outcome_inputs(sample)
     groups = trajectory_groups(sample)
     kwargs = {"rewards": rewards, "algorithm_config": AlgorithmConfig(estimator=call.name), "traj_groups": groups, "norm_adv_by_std_in_grpo": True}
@@ -229,7 +232,8 @@ def _batched_form(call: Call, sample: Sample, state: Mapping[str, Any] | None) -
             )
             return Output(np.asarray(advantages, dtype=np.float64), dict(new_state))
         result = call_with_accepted_kwargs(spec.batched_form, batch, algorithm_config=config, **options)
-        return Output(split_step_output(result, needs.values, batch.num_steps, f"estimator {call.name!r}")[0])
+        advantages, returns = split_step_output(result, needs.values, batch.num_steps, f"estimator {call.name!r}")
+        return Output(advantages, returns=returns if needs.values else None)
     rewards, lengths, task_ids = _outcome_inputs(sample)
     values = np.concatenate(rewards)
     offsets = offsets_from_sizes([r.size for r in rewards])
@@ -239,6 +243,11 @@ def _batched_form(call: Call, sample: Sample, state: Mapping[str, Any] | None) -
         )
         return Output(_per_step(sample, np.asarray(advantages, dtype=np.float64)), dict(new_state))
     return Output(_per_step(sample, np.asarray(call_with_accepted_kwargs(spec.batched_form, values, offsets, lengths=lengths, **options), dtype=np.float64)))
+
+
+def batched_returns(call: Call, sample: Sample) -> np.ndarray | None:
+    """A value-based estimator's returns from the spec's batched form, one per step (None for others): the reference of a path's returns."""
+    return _batched_form(call, sample, None).returns
 
 
 def _composite_term(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...registry import get_estimator
 from .estimators import EstimatorEntry
-from .paths import COLLECTOR, Call, Output, Path
+from .paths import COLLECTOR, Call, Output, Path, batched_returns
 from .samples import Sample
 
 __all__ = ["FAST", "FULL", "PLACE_WORDS", "RELATIONS", "Budget", "NotApplicable", "Relation"]
@@ -81,7 +81,10 @@ def _reference(entry: EstimatorEntry, sample: Sample) -> Output | str:
 
 
 def equals_collector(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
-    """The path gives the collector's advantages on the same trajectories (to its dtype's tolerance), or both refuse."""
+    """The path gives the collector's advantages on the same trajectories (to its dtype's tolerance), or both refuse.
+
+    A path that gives a value-based estimator's returns (the critic's targets) gives those of the spec's batched form.
+    """
     if path.name == "collector":
         raise NotApplicable("the reference")
     for seed in budget.seeds:
@@ -93,6 +96,9 @@ def equals_collector(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
             return f"seed {seed}: collector {want if isinstance(want, str) else 'ran'}, {path.name} {got if isinstance(got, str) else 'ran'}"
         expected = path.reference(want.advantages, sample) if path.reference else want.advantages
         message = _difference(got.advantages, expected, path, f"seed {seed}")
+        if not message and got.returns is not None:
+            want_returns = batched_returns(_call(entry), sample)
+            message = "" if want_returns is None else _difference(got.returns, want_returns, path, f"seed {seed}, returns")
         if message:
             return message
     return ""
