@@ -17,12 +17,14 @@ included, ``gamma`` and ``lam`` applied once per model token), a turn is one ste
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from ..calling import is_plain_real
+from ..scaled import power_of_two_scale
 from ..steps.batch import StepBatch
 from ..steps.forms import step_list_form_of
 from .step_options import check_discount
@@ -80,10 +82,20 @@ def whiten_over_tokens(advantages: np.ndarray, tokens: np.ndarray | None) -> np.
     total = float(weights.sum())
     if total <= 1.0:
         return np.zeros_like(advantages)
-    mean = float(np.dot(weights, advantages)) / total
-    centred = advantages - mean
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = float(np.dot(weights, advantages)) / total
+        centred = advantages - mean
+        var = float(np.dot(weights, centred * centred)) / total * total / (total - 1.0)
+    if math.isfinite(var) and math.isfinite(mean):
+        return centred / np.sqrt(var + WHITEN_EPS)
+    # magnitudes whose square overflows (from about 1e154): the same formula on values divided by a power of two
+    # near the largest (exact), the epsilon divided by its square
+    scale = float(power_of_two_scale(np.abs(advantages).max()))
+    scaled = advantages / scale
+    mean = float(np.dot(weights, scaled)) / total
+    centred = scaled - mean
     var = float(np.dot(weights, centred * centred)) / total * total / (total - 1.0)
-    return centred / np.sqrt(var + WHITEN_EPS)
+    return centred / np.sqrt(var + WHITEN_EPS / scale / scale)
 
 
 def turn_gae(

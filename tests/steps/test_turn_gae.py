@@ -163,3 +163,23 @@ def test_a_plugin_list_form_gets_values_and_its_returns_reach_the_batched_form()
 def test_a_composite_refuses_a_value_based_term():
     with pytest.raises(ValueError, match=r"term 0 \('turn_gae'\) reads a critic's value per step"):
         check_composite_options({"terms": [["turn_gae", 1.0], ["grpo", 1.0]]})
+
+
+@pytest.mark.parametrize("exponent", [0, 120, 160, 250, 307])
+def test_whitening_is_exact_at_any_scale(exponent):
+    """Exact fractions: the mean, the unbiased variance and the epsilon; advantages near 1e160 used to square to inf and whiten to 0."""
+    from fractions import Fraction
+
+    from rllm_plugins.estimators.turn_gae import whiten_over_tokens
+
+    rng = np.random.default_rng(exponent)
+    advantages = rng.uniform(-1.5, 1.5, size=9) * 10.0**exponent
+    weights = rng.integers(1, 6, size=9).astype(float)
+    exact = [Fraction(a) for a in advantages]
+    total = sum(Fraction(w) for w in weights)
+    mean = sum(Fraction(w) * a for w, a in zip(weights, exact, strict=True)) / total
+    var = sum(Fraction(w) * (a - mean) ** 2 for w, a in zip(weights, exact, strict=True)) / (total - 1)
+    scale = max(abs(a) for a in exact)  # sqrt of the fraction, taken on a unit scale so that floats hold it
+    root = math.sqrt((var + Fraction(1, 10**8)) / scale**2)
+    want = [float((a - mean) / scale) / root for a in exact]
+    np.testing.assert_allclose(whiten_over_tokens(advantages, weights), want, rtol=1e-12, atol=0)
