@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from rllm_plugins.testing.matrix import Call, Output, Path, Sample, Traj
+from rllm_plugins.testing.matrix.estimators import GROUP_SIZES
 from rllm_plugins.testing.matrix.paths import PROMPT
 from rllm_plugins.testing.matrix.samples import MODEL_TOKEN
 
@@ -136,11 +137,15 @@ def _pad(call: Call, sample: Sample, n: int) -> Output:
 
 
 def hydra_value(value: Any) -> str:
-    """``value`` as a Hydra override value (a str quoted, so it stays a str)."""
+    """``value`` as a Hydra override value (a str quoted, so it stays a str; lists and dicts nested, as ``composite``'s terms)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
         return f"'{value}'"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return str(value)
@@ -155,8 +160,9 @@ def verl_check_options(name: str, options: Mapping[str, Any]) -> None:
 
     overrides = [
         f"algorithm.adv_estimator=rllm_{name}",
+        f"actor_rollout_ref.rollout.n={max(GROUP_SIZES)}",  # the samples' largest group
         *(["critic.enable=true"] if get_estimator(name).spec.needs_values else []),
-        *(f"+algorithm.rllm_estimator_kwargs.{k}={hydra_value(v)}" for k, v in options.items() if not isinstance(v, list)),
+        *(f"+algorithm.rllm_estimator_kwargs.{k}={hydra_value(v)}" for k, v in options.items()),
     ]
     report = verl_check(overrides)
     if not report.ok:

@@ -68,6 +68,16 @@ def test_verls_config_time_takes_a_value_based_estimator_with_its_critic(adapter
     adapter_paths["verl_step_bridge"].configure(entry.name, dict(entry.options))  # no ValueError
 
 
+@pytest.mark.parametrize("name", ["composite", "passk_training", "pkpo"])
+def test_verls_config_time_takes_every_sample_option_as_a_user_would_write_it(adapter_paths, name):
+    """composite's nested terms go in as a Hydra list, pass@k's k against the samples' largest group (rollout.n): hostile_options' control."""
+    entry = entry_of(name)
+    adapter_paths["verl_step_bridge"].configure(entry.name, dict(entry.options))  # no ValueError
+    if name == "composite":  # the terms are read, not dropped: a misspelt one is refused
+        with pytest.raises(ValueError, match="Unknown advantage estimator 'rlo'"):
+            adapter_paths["verl_step_bridge"].configure("composite", {"terms": [["grpo", 0.5], ["rlo", 0.5]]})
+
+
 def test_the_adapters_contribute_their_paths(adapter_paths):
     assert set(adapter_paths) == {"verl_legacy", "verl_step_bridge", "verl_v1", "trl_outcome", "trl_turn"}
 

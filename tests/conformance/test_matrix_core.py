@@ -125,3 +125,16 @@ def test_a_raw_exception_is_a_failing_cell_not_an_error(registered):
     registered(AdvEstimatorSpec("conformance_raises", fn=raises))
     cell = _cell("conformance_raises", "list_form", "permutation")
     assert (cell.status, cell.message) == ("FAIL", "raised TypeError: boom")
+
+
+def test_a_config_step_that_refuses_even_the_sample_options_fails_hostile_options():
+    """The relation's control: refusing every value proves nothing, so a step that refuses the valid options fails the cell."""
+    import dataclasses
+
+    def refuses_everything(name, options):
+        raise ValueError(f"refused: {sorted(options)} and every option such as epsilon")
+
+    path = dataclasses.replace(CORE["collector"], configure=refuses_everything)
+    cell = run_cell(entry_of("grpo"), path, next(r for r in RELATIONS if r.name == "hostile_options"), FAST)
+    assert cell.status == "FAIL" and "the sample options {} are refused at config time" in cell.message
+    assert _cell("grpo", "collector", "hostile_options").status == "PASS"

@@ -250,7 +250,10 @@ def scale(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
 
 
 def hostile_options(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
-    """Every numeric option given as a huge int, NaN, inf, a bool or a str is a ``ValueError`` naming the option, at config time."""
+    """Every numeric option given as a huge int, NaN, inf, a bool or a str is a ``ValueError`` naming the option, at config time.
+
+    The sample options themselves must pass the same config step first (a step that refuses everything proves nothing).
+    """
     if path.configure is None:
         raise NotApplicable(f"{path.name} has no config time")
     values = budget.hostile if path.fast_configure else budget.hostile_slow
@@ -258,6 +261,10 @@ def hostile_options(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
         raise NotApplicable(f"{path.name}'s config check takes seconds: only in the full matrix (make conformance)")
     if not entry.numeric_options:
         raise NotApplicable("no numeric option")
+    try:
+        path.configure(entry.name, dict(entry.options))
+    except Exception as e:  # the control: valid options are accepted
+        return f"the sample options {dict(entry.options)} are refused at config time: {type(e).__name__}: {e}"
     for option in entry.numeric_options:
         for value in values:
             shown = "10**400" if isinstance(value, int) and not isinstance(value, bool) and value > 1e308 else repr(value)
