@@ -35,7 +35,7 @@ from rllm_plugins.testing.matrix.samples import MODEL_TOKEN
 
 from .conformance import FLOAT32_MAX, critic_values, verl_check_options
 
-__all__ = ["close", "paths"]
+__all__ = ["close", "paths", "put_agent_loop_rows"]
 
 EOS = 2
 _started: dict[str, Any] = {}
@@ -125,13 +125,22 @@ def _outputs(sample: Sample, prefix: str) -> tuple[list[dict[str, Any]], list[tu
 
 
 def _store(rows: list[dict[str, Any]], partition: str, pad: int, order: np.ndarray) -> Any:
-    """Put ``rows`` (in ``order``) into TransferQueue as verl's v1 agent loop does; with ``pad``, verl's ``_balance_batch`` pads and reorders."""
+    """Put ``rows`` (in ``order``) into this module's TransferQueue; with ``pad``, verl's ``_balance_batch`` pads and reorders."""
+    return put_agent_loop_rows(_transfer_queue(), [rows[i] for i in order], partition, pad, _base_config())
+
+
+def put_agent_loop_rows(tq: Any, rows: list[dict[str, Any]], partition: str, pad: int, config: Any) -> Any:
+    """Put ``rows`` into TransferQueue ``tq`` as verl's v1 agent loop does; verl's ``KVBatchMeta`` of them.
+
+    A row: ``key`` (``{uid}_{session}_{index}``), ``uid``, ``prompt``, ``response``, ``mask`` (1 on model tokens),
+    ``reward``; optional ``scores`` (token-level ``rm_scores``) and ``extra`` (the output's ``extra_fields``).
+    With ``pad`` > 0, verl's own ``PPOTrainer._balance_batch`` (on ``config``, verl's composed trainer config) pads
+    the batch with ``pad`` rows (the data-parallel size set to the row count plus ``pad``) and reorders it.
+    """
     from transfer_queue import KVBatchMeta
     from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-    tq = _transfer_queue()
-    rows = [rows[i] for i in order]
     fields, tags = [], []
     for row in rows:
         turns = sum(1 for t, m in enumerate(row["mask"]) if m and (t == 0 or not row["mask"][t - 1]))
@@ -143,12 +152,12 @@ def _store(rows: list[dict[str, Any]], partition: str, pad: int, order: np.ndarr
             reward_score=row["reward"],
             num_turns=2 * turns,
             metrics=AgentLoopMetrics(),
-            extra_fields={},
+            extra_fields=dict(row.get("extra", {})),
         )
         field = output.as_dict()
         field.update(uid=row["uid"], session_id=int(row["key"].rsplit("_", 2)[1]))
         field["loss_mask"] = field["response_mask"]
-        field["old_log_probs"] = torch.zeros(len(row["response"]))
+        field["old_log_probs"] = torch.zeros(len(row["response"]))  # as PPOTrainer._compute_old_log_prob leaves it
         if "scores" in row:
             field["rm_scores"] = torch.tensor(row["scores"], dtype=torch.float32)
         fields.append(field)
@@ -162,9 +171,9 @@ def _store(rows: list[dict[str, Any]], partition: str, pad: int, order: np.ndarr
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
     balancer = PPOTrainerSync.__new__(PPOTrainerSync)
-    balancer.config = _base_config()
+    balancer.config = config
     balancer.actor_rollout_wg = SimpleNamespace(_dispatch_info={"actor": list(range(len(rows) + pad))})  # data-parallel ranks
-    balancer.use_critic, balancer.global_steps = False, -1
+    balancer.use_critic, balancer.global_steps = False, -1  # before critic warm-up: no mini-batch multiple, the ranks alone
     balancer.tokenizer = SimpleNamespace(eos_token_id=EOS)
     return balancer._balance_batch(batch, metrics={})
 

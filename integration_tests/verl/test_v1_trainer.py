@@ -22,7 +22,6 @@ tq = pytest.importorskip("transfer_queue", reason="verl's v1 trainer needs Trans
 ray = pytest.importorskip("ray")
 
 EPS = 1e-6
-EOS = 2
 
 
 @pytest.fixture(scope="module")
@@ -60,48 +59,16 @@ def episode(rng, turns: int, vocab: int = 2):
 
 
 def store(rows, partition="train", pad=3):
-    """Put ``rows`` (dicts: key, uid, prompt, response, mask, reward, extra) into TransferQueue as verl's v1 agent loop does.
+    """Put ``rows`` into TransferQueue as verl's v1 agent loop does (:func:`rllm_verl.conformance_v1.put_agent_loop_rows`).
 
     Returns verl's ``KVBatchMeta`` after verl's own ``PPOTrainer._balance_batch`` (``pad`` > 0): padded with ``pad`` rows
-    (``upsample_batch_to_divisible_size``: the data-parallel size is set to the row count plus ``pad``) and reordered
-    into balanced partitions, as the trainer does before computing advantages.
+    and reordered into balanced partitions, as the trainer does before computing advantages.
     """
-    from types import SimpleNamespace
+    from rllm_verl.conformance_v1 import put_agent_loop_rows
 
-    from transfer_queue import KVBatchMeta
-    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
-    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
-
-    fields, tags = [], []
-    for row in rows:
-        output = AgentLoopOutput(
-            prompt_ids=row["prompt"],
-            response_ids=row["response"],
-            response_mask=row["mask"],
-            response_logprobs=[0.0] * len(row["response"]),
-            reward_score=row["reward"],
-            num_turns=2 * sum(1 for t, m in enumerate(row["mask"]) if m and (t == 0 or not row["mask"][t - 1])),
-            metrics=AgentLoopMetrics(),
-            extra_fields=dict(row.get("extra", {})),
-        )
-        field = output.as_dict()
-        field.update(uid=row["uid"], session_id=int(row["key"].rsplit("_", 2)[1]))
-        field["loss_mask"] = field["response_mask"]
-        field["old_log_probs"] = torch.zeros(len(row["response"]))  # as PPOTrainer._compute_old_log_prob leaves it
-        fields.append(field)
-        length = len(row["prompt"]) + len(row["response"])
-        tags.append({"status": "success", "prompt_len": len(row["prompt"]), "response_len": len(row["response"]), "seq_len": length})
-    keys = [row["key"] for row in rows]
-    tq.kv_batch_put(keys=keys, partition_id=partition, fields=list_of_dict_to_tensordict(fields), tags=tags)
-    batch = KVBatchMeta(keys=keys, tags=tags, partition_id=partition)
-    if not pad:
-        return batch
-    balancer = trainer_for()
-    balancer.actor_rollout_wg = SimpleNamespace(_dispatch_info={"actor": list(range(len(rows) + pad))})  # data-parallel ranks
-    balancer.use_critic, balancer.global_steps = False, -1  # before critic warm-up: no mini-batch multiple, the ranks alone
-    balancer.tokenizer = SimpleNamespace(eos_token_id=EOS)
-    balanced = balancer._balance_batch(batch, metrics={})
-    assert balanced.keys[: len(keys)] != keys or len(keys) < 3, "balancing reorders the rows"
+    balanced = put_agent_loop_rows(tq, rows, partition, pad, trainer_for().config)
+    if pad:
+        assert balanced.keys[: len(rows)] != [row["key"] for row in rows] or len(rows) < 3, "balancing reorders the rows"
     return balanced
 
 
