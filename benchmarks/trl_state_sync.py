@@ -126,11 +126,16 @@ def run(quick: bool = False) -> Report:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        _worker(sys.argv[2], [int(n) for n in sys.argv[3].split(",")], int(sys.argv[4]))
-        # Leave without tearing down: torch's gloo group joins its worker thread while holding the GIL, and
-        # that thread may still need the GIL to free a finished all-gather's tensors (a hang, or an abort).
-        sys.stdout.flush()
-        sys.stderr.flush()
+        # Leave without tearing down, also after an error: torch's gloo group joins its worker thread while holding
+        # the GIL, and that thread may still need the GIL to free a finished all-gather's tensors (a hang, or an abort).
+        try:
+            _worker(sys.argv[2], [int(n) for n in sys.argv[3].split(",")], int(sys.argv[4]))
+        except BaseException:
+            sys.excepthook(*sys.exc_info())  # torch's hook: each line prefixed with its rank
+            os._exit(1)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
         os._exit(0)
     else:
         script_main(__doc__, run, "small sizes, three steps (a smoke test)")

@@ -12,8 +12,8 @@ turns ``env_mask`` into ``tool_mask``; the loss, and the turns of a step-level e
   once as a warning saying what to do;
 - a key that is a near miss of one TRL or rllm_trl reads (``turn_reward`` for ``turn_rewards``) is a
   ``ValueError`` naming the key it is close to (:mod:`.rollout_keys`);
-- ``env_mask`` returned to a trainer with tools is a ``ValueError``: TRL then runs its tool loop on the
-  completions and writes ``tool_mask`` itself, passing ``env_mask`` to the reward functions only;
+- ``env_mask`` (or a near miss of it) returned to a trainer with tools is a ``ValueError``: TRL then runs its
+  tool loop on the completions and writes ``tool_mask`` itself, passing ``env_mask`` to the reward functions only;
 - ``turn_rewards`` / ``anchor_states`` returned to a run that does not read them is logged once as a warning.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from .mask_direction import MaskEvidence, mask_evidence
-from .rollout_keys import check_rollout_keys
+from .rollout_keys import check_rollout_keys, closest_read_key
 
 __all__ = ["check_env_mask_is_read", "check_rollout_output", "checked_rollout_func"]
 
@@ -77,15 +77,19 @@ def check_rollout_output(output: Mapping[str, Any], *, step_level: bool = False,
 
 
 def check_env_mask_is_read(output: Mapping[str, Any], trainer: Any) -> None:
-    """Raise ``ValueError`` when ``output`` has an ``env_mask`` that ``trainer``'s tool loop would replace (TRL 1.16 reads it only without tools)."""
+    """Raise ``ValueError`` when ``output`` has an ``env_mask`` (or a near miss of it, ``tool_mask``) that ``trainer``'s tool
+    loop would replace (TRL 1.16 reads it only without tools)."""
     tools = getattr(trainer, "tools", None)
-    if ENV_MASK_KEY in output and tools:
+    if not tools:
+        return
+    key = next((k for k in output if isinstance(k, str) and (k == ENV_MASK_KEY or closest_read_key(k, [ENV_MASK_KEY]) == ENV_MASK_KEY)), None)
+    if key is not None:
         names = [getattr(tool, "__name__", type(tool).__name__) for tool in tools]
         raise ValueError(
-            f"rollout_func output: env_mask is returned, but the trainer also has tools {names} (tools= or an environment_factory's): "
-            "TRL then runs its own tool loop on the rollout_func's completions, writes the tool mask itself and passes env_mask "
-            "to the reward functions only. Either let the rollout_func run the environment (no tools on the trainer) or let TRL's "
-            "tool loop do it (return no env_mask)"
+            f"rollout_func output: {key} is returned, but the trainer also has tools {names} (tools= or an environment_factory's): "
+            "TRL then runs its own tool loop on the rollout_func's completions, writes the tool mask itself and passes "
+            f"{key} to the reward functions only. Either let the rollout_func run the environment (no tools on the trainer; "
+            "return env_mask) or let TRL's tool loop do it (return no mask)"
         )
 
 

@@ -22,6 +22,7 @@ for key, value in OFFLINE.items():
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer  # noqa: E402
+from worker_exit import leave  # noqa: E402  (beside this script)
 
 from rllm_plugins.tiny import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 
@@ -95,12 +96,7 @@ def main(out_dir: Path, estimator: str, case: str = "") -> None:
     result = {"rank": rank, "world_size": trainer.accelerator.num_processes, "records": trainer.records}
     (out_dir / f"rank{rank}.json").write_text(json.dumps(result))
     trainer.accelerator.wait_for_everyone()
-    # Leave without tearing down: torch's gloo group joins its worker thread while holding the GIL, and
-    # that thread may still need the GIL to free a finished all-gather's tensors (a hang, or an abort).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2], *sys.argv[3:])
+    leave(lambda: main(Path(sys.argv[1]), sys.argv[2], *sys.argv[3:]))

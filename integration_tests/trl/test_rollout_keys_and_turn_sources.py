@@ -203,6 +203,22 @@ def test_an_env_mask_next_to_trl_tools_is_refused_since_trl_replaces_it(trainer_
     assert "passes env_mask to the reward functions only" in str(raised.value)
 
 
+@pytest.mark.parametrize("key", ["tool_mask", "env_masks"])
+def test_a_near_miss_of_env_mask_next_to_tools_gets_the_tools_advice_not_a_rename(key):
+    from types import SimpleNamespace
+
+    from rllm_trl.rollout_checks import checked_rollout_func
+
+    def rollout(prompts, trainer):
+        return {"prompt_ids": [[1]], "completion_ids": [[2, 3]], "logprobs": [[0.0, 0.0]], key: [[1, 1]]}
+
+    with pytest.raises(ValueError, match=rf"{key} is returned, but the trainer also has tools \['lookup'\]") as raised:
+        checked_rollout_func(rollout)(["go"], SimpleNamespace(tools=[lookup], eos_token_ids=[2]))
+    assert "Rename" not in str(raised.value)
+    with pytest.raises(ValueError, match=rf"key '{key}' is not one TRL or rllm_trl reads, and is close to 'env_mask'"):
+        checked_rollout_func(rollout)(["go"], SimpleNamespace(tools=[], eos_token_ids=[2]))  # without tools: rename it
+
+
 # ---------------------------------------------------------------- the single-turn warning names what the run has
 
 

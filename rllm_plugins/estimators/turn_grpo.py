@@ -17,7 +17,8 @@ std_ddof=1, epsilon=1e-4`` with step rewards ``[R_turn, 0]`` and the outcome rew
 outcome part on every turn, the turn part on the first. Its completions without a tool result (one turn, step
 rewards ``[R_turn]``) get the *combined* reward standardised over the task group: ``single_turn="combined"``
 gives a trajectory of one step ``(c_i - mean_g c) / (std_g c + eps)`` with ``c = R + sum_t r_t`` (every
-trajectory of the group in the population; the same std and eps), instead of the formula above.
+trajectory of the group in the population; the same std and eps; a task group of one trajectory takes mean 0 and
+std 1, as ``grpo``), instead of the formula above.
 """
 
 from __future__ import annotations
@@ -136,14 +137,18 @@ def turn_grpo(
 
 
 def _combined_on_single_turns(batch: StepBatch, advantages: np.ndarray, norm: Mapping[str, Any], ddof: int) -> None:
-    """Write, in place, on each one-step trajectory's step its combined reward ``R + sum_t r_t`` standardised in its task group."""
+    """Write, in place, on each one-step trajectory's step its combined reward ``R + sum_t r_t`` standardised in its task group
+    (a task group of one trajectory: mean 0, std 1, as ``grpo``)."""
     single = batch.steps.sizes == 1
     if not single.any():
         return
     with np.errstate(over="ignore", invalid="ignore"):
         combined = batch.outcomes + batch.steps.sum(batch.step_rewards)
-    if not np.isfinite(combined).all():
-        i = int(np.flatnonzero(~np.isfinite(combined))[0])
+    read = batch.trajectories.expand(batch.trajectories.sum(single.astype(np.float64)) > 0)  # the task groups with a one-step trajectory
+    unreadable = ~np.isfinite(combined)
+    combined[unreadable & ~read] = 0.0  # a task group without one is never read
+    if (unreadable & read).any():
+        i = int(np.flatnonzero(unreadable & read)[0])
         g = int(np.searchsorted(batch.traj_offsets, i, side="right") - 1)
         raise ValueError(
             f"estimator 'turn_grpo' (single_turn='combined'): task group {g}, trajectory {i - int(batch.traj_offsets[g])}: its reward plus "

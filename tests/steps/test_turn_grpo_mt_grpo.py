@@ -139,3 +139,19 @@ def test_a_wrong_single_turn_is_refused_at_config_time(value, message):
         check_estimator_kwargs(
             {"turn_grpo": get_estimator("turn_grpo")}, {"single_turn": value}, where="algorithm.rllm_estimator_kwargs", norm_field="norm_adv_by_std_in_grpo"
         )
+
+
+def test_single_turn_combined_reads_only_the_task_groups_with_a_one_step_trajectory():
+    """A huge sum in a task group without one-step trajectories is never read: the batch is not refused for it."""
+    outcomes = [np.array([1e308, 1.0]), np.array([1.0, 0.0])]
+    step_rewards = [[np.array([1e308, 0.0]), np.array([0.0, 0.0])], [np.array([0.5]), np.array([0.0])]]
+    got, _ = calculate_turn_grpo_advantages(outcomes, step_rewards, single_turn="combined")
+    plain, _ = calculate_turn_grpo_advantages(outcomes, step_rewards)
+    for a, b in zip(got[0], plain[0], strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose([got[1][0][0], got[1][1][0]], [(1.5 - 0.75) / (0.75 + 1e-6), (0.0 - 0.75) / (0.75 + 1e-6)], rtol=1e-12)
+
+
+def test_single_turn_combined_in_a_task_group_of_one_takes_grpos_convention():
+    got, _ = calculate_turn_grpo_advantages([np.array([1.0])], [[np.array([0.5])]], single_turn="combined", std_ddof=1)
+    np.testing.assert_allclose(got[0][0], [1.5 / (1 + 1e-6)], rtol=1e-12)  # mean 0, std 1, as grpo
