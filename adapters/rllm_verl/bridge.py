@@ -33,8 +33,10 @@ from rllm_plugins.steps.anchors import is_hashable
 
 from .multi_objective import reward_key_options, reward_table
 from .reward_keys import current_non_tensor_batch, current_tensor
+from .rollout_order import scan_order
 from .stateful_call import stateful_advantages
 from .step_bridge import Episodes, StepSources, compute_rllm_step_advantage, step_sources
+from .v1_batch import current_keys
 
 __all__ = [
     "ESTIMATOR_KWARGS_KEY",
@@ -280,6 +282,9 @@ def compute_rllm_advantage(
             batch = non_tensor_batch if non_tensor_batch is not None else current_non_tensor_batch(index)
             with_anchors = needs_of(estimator.spec, options).anchors
             sources = step_sources(index, token_level_rewards.shape[-1], where, responses, batch) if with_anchors else StepSources()
+            keys = current_keys(index, where) if needs_of(estimator.spec, options).state else None
+            if keys is not None:  # v1: a running baseline (a composite's stateful term) scans in an order balancing cannot change
+                order, offsets = scan_order(index, keys, where)
             episodes = Episodes.one_row_each(order, offsets, index.size)
             values = current_tensor(index, "values") if needs_of(estimator.spec, options).values else None
             return compute_rllm_step_advantage(
@@ -289,12 +294,16 @@ def compute_rllm_advantage(
         if rows is not None:  # groups without model tokens (verl's v1 padding): in no statistic, advantage 0
             scores = scores[rows]
             order, offsets = group_rows(index[rows])
+        keys = current_keys(index, where) if estimator.spec.stateful else None
+        if keys is not None:  # v1: a running baseline scans the rows in an order verl's balancing cannot change
+            kept = np.arange(index.size) if rows is None else rows
+            order, offsets = scan_order(index[kept], [keys[r] for r in kept.tolist()], where)
         if wants_lengths(estimator.spec):
             lengths = _row_sums(response_mask) if rows is None else _row_sums(response_mask)[rows]
             options["lengths"] = lengths if order is None else lengths[order]
         values = scores if order is None else scores[order]
         commit = None
-        if estimator.spec.stateful:  # the scan order: rows grouped by uid, groups in order of first appearance; padding rows left out
+        if estimator.spec.stateful:  # the scan order: v1 by uid and session (above), legacy the rows' (groups by first appearance); padding left out
             if keyed is not None:
                 raise ValueError(f"{where} is stateful (a running baseline over one reward per row): remove algorithm.gdpo_reward_keys")
             live = _row_sums(response_mask) > 0  # a row without model tokens never touches the state

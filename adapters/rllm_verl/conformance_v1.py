@@ -96,7 +96,7 @@ def _outputs(sample: Sample, prefix: str) -> tuple[list[dict[str, Any]], list[tu
     steps: list[tuple[str, list[int]]] = []
     session = 0
     for g, group in enumerate(sample.groups):
-        uid = f"{prefix}task{g}"
+        uid = f"{prefix}task{g:04d}"  # sorted as the groups are (the scan order of a running baseline, rollout_order.scan_order)
         for i, traj in enumerate(group):
             response, mask, scores, firsts = [], [], [], []
             for k, (length, anchor, reward) in enumerate(zip(traj.lengths, traj.anchors, traj.step_rewards, strict=True)):

@@ -14,7 +14,7 @@ name, go to verl's own function unchanged. Opt out with ``RLLM_PLUGINS_VERL_SESS
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .extension import ADVANTAGE_PARAMETERS, NO_DEFAULT, Extension
@@ -38,8 +38,11 @@ def _rllm_name(adv_estimator: Any) -> str | None:
     return getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(adv_estimator), "rllm_estimator", None)
 
 
-def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> Any:
-    """Write the session-level advantages of the rLLM estimator ``name`` into ``data`` (a verl DataProto); returns it."""
+def session_compute(name: str, data: Any, sessions: Sessions, config: Any, keys: Sequence[Any] | None = None) -> Any:
+    """Write the session-level advantages of the rLLM estimator ``name`` into ``data`` (a verl DataProto); returns it.
+
+    ``keys``: the rows' batch keys; a stateful estimator then scans the sessions by uid and session id (verl's
+    balancing cannot change that order), else in order of first appearance."""
     import numpy as np
     import torch
 
@@ -48,6 +51,7 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
 
     from .bridge import check_inputs, check_representable, estimator_options, group_rows, model_rows, output_dtype, wants_lengths
     from .multi_objective import reward_key_options, reward_table
+    from .rollout_order import scan_order
 
     where = f"advantage estimator 'rllm_{name}' (sessions of compute_advantage_for_multi_trajectories)"
     rewards, mask, uids = data.batch["token_level_rewards"], data.batch["response_mask"], data.non_tensor_batch["uid"]
@@ -56,7 +60,7 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
     options = estimator_options(config, where, {name: estimator})
     keyed = reward_key_options(config, where)
     if estimator.spec.level == "step":
-        return _session_steps(name, estimator, where, data, sessions, options, config, keyed is not None)
+        return _session_steps(name, estimator, where, data, sessions, options, config, keyed is not None, keys)
     batched = estimator.batched_form
     with torch.no_grad():
         if keyed is None:
@@ -78,14 +82,18 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any) -> An
         session_has = np.bincount(sessions.session_of_row, weights=row_has, minlength=len(sessions.final_rows)) > 0
         real = model_rows(session_has, *group_rows(sessions.uids))  # uids of verl's padding (no model token): in no statistic, 0
         commits = []
+        grouping = None
         if estimator.spec.stateful:  # a session without model tokens never touches the state
             if keyed is not None:
                 raise ValueError(f"{where} is stateful (a running baseline over one reward per session): remove algorithm.gdpo_reward_keys")
             live, live_uids = (session_has, sessions.uids) if real is None else (session_has[real], sessions.uids[real])
-            order, _ = group_rows(live_uids)
+            if keys is not None:
+                kept = np.arange(len(sessions.final_rows)) if real is None else real
+                grouping = scan_order(live_uids, [str(keys[sessions.final_rows[s]]) for s in kept.tolist()], where)
+            order = grouping[0] if grouping is not None else group_rows(live_uids)[0]
             batched = functools.partial(_stateful, estimator, live if order is None else live[order], commits, f"{where}: the estimator ({estimator.provider})")
         try:
-            per_row = session_advantages(batched, sessions, session_rewards, session_lengths=lengths, real=real, **options)
+            per_row = session_advantages(batched, sessions, session_rewards, session_lengths=lengths, real=real, grouping=grouping, **options)
         except ValueError as error:
             raise ValueError(f"{where}: {error} ({estimator.provider})") from error
         dtype = output_dtype(rewards)
@@ -107,7 +115,9 @@ def _stateful(estimator: Any, live: Any, commits: list[Any], who: str, values: A
     return advantages
 
 
-def _session_steps(name: str, estimator: Estimator, where: str, data: Any, sessions: Sessions, options: dict[str, Any], config: Any, keyed: bool) -> Any:
+def _session_steps(
+    name: str, estimator: Estimator, where: str, data: Any, sessions: Sessions, options: dict[str, Any], config: Any, keyed: bool, keys: Sequence[Any] | None
+) -> Any:
     """A step-level estimator over sessions: a session is one episode whose steps are the turns of its outputs, in index order.
 
     Its outcome is its final output's total reward (as for outcome-level names); each turn's reward
@@ -119,11 +129,15 @@ def _session_steps(name: str, estimator: Estimator, where: str, data: Any, sessi
     from rllm_plugins.needs import needs_of
 
     from .bridge import group_rows
+    from .rollout_order import scan_order
     from .step_bridge import Episodes, StepSources, compute_rllm_step_advantage, step_sources
 
     if keyed:
         raise ValueError(f"{where} is step-level: algorithm.gdpo_reward_keys (one score per row and key) cannot apply; remove it")
-    order, offsets = group_rows(sessions.uids)
+    if keys is not None and needs_of(estimator.spec, options).state:  # a running baseline: by uid and session, whatever verl's balancing did
+        order, offsets = scan_order(sessions.uids, [str(keys[row]) for row in sessions.final_rows.tolist()], where)
+    else:
+        order, offsets = group_rows(sessions.uids)
     session_order = np.arange(sessions.uids.size) if order is None else order
     rank = np.empty(session_order.size, dtype=np.int64)
     rank[session_order] = np.arange(session_order.size)
@@ -176,7 +190,7 @@ def extend(original: Callable[..., Any]) -> Callable[..., Any]:
 
             data.batch["response_mask"] = compute_response_mask(data)
         with gamma_argument(gamma):
-            return session_compute(name, data, sessions, config)
+            return session_compute(name, data, sessions, config, list(batch_keys))
 
     compute_advantage_for_multi_trajectories.__doc__ = (
         f"{original.__doc__ or ''}\n\n    rllm-plugins: for ``rllm_*`` estimators, a session with several outputs is one "

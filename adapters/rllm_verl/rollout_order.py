@@ -10,6 +10,11 @@ rule here makes the clusters a function of the rollouts alone:
 - legacy trainer (rows carry no rollout index): episodes are visited in the order of their anchor-state
   sequences (each state by ``repr``), an order of the content alone;
 - within an episode, turns in order (its outputs by index, their turns in order).
+
+An estimator with a running baseline (``rae``) scans the trajectories in order, so its advantages depend on
+that order too. On the v1 trainer, :func:`scan_order` gives it one that verl's balancing cannot change: task
+groups by ``str(uid)``, their sessions by session id, as the keys say. The legacy trainer's rows carry no
+keys: there the scan follows the row order, which ``trainer.balance_batch`` may change.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import numpy as np
 
 from rllm_plugins.steps.turns import Turns
 
-__all__ = ["rollout_order"]
+__all__ = ["rollout_order", "scan_order"]
 
 
 def _session_and_index(key: str, where: str) -> tuple[int, int]:
@@ -53,3 +58,19 @@ def rollout_order(
     for a, b in itertools.pairwise(groups):
         order.extend(sorted(range(a, b), key=sort_keys.__getitem__))
     return np.array(order, dtype=np.int64)
+
+
+def scan_order(uids: np.ndarray, keys: Sequence[str], where: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, offsets)``: rows ``(B,)`` (one per trajectory; ``keys`` ``{uid}_{session}_{index}``) grouped by uid, the groups
+    sorted by ``str(uid)`` and each group's rows by session and index; ``offsets`` ``(G + 1,)`` the groups' bounds in that order."""
+    n = len(keys)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    names = [str(uid) for uid in uids.tolist()]
+    rank = {name: r for r, name in enumerate(sorted(set(names)))}
+    sort_keys = [(rank[name], *_session_and_index(key, where)) for name, key in zip(names, keys, strict=True)]
+    order = np.array(sorted(range(n), key=sort_keys.__getitem__), dtype=np.int64)
+    sizes = np.bincount([rank[name] for name in names], minlength=len(rank))
+    offsets = np.zeros(len(rank) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    return order, offsets

@@ -107,6 +107,7 @@ def session_advantages(
     *,
     session_lengths: np.ndarray | None = None,
     real: np.ndarray | None = None,
+    grouping: tuple[np.ndarray, np.ndarray] | None = None,
     **options: Any,
 ) -> np.ndarray:
     """Advantage of every row (B,) float64: its session's advantage among the sessions of its uid.
@@ -117,14 +118,15 @@ def session_advantages(
     estimators). The estimator's output follows :func:`rllm_plugins.outputs.as_advantages`.
     Raises ``ValueError`` when it returns something else, the wrong number of values or a
     non-finite one. ``real`` (R,), when given, are the sessions with a model token: the others (verl's padding)
-    are in no statistic and get 0.
+    are in no statistic and get 0. ``grouping`` ``(order, offsets)`` over those sessions, when given, replaces their
+    grouping by uid in order of first appearance (a running baseline's scan order, :func:`.rollout_order.scan_order`).
     """
     rewards = np.asarray(session_rewards, dtype=np.float64)
     uids = sessions.uids
     if real is not None:
         rewards, uids = rewards[real], uids[real]
         session_lengths = None if session_lengths is None else session_lengths[real]
-    order, offsets = group_rows(uids)
+    order, offsets = grouping if grouping is not None else group_rows(uids)
     if session_lengths is not None:
         options["lengths"] = session_lengths if order is None else session_lengths[order]
     values = rewards if order is None else rewards[order]

@@ -258,17 +258,20 @@ def test_a_third_party_step_level_plugin_that_reads_anchors(transfer_queue):
     """Registered in user code (the same registry entry points fill): the step reward minus its anchor group's mean."""
     from rllm_verl.registration import register_estimators_into_verl
 
-    from rllm_plugins import register_rllm_adv_estimator
+    from rllm_plugins import register_rllm_adv_estimator, unregister_rllm_adv_estimator
 
     def anchor_mean_baseline(batch, /, **_):
         means = np.bincount(batch.anchors, batch.step_rewards) / np.bincount(batch.anchors)
         return batch.step_rewards - means[batch.anchors]
 
     register_rllm_adv_estimator("anchor_mean_baseline", batched=anchor_mean_baseline, level="step", needs_anchors=True)(lambda *a, **k: None)
-    register_estimators_into_verl()
-    rows = multi_turn_rows(np.random.default_rng(8), outputs=(1, 2))
-    batch = store(rows)
-    got, _ = compute(trainer_for("algorithm.adv_estimator=rllm_anchor_mean_baseline"), batch)
+    try:
+        register_estimators_into_verl()
+        rows = multi_turn_rows(np.random.default_rng(8), outputs=(1, 2))
+        batch = store(rows)
+        got, _ = compute(trainer_for("algorithm.adv_estimator=rllm_anchor_mean_baseline"), batch)
+    finally:  # the registry is the process's: later tests (the conformance matrix's table) must not see it
+        unregister_rllm_adv_estimator("anchor_mean_baseline")
     # the reference: every step's own reward minus the mean step reward of its (task, anchor) group
     sessions = defaultdict(list)
     for row in rows:
@@ -505,25 +508,22 @@ def test_similarity_anchors_on_v1_are_verl_agents_clusters_on_rows_in_rollout_or
     assert_matches(got, batch, rows, reference(rows, gamma=1.0, w=1.0, anchors_of=lambda row: [labels[(row["key"], k)] for k in range(len(turns_of(row)))]))
 
 
-def rae_reference(batch, rows, baseline, decay):
-    """prime-rl's loop over the batch's sessions (a session: its final output's reward), scanned as verl's row order gives them.
+def rae_reference(rows, baseline, decay):
+    """prime-rl's loop over the sessions (a session: its final output's reward), scanned by uid (as a string), then by session id.
 
-    Sessions in order of first appearance in the (balanced) key order, grouped by uid (uids in order of first appearance);
-    verl's padding rows are no session. Returns the advantage of each key's model tokens and the baseline after.
+    That order is the rollouts' own: verl's padding and balancing cannot change it. Returns the advantage of each key's
+    model tokens and the baseline after.
     """
-    by_key = {row["key"]: row for row in rows}
-    sessions = {}  # session -> uid, in order of first appearance
-    for key in batch.keys:
-        if key in by_key:
-            sessions.setdefault(key.rsplit("_", 1)[0], by_key[key]["uid"])
-    uids = list(dict.fromkeys(sessions.values()))
+    finals = {}  # "{uid}_{session}" -> (uid, session id, final output's index, reward)
+    for row in rows:
+        head, index = row["key"].rsplit("_", 1)
+        if head not in finals or int(index) > finals[head][2]:
+            finals[head] = (row["uid"], int(head.rsplit("_", 1)[1]), int(index), row["reward"])
     value_of = {}
-    for uid in uids:
-        for session, of_uid in sessions.items():
-            if of_uid == uid:
-                reward = max((r for r in rows if r["key"].rsplit("_", 1)[0] == session), key=lambda r: int(r["key"].rsplit("_", 1)[1]))["reward"]
-                value_of[session] = reward - baseline
-                baseline = decay * baseline + (1 - decay) * reward
+    for head in sorted(finals, key=lambda h: (str(finals[h][0]), finals[h][1])):
+        reward = finals[head][3]
+        value_of[head] = reward - baseline
+        baseline = decay * baseline + (1 - decay) * reward
     want = {row["key"]: {p: value_of[row["key"].rsplit("_", 1)[0]] for p, m in enumerate(row["mask"]) if m} for row in rows}
     return want, baseline
 
@@ -543,12 +543,32 @@ def test_rllm_rae_on_padded_and_reordered_rows_skips_padding_and_continues_acros
                 assert len({r["key"].rsplit("_", 1)[0] for r in rows}) < len(rows), "a session must have several outputs"
             batch = store(rows, partition=f"rae{step}{len(outputs)}")
             got, _ = compute(trainer, batch)
-            want, baseline = rae_reference(batch, rows, baseline, 0.5)
+            want, baseline = rae_reference(rows, baseline, 0.5)
             assert_matches(got, batch, rows, want)
             (state,) = verl_estimator_state().state_dict()["estimators"]["rae"].values()
             assert state == {"baseline": pytest.approx(baseline, abs=1e-12)}  # padding rows never touched it
     finally:
         verl_estimator_state().clear()
+
+
+@pytest.mark.parametrize("outputs", [(1,), (1, 2)], ids=["row path", "sessions"])
+def test_rllm_rae_on_v1_does_not_depend_on_how_verl_balanced_or_padded_the_rows(transfer_queue, outputs):
+    """The same rollouts stored in another order and balanced over another data-parallel size: the same advantages and state."""
+    from rllm_verl.estimator_state import verl_estimator_state
+
+    trainer = trainer_for("algorithm.adv_estimator=rllm_rae", "+algorithm.rllm_estimator_kwargs.decay=0.5")
+    rows = multi_turn_rows(np.random.default_rng(7), uids=("u_b", "u_a", "u_c"), sessions=3, outputs=outputs)
+    results = []
+    try:
+        for k, (order, pad) in enumerate([(rows, 3), (rows[::-1], 5), (rows[1::2] + rows[::2], 0)]):
+            verl_estimator_state().clear()
+            batch = store(order, partition=f"raeorder{k}{len(outputs)}", pad=pad)
+            got, _ = compute(trainer, batch)
+            by_key = {key: got[batch.keys.index(key)].tolist() for key in (row["key"] for row in rows)}
+            results.append((by_key, verl_estimator_state().state_dict()["estimators"]["rae"]))
+    finally:
+        verl_estimator_state().clear()
+    assert results[0] == results[1] == results[2]
 
 
 def plain_role_level(name: str, groups: dict[str, list[float]]) -> dict[str, list[float]]:
