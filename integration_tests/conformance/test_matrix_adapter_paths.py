@@ -21,7 +21,7 @@ from rllm_plugins.testing.matrix import FAST, FULL, KNOWN_FAILURES, RELATIONS, e
 FULL_MATRIX = os.environ.get("RLLM_CONFORMANCE") == "full"
 BUDGET = FULL if FULL_MATRIX else FAST
 SLOW_PATHS = {"verl_v1"}  # every call goes through TransferQueue: the fast sample runs a few estimators there
-FAST_ON_SLOW_PATHS = ("grpo", "rloo", "prpo", "gigpo", "step_reinforce")
+FAST_ON_SLOW_PATHS = ("grpo", "rloo", "prpo", "gigpo", "step_reinforce", "rae")  # rae: the stateful scan
 
 
 @pytest.fixture(scope="module")
