@@ -43,6 +43,40 @@ def reward_letter_a(completions: list[str], **_: Any) -> list[float]:
     return [float(c.count("a")) for c in completions]
 
 
+def multiply(a: int, b: int) -> int:
+    """
+    Multiplies two integers.
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+
+    Returns:
+        The product of the two integers.
+    """
+    return a * b
+
+
+class Calculator:
+    """An ``environment_factory`` environment for TRL's tool loop: its public method ``multiply`` is the tool."""
+
+    def reset(self, **_: Any) -> None:
+        return None
+
+    def multiply(self, a: int, b: int) -> int:
+        """
+        Multiplies two integers.
+
+        Args:
+            a: The first integer.
+            b: The second integer.
+
+        Returns:
+            The product of the two integers.
+        """
+        return a * b
+
+
 @pytest.fixture(scope="session")
 def tokenizer() -> Any:
     return build_tiny_tokenizer(CORPUS)

@@ -31,6 +31,8 @@ from trl.chat_template_utils import qwen2_5_chat_template
 
 from rllm_plugins.tiny import build_tiny_model, build_tiny_tokenizer
 
+from .conftest import Calculator, multiply
+
 pytest.importorskip("jmespath", reason="TRL's tool loop parses tool calls with jmespath on transformers < 5.13")
 
 QUESTION = "What is 3 times 4?"
@@ -38,40 +40,6 @@ CALL = '<tool_call>\n{{"name": "multiply", "arguments": {{"a": {a}, "b": 4}}}}\n
 FIRST_TURNS = [CALL.format(a=a) for a in (3, 3, 2, 5)]
 SECOND_TURNS = ["12<|im_end|>", "Done!<|im_end|>", "8<|im_end|>", "20<|im_end|>"]
 WARNING = "env_mask looks inverted"
-
-
-def multiply(a: int, b: int) -> int:
-    """
-    Multiplies two integers.
-
-    Args:
-        a: The first integer.
-        b: The second integer.
-
-    Returns:
-        The product of the two integers.
-    """
-    return a * b
-
-
-class Calculator:
-    """An ``environment_factory`` environment: its public method is the tool."""
-
-    def reset(self, **_: Any) -> None:
-        return None
-
-    def multiply(self, a: int, b: int) -> int:
-        """
-        Multiplies two integers.
-
-        Args:
-            a: The first integer.
-            b: The second integer.
-
-        Returns:
-            The product of the two integers.
-        """
-        return a * b
 
 
 def answer_reward(completions: list[Any], **_: Any) -> list[float]:

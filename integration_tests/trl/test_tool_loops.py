@@ -32,6 +32,8 @@ from trl.chat_template_utils import qwen2_5_chat_template
 
 from rllm_plugins.tiny import build_tiny_model, build_tiny_tokenizer
 
+from .conftest import Calculator, multiply
+
 pytest.importorskip("jmespath", reason="TRL's tool loop parses tool calls with jmespath on transformers < 5.13")
 
 QUESTION = "What is 3 times 4?"
@@ -41,44 +43,6 @@ SECOND_TURNS = ["12<|im_end|>", "Done!<|im_end|>", "Done!<|im_end|>"]  # complet
 REWARDS = [1.0, 0.5, 0.5, 0.0]
 ANCHORS = [["prompt", "result 12"], ["prompt", "result 12"], ["prompt", "tool error"], ["prompt"]]  # by the script
 GAMMA, OMEGA, EPS = 0.5, 1.0, 1e-6
-
-
-def multiply(a: int, b: int) -> int:
-    """
-    Multiplies two integers.
-
-    Args:
-        a: The first integer.
-        b: The second integer.
-
-    Returns:
-        The product of the two integers.
-    """
-    return a * b
-
-
-class Calculator:
-    """An ``environment_factory`` environment: its public methods are the tools, ``reset`` starts an episode."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def reset(self, **_: Any) -> None:
-        self.calls = 0
-
-    def multiply(self, a: int, b: int) -> int:
-        """
-        Multiplies two integers.
-
-        Args:
-            a: The first integer.
-            b: The second integer.
-
-        Returns:
-            The product of the two integers.
-        """
-        self.calls += 1
-        return a * b
 
 
 def answer_reward(completions: list[list[dict[str, Any]]], **_: Any) -> list[float]:
