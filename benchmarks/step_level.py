@@ -358,8 +358,8 @@ def _verl(report: Report, quick: bool) -> None:
 def _trl(report: Report, quick: bool) -> None:
     """TRL's advantage step on the gathered batch: the step-level path (turns, anchors, gigpo, (B, T) spread) vs the outcome path."""
     import torch
-    from rllm_trl.advantages import compute_advantages, prepare_batch
-    from rllm_trl.turn_advantages import local_turns, row_turns, spread_local, step_advantages
+    from rllm_trl.outcome import compute_advantages, prepare_batch
+    from rllm_trl.turns import local_turns, row_turns, spread_local, step_advantages
 
     rows, length, n = (256, 256, 8) if quick else (4096, 2048, 8)
     data = make_multi_turn_dataproto(rows, length, n)

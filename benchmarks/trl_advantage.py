@@ -4,7 +4,7 @@ TRL 1.16's ``GRPOTrainer._generate_and_score_completions`` computes advantages i
 gathered ``rewards_per_func`` ``(N, F)``: weighted ``nansum``, unscorable rows (every function
 returned None) set to NaN, NaN-aware group mean and sample std over ``view(-1, G)``,
 ``/(std + 1e-4)``, ``nan_to_num``. That formula is reproduced below (``trl_inline``). The
-adapter's step is ``prepare_batch`` + ``compute_advantages`` from ``rllm_trl.advantages`` and
+adapter's step is ``prepare_batch`` + ``compute_advantages`` from ``rllm_trl.outcome`` and
 the float32 tensor the mixin hands back; with ``trl_grpo`` it gives TRL's numbers.
 
 Run: ``python -m benchmarks.trl_advantage [--quick]``.
@@ -54,9 +54,9 @@ def trl_inline(rewards_per_func: torch.Tensor, reward_weights: torch.Tensor, num
 
 
 def _adapter_step() -> Callable[..., torch.Tensor] | None:
-    """The adapter's step as one callable, or None when ``rllm_trl.advantages`` lacks it."""
+    """The adapter's step as one callable, or None when ``rllm_trl.outcome`` lacks it."""
     try:
-        from rllm_trl.advantages import compute_advantages, prepare_batch
+        from rllm_trl.outcome import compute_advantages, prepare_batch
     except ImportError:
         return None
 
@@ -91,7 +91,7 @@ def run(quick: bool = False) -> Report:
         ["N", "unscorable rows", "TRL inline", "ours (trl_grpo)", "ours (grpo)", "trl_grpo / TRL", "grpo / TRL"],
     )
     table.notes.append(
-        "TRL inline: TRL 1.16's formula from grpo_trainer.py (torch, float32). ours: rllm_trl.advantages.prepare_batch + "
+        "TRL inline: TRL 1.16's formula from grpo_trainer.py (torch, float32). ours: rllm_trl.outcome.prepare_batch + "
         "compute_advantages + the float32 tensor the mixin returns; trl_grpo reproduces TRL's numbers (checked), grpo is rLLM's GRPO."
     )
     worst = 0.0
@@ -121,7 +121,7 @@ def run(quick: bool = False) -> Report:
             )  # fmt: skip
     report.tables.append(table)
     if step is None:
-        report.targets.append(Target("TRL adapter step vs TRL inline", "rllm_trl.advantages not available", f"≤ {TARGET_RATIO:g}x", None))
+        report.targets.append(Target("TRL adapter step vs TRL inline", "rllm_trl.outcome not available", f"≤ {TARGET_RATIO:g}x", None))
     else:
         report.targets.append(Target("TRL adapter step vs TRL inline (worst N)", format_ratio(worst), f"≤ {TARGET_RATIO:g}x", worst <= TARGET_RATIO))
     return report

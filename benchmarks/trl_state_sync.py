@@ -41,7 +41,7 @@ def _worker(out: str, sizes: list[int], steps: int) -> None:
     import torch
     from accelerate import PartialState
     from accelerate.utils import gather_object
-    from rllm_trl.advantages import compute_advantages, prepare_batch
+    from rllm_trl.outcome import compute_advantages, prepare_batch
 
     from rllm_plugins.state.store import EstimatorState
 

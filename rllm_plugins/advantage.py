@@ -23,12 +23,11 @@ import numpy as np
 from .calling import as_finite_real, describe
 from .config import PER_STEP_DEPRECATION, AlgorithmConfig
 from .needs import needs_of
-from .options import check_estimator_kwargs, spec_options
+from .options import check_estimator_kwargs, spec_options, state_options
 from .outputs import as_advantages, as_groups
 from .registry import get_estimator, prepare_adv_estimator_input
 from .segments import GroupLayout, offsets_from_sizes
 from .spec import call_with_accepted_kwargs, flatten_groups, normalize_name
-from .state.options import state_options
 from .state.store import call_stateful
 from .steps.diagnostics import turn_metrics
 from .steps.forms import split_step_output
@@ -36,7 +35,7 @@ from .steps.inputs import step_batch_from_groups
 from .types import Step, TrajectoryGroup
 
 if TYPE_CHECKING:
-    from .discovery.manager import Estimator
+    from .spec import Estimator
 
 __all__ = ["REWARDS_KEY", "collect_reward_and_advantage_from_trajectory_groups", "compute_role_metrics"]
 

@@ -26,11 +26,12 @@ import numpy as np
 
 from .calling import FRAMEWORK_KEYWORDS, describe, is_finite_real, short_repr
 from .spec import AdvEstimatorSpec, is_plain_real
+from .state.views import absorb
 
 if TYPE_CHECKING:
-    from .discovery.manager import Estimator
+    from .spec import Estimator
 
-__all__ = ["CONTEXT_KEYS", "EstimatorOptions", "check_estimator_kwargs", "check_given_options", "spec_options"]
+__all__ = ["CONTEXT_KEYS", "EstimatorOptions", "check_estimator_kwargs", "check_given_options", "spec_options", "state_options"]
 
 CONTEXT_KEYS = FRAMEWORK_KEYWORDS
 """Arguments the collector and the adapters pass themselves; never set through estimator kwargs."""
@@ -170,3 +171,22 @@ def _unknown(where: str, key: str, who: str, accepted: list[str]) -> str:
     hint = f" Did you mean {close[0]!r}?" if close else ""
     listing = f": {', '.join(accepted)}" if accepted else " no options"
     return f"{where}: unknown option {key!r} for {who}{listing}.{hint}"
+
+
+def state_options(spec: AdvEstimatorSpec, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The options a call of ``spec`` runs with: each declared option's value (``given``, else its default), plain data.
+
+    An open estimator (``**kwargs`` and no declared options) records every key of ``given``.
+    """
+    options = spec_options(spec)
+    out = {key: given.get(key, default) for key, default in options.defaults.items() if key in given or default is not inspect.Parameter.empty}
+    if options.open:
+        out.update(given)
+    return {key: _recordable(value) for key, value in sorted(out.items())}
+
+
+def _recordable(value: Any) -> Any:
+    try:
+        return absorb(value, "", "")
+    except ValueError:
+        return repr(value)

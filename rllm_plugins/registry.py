@@ -7,13 +7,12 @@ and installed plugins (discovered on first use; see :mod:`.plugins`).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .config import AlgorithmConfig
 from .discovery import manager
-from .discovery.manager import Estimator
-from .spec import AdvEstimatorSpec, BatchedEstimator, ListEstimator, normalize_name, validate_name
+from .spec import AdvEstimatorSpec, BatchedEstimator, Estimator, ListEstimator, normalize_name, validate_name
 
 __all__ = [
     "Estimator",
@@ -27,6 +26,7 @@ __all__ = [
     "prepare_adv_estimator_input",
     "register_adv_estimator",
     "register_rllm_adv_estimator",
+    "state_schemas",
     "unavailable_because",
     "unregister_rllm_adv_estimator",
 ]
@@ -191,3 +191,14 @@ def prepare_adv_estimator_input(rewards: list[Any], algorithm_config: AlgorithmC
         "traj_groups": traj_groups,
         "norm_adv_by_std_in_grpo": algorithm_config.norm_adv_by_std_in_grpo,
     }
+
+
+def state_schemas(names: Iterable[str]) -> dict[str, Mapping[str, Any] | None]:
+    """``state_schema`` of each installed estimator of ``names`` (an unknown name is left out: checked at its first call)."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = get_estimator(name).spec.state_schema
+        except ValueError:
+            continue
+    return out

@@ -18,11 +18,19 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from .calling import accepted_keywords, call_with_accepted_kwargs, check_call_options, closed_keywords, flatten_groups, is_plain_real, refuse_unknown_options
+from .calling import (
+    accepted_keywords,
+    call_with_accepted_kwargs,
+    check_call_options,
+    closed_keywords,
+    flatten_groups,
+    is_plain_real,
+    refuse_unknown_options,
+)
 from .names import normalize_name, validate_name
 from .outputs import as_advantages, as_groups
 from .segments import GroupLayout
@@ -31,12 +39,14 @@ from .steps.forms import step_batched_form_of, step_list_form_of
 __all__ = [
     "AdvEstimatorSpec",
     "BatchedEstimator",
+    "Estimator",
     "ListEstimator",
     "accepted_keywords",
     "call_with_accepted_kwargs",
     "flatten_groups",
     "is_plain_real",
     "normalize_name",
+    "Provider",
 ]
 
 ListEstimator = Callable[..., tuple[Sequence[Any], Sequence[Any]]]
@@ -363,3 +373,71 @@ def _checked_breaks(name: str, breaks: object) -> Mapping[str, str]:
 def _first_line(obj: object) -> str:
     doc = inspect.getdoc(obj) or ""
     return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+@dataclass(frozen=True)
+class Provider:
+    """Where an estimator comes from: the built-ins, an installed plugin, or user code."""
+
+    plugin: str
+    distribution: str | None = None
+    version: str | None = None
+    kind: Literal["builtin", "plugin", "user"] = "plugin"
+
+    def __str__(self) -> str:
+        if self.kind == "builtin":
+            return "rllm-plugins (built-in)"
+        if self.kind == "user":
+            return f"user code ({self.plugin})"
+        dist = f"{self.distribution} {self.version}" if self.distribution else "unknown distribution"
+        return f"plugin {self.plugin!r} (distribution {dist})"
+
+
+def _annotate(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
+    """Wrap ``fn`` so that an exception it raises names ``where`` (a note on the same exception)."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            if not hasattr(e, "add_note"):  # Python < 3.11
+                raise RuntimeError(f"{where}: {type(e).__name__}: {e}") from e
+            e.add_note(where)
+            raise
+
+    return call
+
+
+def _refusing_unknown_options(fn: Callable[..., Any], spec: AdvEstimatorSpec) -> Callable[..., Any]:
+    """Wrap a plugin's own list form so that a keyword it does not take is refused, as ``AlgorithmConfig`` does (open forms: as is)."""
+    accepted = closed_keywords(spec.fn, declared=spec.options)
+    if accepted is None:
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        refuse_unknown_options(spec.name, kwargs, accepted)
+        return fn(*args, **kwargs)
+
+    return call
+
+
+@dataclass(frozen=True, eq=False)
+class Estimator:
+    """A registered estimator: its spec, provider, and both calling forms (plugin errors name the plugin)."""
+
+    spec: AdvEstimatorSpec
+    provider: Provider
+    list_form: Callable[..., Any] = field(init=False, repr=False)
+    batched_form: Callable[..., Any] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        list_form, batched_form = self.spec.list_form, self.spec.batched_form
+        if self.provider.kind == "plugin":
+            where = f"raised by estimator {self.spec.name!r} of {self.provider}"
+            list_form, batched_form = _annotate(list_form, where), _annotate(batched_form, where)
+            if self.spec.fn is not None:  # a derived list form refuses unknown options itself
+                list_form = _refusing_unknown_options(list_form, self.spec)
+        object.__setattr__(self, "list_form", list_form)
+        object.__setattr__(self, "batched_form", batched_form)

@@ -23,7 +23,7 @@ from .steps.batch import StepBatch
 from .steps.forms import split_step_output
 
 if TYPE_CHECKING:
-    from .discovery.manager import Estimator
+    from .spec import Estimator
 
 __all__ = ["step_level_hint", "trial_run"]
 

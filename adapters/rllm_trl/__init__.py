@@ -8,11 +8,11 @@ from rllm_plugins.extras import require_extra
 
 require_extra("rllm_trl", "trl", ["trl", "torch"])
 
-from .advantages import RewardBatch, combine_rewards, compute_advantages, compute_metrics, prepare_batch
-from .config import AdvantageSettings, RLLMGRPOConfig, advantage_settings, check_trainer_setup
-from .mixin import RLLMAdvantageMixin, check_trl_compatibility
-from .trainer import RLLMGRPOTrainer
-from .trajectories import advantages_from_trajectory_groups, compute_advantages_via_groups, to_trajectory_groups
+from rllm_trl.config import AdvantageSettings, RLLMGRPOConfig, advantage_settings, check_trainer_setup
+from rllm_trl.groups import advantages_from_trajectory_groups, compute_advantages_via_groups, to_trajectory_groups
+from rllm_trl.mixin import RLLMAdvantageMixin, check_trl_compatibility
+from rllm_trl.outcome import RewardBatch, combine_rewards, compute_advantages, compute_metrics, prepare_batch
+from rllm_trl.trainer import RLLMGRPOTrainer
 
 __all__ = [
     "AdvantageSettings",

@@ -24,8 +24,7 @@ from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.registry import Estimator, available_estimators, get_estimator
 from rllm_plugins.spec import normalize_name
 from rllm_plugins.trial import trial_run
-
-from .advantages import role_name, takes_keyword
+from rllm_trl.outcome import role_name, takes_keyword
 
 __all__ = ["AdvantageSettings", "RLLMGRPOConfig", "advantage_settings", "check_adv_estimator_kwargs", "check_no_per_role_loss", "check_trainer_setup"]
 
@@ -55,7 +54,7 @@ class AdvantageSettings:
     trl_settings: dict[str, Any]
     aggregation: str = "sum_then_normalize"
     overridden: tuple[str, ...] = ()
-    step_level: bool = False  # ``estimator`` gives one advantage per turn (:mod:`rllm_trl.turn_advantages`)
+    step_level: bool = False  # ``estimator`` gives one advantage per turn (:mod:`rllm_trl.turns`)
     selected: dict[str, Estimator] = field(default_factory=dict, compare=False, repr=False)  # each name above, resolved once
 
     def describe(self) -> str:

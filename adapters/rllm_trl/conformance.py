@@ -3,12 +3,12 @@
 The functions ``RLLMGRPOTrainer`` calls on the gathered batch, without a model (a trainer step is too slow
 for a matrix; the integration tests run real steps):
 
-- ``trl_outcome``: :func:`rllm_trl.advantages.prepare_batch` and :func:`~rllm_trl.advantages.compute_advantages`
+- ``trl_outcome``: :func:`rllm_trl.outcome.prepare_batch` and :func:`~rllm_trl.outcome.compute_advantages`
   on ``(N, 1)`` float32 rewards; TRL's groups are ``num_generations`` contiguous rows, so a sample's smaller
   groups are filled with unscorable rows (NaN: left out of every statistic);
 - ``trl_turn``: step-level estimators on multi-turn completions, as the mixin does it
-  (:func:`~rllm_trl.turn_advantages.row_turns`, :func:`~rllm_trl.turn_advantages.step_advantages`,
-  :func:`~rllm_trl.turn_advantages.spread_local` to ``(B, T)`` float32): each step's environment tokens
+  (:func:`~rllm_trl.turns.row_turns`, :func:`~rllm_trl.turns.step_advantages`,
+  :func:`~rllm_trl.turns.spread_local` to ``(B, T)`` float32): each step's environment tokens
   (``tool_mask`` 0), then its model tokens; per-turn rewards given as a rollout's ``turn_rewards`` key.
   Its rows without model tokens are completions whose ``tool_mask`` is 0 everywhere.
 
@@ -28,10 +28,9 @@ from rllm_plugins.state.store import EstimatorState
 from rllm_plugins.testing.matrix import Call, Output, Path, Sample
 from rllm_plugins.testing.matrix.paths import PROMPT
 from rllm_plugins.testing.matrix.samples import MODEL_TOKEN
-
-from .advantages import compute_advantages, prepare_batch
-from .config import RLLMGRPOConfig
-from .turn_advantages import TURN_REWARDS_KEY, local_turns, row_turns, spread_local, step_advantages
+from rllm_trl.config import RLLMGRPOConfig
+from rllm_trl.outcome import compute_advantages, prepare_batch
+from rllm_trl.turns import TURN_REWARDS_KEY, local_turns, row_turns, spread_local, step_advantages
 
 __all__ = ["paths"]
 

@@ -32,15 +32,15 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from rllm_plugins.needs import needs_of
-from rllm_plugins.state.options import state_options
+from rllm_plugins.options import state_options
 from rllm_plugins.state.store import EstimatorState
-
-from .advantages import RewardBatch, compute_advantages, compute_metrics, prepare_batch, role_name
-from .config import AdvantageSettings, check_trainer_setup
-from .estimator_state import load_state, save_state, task_id
-from .rollout_checks import checked_rollout_func
-from .rollout_keys import unread_step_keys
-from .turn_advantages import (
+from rllm_trl.config import AdvantageSettings, check_trainer_setup
+from rllm_trl.outcome import RewardBatch, compute_advantages, compute_metrics, prepare_batch, role_name
+from rllm_trl.rollout_keys import unread_step_keys
+from rllm_trl.rollouts import checked_rollout_func
+from rllm_trl.state import load_state, save_state, task_id
+from rllm_trl.turn_sources import multi_turn_path, single_turn_warning, turn_sources
+from rllm_trl.turns import (
     ANCHOR_STATES_KEY,
     TURN_REWARDS_KEY,
     StepAdvantages,
@@ -51,7 +51,6 @@ from .turn_advantages import (
     step_advantages,
     without_rows,
 )
-from .turn_sources import multi_turn_path, single_turn_warning, turn_sources
 
 __all__ = ["OVERRIDDEN_METHODS", "RLLMAdvantageMixin", "check_trl_compatibility"]
 

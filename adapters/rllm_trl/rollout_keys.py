@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 
-from .turn_advantages import ANCHOR_STATES_KEY, TURN_REWARDS_KEY
+from rllm_trl.turns import ANCHOR_STATES_KEY, TURN_REWARDS_KEY
 
 __all__ = ["STEP_LEVEL_KEYS", "TRL_KEYS", "check_rollout_keys", "closest_read_key", "unread_step_keys"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from trl import GRPOTrainer
 
-from .mixin import RLLMAdvantageMixin
+from rllm_trl.mixin import RLLMAdvantageMixin
 
 __all__ = ["RLLMGRPOTrainer"]
 

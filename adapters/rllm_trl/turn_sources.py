@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .turn_advantages import ANCHOR_STATES_KEY, TURN_REWARDS_KEY, RowTurns
+from rllm_trl.turns import ANCHOR_STATES_KEY, TURN_REWARDS_KEY, RowTurns
 
 __all__ = ["MultiTurnPath", "multi_turn_path", "single_turn_warning", "turn_sources"]
 

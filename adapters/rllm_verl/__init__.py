@@ -1,6 +1,6 @@
 """verl adapter of rllm-plugins: the ``rllm_*`` advantage estimators in verl's registry, DataProto <-> groups.
 
-The names below are imported on first use, so that ``import rllm_verl.check`` (``rllm-plugins
+The names below are imported on first use, so that ``import rllm_verl.tools.check`` (``rllm-plugins
 verl-check --help``) imports neither verl nor torch.
 """
 
@@ -14,13 +14,13 @@ from rllm_plugins.extras import require_extra
 require_extra("rllm_verl", "verl", ["verl", "torch"])
 
 _EXPORTS = {
-    "verl_algorithm_config": "algorithm",
-    "ESTIMATOR_KWARGS_KEY": "bridge",
-    "compute_rllm_advantage": "bridge",
-    "verl_estimator": "bridge",
-    "ROW_ID_KEY": "dataproto",
-    "apply_advantages": "dataproto",
-    "dataproto_to_groups": "dataproto",
+    "verl_algorithm_config": "algorithm_config",
+    "ESTIMATOR_KWARGS_KEY": "compute.outcome",
+    "compute_rllm_advantage": "compute.outcome",
+    "verl_estimator": "compute.outcome",
+    "ROW_ID_KEY": "groups",
+    "apply_advantages": "groups",
+    "dataproto_to_groups": "groups",
     "VERL_PREFIX": "registration",
     "register_estimators_into_verl": "registration",
     "rllm_names_in_verl": "registration",

@@ -7,8 +7,7 @@ import logging
 from rllm_plugins.discovery import manager
 from rllm_plugins.registry import available_estimators
 from rllm_plugins.spec import validate_name
-
-from .bridge import verl_estimator
+from rllm_verl.compute.outcome import verl_estimator
 
 __all__ = ["VERL_PREFIX", "register_estimators_into_verl", "rllm_names_in_verl", "verl_name"]
 

@@ -26,7 +26,7 @@ FAST_ON_SLOW_PATHS = ("grpo", "rloo", "prpo", "gigpo", "step_reinforce", "rae") 
 
 @pytest.fixture(scope="module")
 def adapter_paths():
-    from rllm_verl.conformance_v1 import close
+    from rllm_verl.conformance.v1 import close
 
     yield {p.name: p for p in installed_paths()}
     close()  # the Ray and TransferQueue the v1 path started

@@ -25,7 +25,7 @@ import pytest
 import torch
 from datasets import Dataset
 from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer
-from rllm_trl.rollout_checks import checked_rollout_func
+from rllm_trl.rollouts import checked_rollout_func
 from trl import GRPOConfig, GRPOTrainer
 from trl.chat_template_utils import qwen2_5_chat_template
 
@@ -134,7 +134,7 @@ def test_an_inverted_mask_is_warned_about_and_a_correct_one_is_not_whoever_speak
     first_tokens = {mask[0] for mask in output["env_mask"]}
     assert len(first_tokens) == 1, "every completion opens with the same side"
     rollout = checked_rollout_func(lambda prompts, trainer: output, step_level=True)
-    with caplog.at_level(logging.WARNING, logger="rllm_trl.rollout_checks"):
+    with caplog.at_level(logging.WARNING, logger="rllm_trl.rollouts"):
         # the rows come from TRL's tool loop; handed back by a rollout_func, they go to a trainer without tools (with
         # tools, TRL would run its loop again and an env_mask is refused), ending turns at the same tokens
         assert rollout(["p"] * len(rows), SimpleNamespace(tools=None, eos_token_ids=trainer.eos_token_ids)) is output
@@ -158,7 +158,7 @@ def test_the_trainer_warns_once_on_an_inverted_environment_first_mask_and_trains
         processing_class=tool_tokenizer,
         rollout_func=lambda prompts, trainer: {key: list(value) for key, value in output.items()},
     )
-    with caplog.at_level(logging.WARNING, logger="rllm_trl.rollout_checks"):
+    with caplog.at_level(logging.WARNING, logger="rllm_trl.rollouts"):
         trainer.train()
     assert len([r for r in caplog.records if WARNING in r.getMessage()]) == 1
 

@@ -10,7 +10,7 @@ import numbers
 import pytest
 from rllm_trl import RLLMGRPOConfig
 
-from rllm_plugins.discovery.builtin import rllm_adv_estimators
+from rllm_plugins.estimators.builtin import rllm_adv_estimators
 from rllm_plugins.options import spec_options
 from rllm_plugins.registry import get_estimator_spec
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from rllm_trl.turn_advantages import local_turns, row_turns, step_advantages
+from rllm_trl.turns import local_turns, row_turns, step_advantages
 
 from rllm_plugins.registry import register_rllm_adv_estimator, unregister_rllm_adv_estimator
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from rllm_trl import compute_advantages, prepare_batch
-from rllm_trl.advantages import unique_names
+from rllm_trl.outcome import unique_names
 
 UNSCORABLE = {4, 5}  # rows where every function returns None
 LETTER_NONE = {1, 2, 6}  # rows where only the second function returns None

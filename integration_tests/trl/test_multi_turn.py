@@ -22,7 +22,7 @@ import pytest
 import torch
 from datasets import Dataset
 from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer
-from rllm_trl.turn_advantages import local_turns, row_turns, spread_local, step_advantages
+from rllm_trl.turns import local_turns, row_turns, spread_local, step_advantages
 
 from rllm_plugins.registry import available_estimators, get_estimator_spec
 from rllm_plugins.tiny import build_tiny_model
@@ -598,7 +598,7 @@ def test_an_env_mask_that_looks_inverted_is_warned_about_once(multi_turn_trainer
         return out
 
     trainer = multi_turn_trainer(inverted, adv_estimator="gigpo", max_steps=2)
-    with caplog.at_level(logging.WARNING, logger="rllm_trl.rollout_checks"):
+    with caplog.at_level(logging.WARNING, logger="rllm_trl.rollouts"):
         trainer.train()
     warnings = [r.getMessage() for r in caplog.records if "env_mask looks inverted" in r.getMessage()]
     assert len(warnings) == 1 and "[1 - m for m in mask]" in warnings[0]
@@ -608,9 +608,9 @@ def test_an_env_mask_that_looks_inverted_is_warned_about_once(multi_turn_trainer
 @pytest.mark.parametrize("first", ["model", "environment"])
 def test_a_correct_env_mask_gives_no_warning(multi_turn_trainer, tokenizer, caplog, first):
     trainer = multi_turn_trainer(speaking_first(ToyEnvironment(tokenizer), first), adv_estimator="gigpo", max_steps=1)
-    with caplog.at_level(logging.WARNING, logger="rllm_trl.rollout_checks"):
+    with caplog.at_level(logging.WARNING, logger="rllm_trl.rollouts"):
         trainer.train()
-    assert not [r for r in caplog.records if r.name == "rllm_trl.rollout_checks"]
+    assert not [r for r in caplog.records if r.name == "rllm_trl.rollouts"]
     if first == "environment":
         assert (trainer.outputs[0]["tool_mask"][:, 0] == 0).all()  # every completion opened with the environment's token
 
@@ -624,7 +624,7 @@ def test_a_correct_env_mask_gives_no_warning(multi_turn_trainer, tokenizer, capl
     ],
 )
 def test_rollout_output_checks_name_the_row(output, message):
-    from rllm_trl.rollout_checks import check_rollout_output
+    from rllm_trl.rollouts import check_rollout_output
 
     with pytest.raises(ValueError, match=message):
         check_rollout_output(output)
@@ -692,7 +692,7 @@ ONE_TERM_OPTIONS = {"pkpo": {"k": 2}, "passk_training": {"k": 2}, "rae": {"decay
 def test_a_one_term_composite_is_the_term_alone_on_the_gathered_rows(name):
     """For every registered estimator: composite([[e, 1.0, opts]]) on the turn path gives what e gives alone (an outcome-level
     one on TRL's outcome path, broadcast to the row's turns), lengths and state included."""
-    from rllm_trl.advantages import compute_advantages, prepare_batch
+    from rllm_trl.outcome import compute_advantages, prepare_batch
 
     from rllm_plugins.state.store import EstimatorState
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from datasets import Dataset
 from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer
-from rllm_trl.rollout_checks import check_rollout_output
+from rllm_trl.rollouts import check_rollout_output
 from trl.chat_template_utils import qwen2_5_chat_template
 
 from rllm_plugins.tiny import build_tiny_model, build_tiny_tokenizer
@@ -153,7 +153,7 @@ def test_step_reinforce_reads_no_anchor_states_and_the_line_says_none(trainer_wi
 
 
 def unread_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "rllm_trl.rollout_checks" and "returned and not read" in r.getMessage()]
+    return [r.getMessage() for r in caplog.records if r.name == "rllm_trl.rollouts" and "returned and not read" in r.getMessage()]
 
 
 @pytest.mark.parametrize(
@@ -168,7 +168,7 @@ def unread_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 )
 def test_step_level_keys_a_run_does_not_read_are_said_once(trainer_with, caplog, estimator, unread, why):
     trainer = trainer_with(two_turns(turn_rewards=lambda b: [0.5, 0.5], anchor_states=lambda b: ["start", f"seen {b % 2}"]), estimator=estimator)
-    with caplog.at_level(logging.WARNING, logger="rllm_trl.rollout_checks"):
+    with caplog.at_level(logging.WARNING, logger="rllm_trl.rollouts"):
         trainer.train()
     warnings = unread_warnings(caplog)
     if not unread:
@@ -180,7 +180,7 @@ def test_step_level_keys_a_run_does_not_read_are_said_once(trainer_with, caplog,
 
 def test_a_run_that_returns_no_unread_key_is_told_nothing(trainer_with, caplog):
     trainer = trainer_with(two_turns(), estimator="grpo")
-    with caplog.at_level(logging.WARNING, logger="rllm_trl.rollout_checks"):
+    with caplog.at_level(logging.WARNING, logger="rllm_trl.rollouts"):
         trainer.train()
     assert unread_warnings(caplog) == []
 
@@ -207,7 +207,7 @@ def test_an_env_mask_next_to_trl_tools_is_refused_since_trl_replaces_it(trainer_
 def test_a_near_miss_of_env_mask_next_to_tools_gets_the_tools_advice_not_a_rename(key):
     from types import SimpleNamespace
 
-    from rllm_trl.rollout_checks import checked_rollout_func
+    from rllm_trl.rollouts import checked_rollout_func
 
     def rollout(prompts, trainer):
         return {"prompt_ids": [[1]], "completion_ids": [[2, 3]], "logprobs": [[0.0, 0.0]], key: [[1, 1]]}

@@ -12,7 +12,7 @@ from difflib import SequenceMatcher
 
 import numpy as np
 import pytest
-from rllm_trl.turn_advantages import local_turns, row_turns, spread_local, step_advantages
+from rllm_trl.turns import local_turns, row_turns, spread_local, step_advantages
 
 ENV = [(1, 2, 3, 4), (5, 6, 7, 8), (1, 2, 3, 4), (1, 2, 3, 9)]  # the tool's tokens before each completion's second turn
 REWARDS = [1.0, 0.0, 0.5, 2.0]  # one reward per completion, on its last turn

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from rllm_trl.turn_advantages import local_turns, row_turns, step_advantages
+from rllm_trl.turns import local_turns, row_turns, step_advantages
 
 
 def test_a_huge_int_turn_reward_names_the_completion_and_the_turn():

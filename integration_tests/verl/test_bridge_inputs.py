@@ -7,7 +7,7 @@ import pytest
 import torch
 
 pytest.importorskip("verl")
-from rllm_verl.bridge import compute_rllm_advantage
+from rllm_verl.compute.outcome import compute_rllm_advantage
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 from rllm_plugins import register_rllm_adv_estimator, unregister_rllm_adv_estimator

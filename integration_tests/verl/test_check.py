@@ -15,7 +15,7 @@ import rllm_plugins
 pytest.importorskip("verl")
 pytest.importorskip("hydra")
 
-from rllm_verl.check import main, verl_check
+from rllm_verl.tools.check import main, verl_check
 
 
 def test_rllm_rloo_in_verls_ppo_trainer_config_passes():
@@ -67,7 +67,7 @@ def test_rllm_plugins_verl_check_without_verl_says_what_to_install():
     done = run_cli(code)
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == (
-        f"rllm-plugins verl-check: cannot load the command from rllm-plugins {rllm_plugins.__version__} (rllm_verl.check:main): "
+        f"rllm-plugins verl-check: cannot load the command from rllm-plugins {rllm_plugins.__version__} (rllm_verl.tools.check:main): "
         'ModuleNotFoundError: rllm_verl needs verl, torch, and verl is not installed. Install: pip install "rllm-plugins[verl]"\n'
     )
 
@@ -80,7 +80,7 @@ def test_the_report_says_whether_each_extension_is_active(capsys):
 
 
 def test_the_report_names_an_opted_out_extension():
-    code = "import json\nfrom rllm_verl.check import verl_check\nprint(json.dumps(verl_check(['algorithm.adv_estimator=rllm_rloo']).as_dict()))"
+    code = "import json\nfrom rllm_verl.tools.check import verl_check\nprint(json.dumps(verl_check(['algorithm.adv_estimator=rllm_rloo']).as_dict()))"
     done = subprocess.run(
         [sys.executable, "-c", code], env={**os.environ, "RLLM_PLUGINS_VERL_REWARD_KEYS": "0"}, capture_output=True, text=True, timeout=300, check=False
     )
@@ -112,7 +112,7 @@ def test_reward_keys_on_verls_default_v1_trainer_pass_the_check_through_the_v1_p
     assert report.ok, report
     assert verl_check(["algorithm.adv_estimator=rllm_grpo", "+algorithm.gdpo_reward_keys=[acc,fmt]", "trainer.use_v1=false"]).ok
     code = (
-        "import json; from rllm_verl.check import verl_check; "
+        "import json; from rllm_verl.tools.check import verl_check; "
         "r = verl_check(['algorithm.adv_estimator=rllm_grpo', '+algorithm.gdpo_reward_keys=[acc,fmt]']); print(json.dumps(r.as_dict()))"
     )
     done = subprocess.run(

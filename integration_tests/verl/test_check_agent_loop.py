@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("verl")
 
-from rllm_verl.check import verl_check
+from rllm_verl.tools.check import verl_check
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "verl_multi_turn"
 AGENT = "actor_rollout_ref.rollout.agent"

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("verl")
 pytest.importorskip("hydra")
 
-from rllm_verl.check import ENTRY_POINT_NAME, entry_point_policy_error, main, verl_check
+from rllm_verl.tools.check import ENTRY_POINT_NAME, entry_point_policy_error, main, verl_check
 
 NAME_NOTE = "The entry-point name is 'rllm_plugins' (group verl.plugins), not the distribution name 'rllm-plugins'."
 FAILS = "so verl will not load the rllm_* estimators and the run fails with 'Unknown advantage estimator'."
@@ -16,7 +16,7 @@ FAILS = "so verl will not load the rllm_* estimators and the run fails with 'Unk
 def test_the_entry_point_name_is_the_one_in_the_installed_metadata():
     from importlib.metadata import entry_points
 
-    assert {ep.name: ep.value for ep in entry_points(group="verl.plugins")}[ENTRY_POINT_NAME] == "rllm_verl.verl_plugin"
+    assert {ep.name: ep.value for ep in entry_points(group="verl.plugins")}[ENTRY_POINT_NAME] == "rllm_verl.plugin"
 
 
 @pytest.mark.parametrize(
@@ -44,7 +44,7 @@ def test_a_policy_that_excludes_our_entry_point_is_explained(environ, message):
         {},
         {"VERL_USE_EXTERNAL_PLUGINS": "auto"},
         {"VERL_USE_EXTERNAL_PLUGINS": " Other, RLLM_PLUGINS "},
-        {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": "rllm_verl.verl_plugin"},
+        {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": "rllm_verl.plugin"},
     ],
 )
 def test_policies_that_load_us_pass(environ):
@@ -70,10 +70,10 @@ def test_verl_check_fails_on_a_misspelt_or_mistyped_estimator_option():
 
 
 MISSING = (
-    "no entry point 'rllm_plugins' = 'rllm_verl.verl_plugin' of the verl.plugins group is installed (rllm_verl is importable "
+    "no entry point 'rllm_plugins' = 'rllm_verl.plugin' of the verl.plugins group is installed (rllm_verl is importable "
     "without its distribution's metadata, e.g. from a source tree on PYTHONPATH), so verl will not load the rllm_* estimators "
     "and the run fails with 'Unknown advantage estimator'. Fix: install rllm-plugins[verl] (pip install -e . in a checkout), "
-    "or set VERL_USE_EXTERNAL_MODULES=rllm_verl.verl_plugin"
+    "or set VERL_USE_EXTERNAL_MODULES=rllm_verl.plugin"
 )
 
 
@@ -83,9 +83,9 @@ def test_without_the_installed_entry_point_the_check_fails_whatever_the_policy_a
     environ = {"VERL_USE_EXTERNAL_PLUGINS": policy}
     assert entry_point_policy_error(environ, installed=[("other", "other.plugin")]) == MISSING
     assert entry_point_policy_error(environ, installed=[(ENTRY_POINT_NAME, "elsewhere.module")]) == MISSING
-    assert entry_point_policy_error(environ, installed=[(ENTRY_POINT_NAME, "rllm_verl.verl_plugin")]) is None
+    assert entry_point_policy_error(environ, installed=[(ENTRY_POINT_NAME, "rllm_verl.plugin")]) is None
     assert entry_point_policy_error(environ) is None  # this environment has it installed
-    assert entry_point_policy_error({**environ, "VERL_USE_EXTERNAL_MODULES": "rllm_verl.verl_plugin"}, installed=[]) is None
+    assert entry_point_policy_error({**environ, "VERL_USE_EXTERNAL_MODULES": "rllm_verl.plugin"}, installed=[]) is None
 
 
 @pytest.mark.parametrize("policy", ["", " ", ",", "none"])

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("verl")
 pytest.importorskip("hydra")
 
-from rllm_verl.check import TRIAL_GROUP_SIZES, verl_check
+from rllm_verl.tools.check import TRIAL_GROUP_SIZES, verl_check
 
 SCRIPT = Path(sys.executable).parent / "rllm-plugins"
 
@@ -79,7 +79,7 @@ def test_the_verdict_comes_first_and_verls_import_messages_are_held_back():
 
 def test_help_imports_neither_verl_nor_torch():
     code = (
-        "import sys\nfrom rllm_verl.check import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "import sys\nfrom rllm_verl.tools.check import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         "print(sorted({'verl', 'torch'} & set(sys.modules)))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)

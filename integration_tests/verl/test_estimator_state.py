@@ -20,8 +20,9 @@ import torch
 
 pytest.importorskip("verl")
 from omegaconf import OmegaConf
-from rllm_verl.estimator_state import CHECKPOINTS, ENV, STATE_FILE, verl_estimator_state
+from rllm_verl.compute.state import ENV, STATE_FILE, verl_estimator_state
 from rllm_verl.extension import extension_status
+from rllm_verl.patches.checkpoints import CHECKPOINTS
 from torchdata.stateful_dataloader import StatefulDataLoader
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_advantage
@@ -260,7 +261,7 @@ def test_the_opt_out_env_var_leaves_verl_untouched():
 def test_the_docs_verl_command_checks_ok_and_verl_check_names_the_state_file():
     from pathlib import Path
 
-    from rllm_verl.check import verl_check
+    from rllm_verl.tools.check import verl_check
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "running_baselines.md").read_text()
     command = doc.split("## In verl", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("verl")
-from rllm_verl.check import main, verl_check
+from rllm_verl.tools.check import main, verl_check
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").glob("*/README.md"))]

@@ -64,7 +64,7 @@ class TaskRunnerLike:
     def loaded(self) -> bool:
         import sys
 
-        return "rllm_verl.verl_plugin" in sys.modules
+        return "rllm_verl.plugin" in sys.modules
 
 
 def test_an_actor_that_only_imports_verl_computes_with_rllm_rloo(ray_cluster):

@@ -21,7 +21,7 @@ def _fresh_python(code: str) -> subprocess.CompletedProcess[str]:
 def test_import_verl_alone_makes_the_rllm_names_visible_in_a_clean_interpreter():
     result = _fresh_python(
         "import json, sys, verl\n"
-        "assert 'rllm_verl' in sys.modules or 'rllm_verl.verl_plugin' in sys.modules\n"
+        "assert 'rllm_verl' in sys.modules or 'rllm_verl.plugin' in sys.modules\n"
         "from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY\n"
         "print(json.dumps(sorted(ADV_ESTIMATOR_REGISTRY)))"
     )

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("verl")
 
-from rllm_verl.rehearse import main, rehearse
+from rllm_verl.tools.rehearse import main, rehearse
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "verl_multi_turn"
 AGENT = "actor_rollout_ref.rollout.agent"

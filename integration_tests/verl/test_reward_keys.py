@@ -21,9 +21,9 @@ import pytest
 import torch
 
 pytest.importorskip("verl")
-from rllm_verl import reward_keys
+from rllm_verl import context as reward_keys
 from rllm_verl.extension import extension_status, install
-from rllm_verl.reward_keys import REWARD_KEYS, REWARD_KEYS_ENV
+from rllm_verl.patches.legacy import REWARD_KEYS, REWARD_KEYS_ENV
 from verl import DataProto
 from verl.trainer.ppo import ray_trainer
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn

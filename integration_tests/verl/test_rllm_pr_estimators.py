@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("verl")
-from rllm_verl.check import verl_check
+from rllm_verl.tools.check import verl_check
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 REWARDS = [1.0, 0.0, 0.5, 1.0, 3.0, 0.0, 0.0, 2.0, 1.0]

@@ -211,7 +211,7 @@ def test_gdpo_reward_keys_with_a_step_level_estimator_are_refused():
 
 
 def test_verl_check_passes_gigpo_on_both_trainers_and_refuses_a_bad_gamma():
-    from rllm_verl.check import verl_check
+    from rllm_verl.tools.check import verl_check
 
     assert verl_check(["algorithm.adv_estimator=rllm_gigpo"]).ok
     assert verl_check(["algorithm.adv_estimator=rllm_gigpo", "trainer.use_v1=false"]).ok
@@ -349,7 +349,7 @@ def test_verl_check_on_the_legacy_trainer_fails_when_the_extension_that_carries_
     import sys
 
     code = (
-        "import json; from rllm_verl.check import verl_check; "
+        "import json; from rllm_verl.tools.check import verl_check; "
         "r = verl_check(['algorithm.adv_estimator=rllm_gigpo', 'trainer.use_v1=false']); print(json.dumps(r.as_dict()))"
     )
     env = {**os.environ, "RLLM_PLUGINS_VERL_REWARD_KEYS": "0"}
@@ -364,7 +364,7 @@ def test_rows_that_are_all_single_turn_warn_once_naming_what_to_do():
     """Before: rllm_gigpo on single-turn rows was silently 2 x rllm_grpo."""
     import warnings
 
-    from rllm_verl import step_bridge
+    from rllm_verl.compute import steps as step_bridge
 
     step_bridge._warned_single_turn.discard("gigpo")
     responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(13))
@@ -379,7 +379,7 @@ def test_rows_that_are_all_single_turn_warn_once_naming_what_to_do():
 
 
 def test_verl_check_shows_the_discount_and_step_weight_it_resolved_and_where_they_came_from(monkeypatch):
-    from rllm_verl.check import verl_check
+    from rllm_verl.tools.check import verl_check
 
     example = Path(__file__).resolve().parents[2] / "examples" / "verl_multi_turn"
     monkeypatch.syspath_prepend(str(example))  # the corridor loop's module, as launch.sh's PYTHONPATH has it
@@ -451,7 +451,7 @@ def test_rllm_composite_is_the_weighted_sum_of_its_terms_through_verl():
 
 
 def test_verl_check_passes_turn_grpo_and_composite_on_the_v1_trainer_and_refuses_bad_options():
-    from rllm_verl.check import verl_check
+    from rllm_verl.tools.check import verl_check
 
     assert verl_check(["algorithm.adv_estimator=rllm_turn_grpo", "+algorithm.rllm_estimator_kwargs.ended=present"]).ok
     assert verl_check(["algorithm.adv_estimator=rllm_composite", "+algorithm.rllm_estimator_kwargs.terms=[[grpo,0.5],[turn_grpo,0.5]]"]).ok
@@ -488,7 +488,7 @@ def test_a_length_weighted_term_of_rllm_composite_gets_the_rows_response_lengths
 
 
 def test_a_stateful_term_of_rllm_composite_keeps_its_running_baseline_across_calls_as_rllm_rae_alone():
-    from rllm_verl.estimator_state import verl_estimator_state
+    from rllm_verl.compute.state import verl_estimator_state
 
     batches = [random_multi_turn_batch(np.random.default_rng(seed)) for seed in (1, 2, 3)]
     verl_estimator_state().clear()
@@ -506,7 +506,7 @@ def test_a_stateful_term_of_rllm_composite_keeps_its_running_baseline_across_cal
 
 
 def test_verl_check_refuses_a_composite_term_whose_k_reaches_the_group_size():
-    from rllm_verl.check import verl_check
+    from rllm_verl.tools.check import verl_check
 
     report = verl_check(
         ["algorithm.adv_estimator=rllm_composite", "actor_rollout_ref.rollout.n=4", "+algorithm.rllm_estimator_kwargs.terms=[[grpo,1.0],[pkpo,1.0,{k:4}]]"]
@@ -522,7 +522,7 @@ ONE_TERM_OPTIONS = {"pkpo": {"k": 2}, "passk_training": {"k": 2}, "rae": {"decay
 @pytest.mark.parametrize("name", sorted(n for n in available_estimators() if n != "composite" and not get_estimator_spec(n).needs_values))
 def test_a_one_term_rllm_composite_is_rllm_term_alone(name):
     """For every registered estimator: rllm_composite([[e, 1.0, opts]]) gives what rllm_<e> gives with opts, on multi-turn rows."""
-    from rllm_verl.estimator_state import verl_estimator_state
+    from rllm_verl.compute.state import verl_estimator_state
 
     responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(3))
     options = ONE_TERM_OPTIONS.get(name, {})

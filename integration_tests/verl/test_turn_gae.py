@@ -147,7 +147,7 @@ def test_a_non_finite_value_is_named_by_row_uid_and_turn():
 
 
 def test_verl_check_refuses_rllm_turn_gae_without_a_critic_and_passes_it_with_one_on_both_trainers():
-    from rllm_verl.check import verl_check
+    from rllm_verl.tools.check import verl_check
 
     off = verl_check(["algorithm.adv_estimator=rllm_turn_gae"])
     assert not off.ok

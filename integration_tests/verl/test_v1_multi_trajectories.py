@@ -218,7 +218,7 @@ def test_bf16_rewards_come_back_in_bf16(ref, algorithm_config):
 
 def test_a_changed_signature_leaves_verl_untouched_with_one_warning(caplog):
     from rllm_verl.extension import extension_status, install
-    from rllm_verl.multi_trajectories import SESSIONS
+    from rllm_verl.patches.sessions import SESSIONS
 
     ours = v1_utils.compute_advantage_for_multi_trajectories
 

@@ -36,7 +36,7 @@ def transfer_queue():
 
 def trainer_for(*overrides: str):
     """verl's v1 sync trainer with verl's own composed config; ``_compute_advantage`` reads nothing else."""
-    from rllm_verl.check import _compose
+    from rllm_verl.tools.check import _compose
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
     trainer = PPOTrainerSync.__new__(PPOTrainerSync)
@@ -59,12 +59,12 @@ def episode(rng, turns: int, vocab: int = 2):
 
 
 def store(rows, partition="train", pad=3):
-    """Put ``rows`` into TransferQueue as verl's v1 agent loop does (:func:`rllm_verl.conformance_v1.put_agent_loop_rows`).
+    """Put ``rows`` into TransferQueue as verl's v1 agent loop does (:func:`rllm_verl.conformance.v1.put_agent_loop_rows`).
 
     Returns verl's ``KVBatchMeta`` after verl's own ``PPOTrainer._balance_batch`` (``pad`` > 0): padded with ``pad`` rows
     and reordered into balanced partitions, as the trainer does before computing advantages.
     """
-    from rllm_verl.conformance_v1 import put_agent_loop_rows
+    from rllm_verl.conformance.v1 import put_agent_loop_rows
 
     balanced = put_agent_loop_rows(tq, rows, partition, pad, trainer_for().config)
     if pad:
@@ -373,7 +373,7 @@ def test_the_recipes_agent_loop_sets_anchor_states_that_reach_rllm_gigpo_on_v1(t
 
 def test_rows_other_than_the_v1_batchs_are_refused_naming_both_counts():
     """A DataProto that is not the one _compute_advantage built (other rows, or rows in another order) cannot borrow its token ids."""
-    from rllm_verl.v1_batch import V1Batch, fetch_rows, serving
+    from rllm_verl.context import V1Batch, fetch_rows, serving
 
     served = {"uid": ["a", "b"], "prompts": [torch.tensor([1])] * 2, "responses": [torch.tensor([2])] * 2, "extra_fields": [{}, {}]}
     with serving(V1Batch(["a_0_0", "b_0_0"], lambda fields: {f: served[f] for f in fields})):
@@ -386,7 +386,7 @@ def test_rows_other_than_the_v1_batchs_are_refused_naming_both_counts():
 
 def served_step(rows, fn):
     """Run ``fn`` inside a v1 advantage step whose ``rows`` (dicts: uid, prompt, response, extra) are served from memory."""
-    from rllm_verl.v1_batch import V1Batch, serving
+    from rllm_verl.context import V1Batch, serving
 
     served = {
         "uid": [r["uid"] for r in rows],
@@ -530,7 +530,7 @@ def rae_reference(rows, baseline, decay):
 
 @pytest.mark.parametrize("outputs", [(1,), (1, 2, 3)], ids=["one output per session (row path)", "sessions of several outputs"])
 def test_rllm_rae_on_padded_and_reordered_rows_skips_padding_and_continues_across_steps(transfer_queue, outputs):
-    from rllm_verl.estimator_state import verl_estimator_state
+    from rllm_verl.compute.state import verl_estimator_state
 
     verl_estimator_state().clear()
     trainer = trainer_for("algorithm.adv_estimator=rllm_rae", "+algorithm.rllm_estimator_kwargs.decay=0.5")
@@ -554,7 +554,7 @@ def test_rllm_rae_on_padded_and_reordered_rows_skips_padding_and_continues_acros
 @pytest.mark.parametrize("outputs", [(1,), (1, 2)], ids=["row path", "sessions"])
 def test_rllm_rae_on_v1_does_not_depend_on_how_verl_balanced_or_padded_the_rows(transfer_queue, outputs):
     """The same rollouts stored in another order and balanced over another data-parallel size: the same advantages and state."""
-    from rllm_verl.estimator_state import verl_estimator_state
+    from rllm_verl.compute.state import verl_estimator_state
 
     trainer = trainer_for("algorithm.adv_estimator=rllm_rae", "+algorithm.rllm_estimator_kwargs.decay=0.5")
     rows = multi_turn_rows(np.random.default_rng(7), uids=("u_b", "u_a", "u_c"), sessions=3, outputs=outputs)

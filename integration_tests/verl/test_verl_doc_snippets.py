@@ -22,7 +22,7 @@ import tomllib
 import torch
 
 pytest.importorskip("verl")
-from rllm_verl.check import main, verl_check
+from rllm_verl.tools.check import main, verl_check
 from verl import DataProto
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,6 @@ a plugin), which win over built-ins and plugins; :mod:`.registry` is the public 
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
 import os
 import threading
@@ -26,8 +25,7 @@ from typing import Any, Literal
 
 import pluggy
 
-from ..calling import closed_keywords, refuse_unknown_options
-from ..spec import AdvEstimatorSpec
+from ..spec import AdvEstimatorSpec, Estimator, Provider
 from . import hookspecs
 
 __all__ = [
@@ -50,7 +48,7 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT
-BUILTIN_PLUGIN = "rllm_plugins.discovery.builtin"
+BUILTIN_PLUGIN = "rllm_plugins.estimators.builtin"
 STRICT_ENV = "RLLM_PLUGINS_STRICT"
 DISABLE_ENV = "RLLM_PLUGINS_DISABLE"
 
@@ -59,74 +57,6 @@ Status = Literal["active", "disabled", "error", "conflict"]
 
 class PluginLoadError(RuntimeError):
     """A plugin failed to load while ``RLLM_PLUGINS_STRICT=1``."""
-
-
-@dataclass(frozen=True)
-class Provider:
-    """Where an estimator comes from: the built-ins, an installed plugin, or user code."""
-
-    plugin: str
-    distribution: str | None = None
-    version: str | None = None
-    kind: Literal["builtin", "plugin", "user"] = "plugin"
-
-    def __str__(self) -> str:
-        if self.kind == "builtin":
-            return "rllm-plugins (built-in)"
-        if self.kind == "user":
-            return f"user code ({self.plugin})"
-        dist = f"{self.distribution} {self.version}" if self.distribution else "unknown distribution"
-        return f"plugin {self.plugin!r} (distribution {dist})"
-
-
-def _annotate(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
-    """Wrap ``fn`` so that an exception it raises names ``where`` (a note on the same exception)."""
-
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except Exception as e:
-            if not hasattr(e, "add_note"):  # Python < 3.11
-                raise RuntimeError(f"{where}: {type(e).__name__}: {e}") from e
-            e.add_note(where)
-            raise
-
-    return call
-
-
-def _refusing_unknown_options(fn: Callable[..., Any], spec: AdvEstimatorSpec) -> Callable[..., Any]:
-    """Wrap a plugin's own list form so that a keyword it does not take is refused, as ``AlgorithmConfig`` does (open forms: as is)."""
-    accepted = closed_keywords(spec.fn, declared=spec.options)
-    if accepted is None:
-        return fn
-
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        refuse_unknown_options(spec.name, kwargs, accepted)
-        return fn(*args, **kwargs)
-
-    return call
-
-
-@dataclass(frozen=True, eq=False)
-class Estimator:
-    """A registered estimator: its spec, provider, and both calling forms (plugin errors name the plugin)."""
-
-    spec: AdvEstimatorSpec
-    provider: Provider
-    list_form: Callable[..., Any] = field(init=False, repr=False)
-    batched_form: Callable[..., Any] = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        list_form, batched_form = self.spec.list_form, self.spec.batched_form
-        if self.provider.kind == "plugin":
-            where = f"raised by estimator {self.spec.name!r} of {self.provider}"
-            list_form, batched_form = _annotate(list_form, where), _annotate(batched_form, where)
-            if self.spec.fn is not None:  # a derived list form refuses unknown options itself
-                list_form = _refusing_unknown_options(list_form, self.spec)
-        object.__setattr__(self, "list_form", list_form)
-        object.__setattr__(self, "batched_form", batched_form)
 
 
 @dataclass

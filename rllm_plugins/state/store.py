@@ -16,7 +16,7 @@ below as read-only views, and returns a new state that may hold views (unchanged
 the spec's ``state_schema`` too (:mod:`.schema`). Owners (one per run) keep one state per
 estimator name and role in an :class:`EstimatorState`: the core's ``AlgorithmConfig``, the TRL mixin
 (identically on every process) and verl's process that runs ``compute_advantage``
-(:mod:`rllm_verl.estimator_state`). New states are committed once every call of a step succeeded,
+(:mod:`rllm_verl.compute.state`). New states are committed once every call of a step succeeded,
 so a call that raises leaves the kept state as it was.
 
 ``state_dict()`` (the state file) records the format, each estimator's states by role and the options
@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from .views import StateView, absorb, materialise, view_of
 
-__all__ = ["ACCEPT_ENV", "STATE_FORMAT", "EstimatorState", "call_stateful", "check_state", "compare_options"]
+__all__ = ["ACCEPT_ENV", "accepted_from_env", "STATE_FORMAT", "EstimatorState", "call_stateful", "check_state", "compare_options"]
 
 STATE_FORMAT = 2  # EstimatorState.state_dict()["format"]; format 1 (no "options") is still read
 READABLE_FORMATS = (1, 2)
@@ -222,3 +223,8 @@ class _Preview(EstimatorState):
     def commit(self, updates: Mapping[tuple[str, str], Mapping[str, Any]], options: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         for (name, role), state in updates.items():  # checked as a commit would, kept nowhere
             absorb(state, f"estimator {name!r} for role {role!r}", "the new state", top=True)
+
+
+def accepted_from_env() -> frozenset[str]:
+    """The option names :data:`ACCEPT_ENV` accepts changes of (``"*"``: every option)."""
+    return frozenset(name.strip() for name in os.environ.get(ACCEPT_ENV, "").split(",") if name.strip())

@@ -12,7 +12,7 @@ import numbers
 import pytest
 
 from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups
-from rllm_plugins.discovery.builtin import rllm_adv_estimators
+from rllm_plugins.estimators.builtin import rllm_adv_estimators
 from rllm_plugins.options import check_estimator_kwargs, spec_options
 from rllm_plugins.registry import get_estimator
 

@@ -59,7 +59,7 @@ def test_the_import_reader_sees_relative_lazy_and_absolute_imports():
     assert "rllm_plugins.discovery.manager" in graph["rllm_plugins.registry"]  # from .discovery import manager
     assert "rllm_plugins.spec" in graph["rllm_plugins.discovery.manager"]  # from ..spec import AdvEstimatorSpec
     assert "difflib" in graph["rllm_plugins.registry"]  # imported inside a function
-    assert "rllm_plugins.registry" in import_graph("rllm_verl")["rllm_verl.bridge"]  # from rllm_plugins.registry import ...
+    assert "rllm_plugins.registry" in import_graph("rllm_verl")["rllm_verl.compute.outcome"]  # from rllm_plugins.registry import ...
 
 
 @pytest.mark.parametrize("module", sorted(import_graph("rllm_plugins")))
@@ -123,3 +123,38 @@ def test_estimators_reach_the_registry_below_them_and_discovery_names_the_built_
     graph = import_graph("rllm_plugins")
     assert "rllm_plugins.registry" in graph["rllm_plugins.estimators.composite"]
     assert not {m for m in graph["rllm_plugins.discovery.manager"] if m.startswith("rllm_plugins.estimators")}
+
+
+def folder_of(module: str) -> str:
+    """The room a module lives in at the package's first level: ``rllm_plugins.state.store`` -> ``rllm_plugins.state``."""
+    return ".".join(module.split(".")[:2])
+
+
+def folder_graph(package: str) -> dict[str, set[str]]:
+    """The import graph with each first-level folder collapsed into one node (a module at the top stays itself)."""
+    folders: dict[str, set[str]] = {}
+    for module, imported in import_graph(package).items():
+        if module == package:
+            continue
+        here = folder_of(module)
+        folders.setdefault(here, set()).update(folder_of(m) for m in imported if top_level(m) == package and m != package and folder_of(m) != here)
+    return folders
+
+
+def test_the_folder_graph_collapses_a_folder_into_one_node():
+    assert folder_of("rllm_plugins.state.store") == "rllm_plugins.state" and folder_of("rllm_plugins.spec") == "rllm_plugins.spec"
+    assert "rllm_plugins.state" in folder_graph("rllm_plugins")["rllm_plugins.config"]
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_folders_import_each_other_without_cycles(package):
+    cycle = find_cycle(folder_graph(package))
+    assert cycle is None, f"folder-level import cycle: {' -> '.join(cycle)}"
+
+
+def test_verl_compute_never_reaches_the_patches_or_the_tools():
+    graph = import_graph("rllm_verl")
+    for module, imported in graph.items():
+        if module.startswith("rllm_verl.compute"):
+            wrong = {m for m in imported if m.startswith(("rllm_verl.patches", "rllm_verl.tools", "rllm_verl.conformance", "rllm_verl.plugin"))}
+            assert not wrong, f"{module} imports {sorted(wrong)}: compute/ reads the current call from rllm_verl.context, never from a patch"

@@ -1,4 +1,4 @@
-"""Every module and file the README and docs/ name exists: ``rllm_plugins.steps.turns``, ``adapters/rllm_verl/v1_batch.py``."""
+"""Every module and file the README and docs/ name exists: ``rllm_plugins.steps.turns``, ``adapters/rllm_verl/patches/v1.py``."""
 
 from __future__ import annotations
 
@@ -33,8 +33,9 @@ def resolves(dotted: str) -> bool:
 
 
 def test_the_reader_finds_references():
-    assert DOTTED.findall("see `rllm_plugins.steps.turns` and rllm_verl.v1_batch.") == ["rllm_plugins.steps.turns", "rllm_verl.v1_batch"]
-    assert PATH.findall("in `adapters/rllm_verl/v1_batch.py`, run benchmarks/step_level.py") == ["adapters/rllm_verl/v1_batch.py", "benchmarks/step_level.py"]
+    assert DOTTED.findall("see `rllm_plugins.steps.turns` and rllm_verl.patches.v1.") == ["rllm_plugins.steps.turns", "rllm_verl.patches.v1"]
+    found = PATH.findall("in `adapters/rllm_verl/patches/v1.py`, run benchmarks/step_level.py")
+    assert found == ["adapters/rllm_verl/patches/v1.py", "benchmarks/step_level.py"]
     assert not resolves("rllm_plugins.turns") and resolves("rllm_plugins.steps.StepBatch")
 
 

@@ -54,9 +54,9 @@ def test_the_wheel_declares_version_license_urls_and_the_contributed_command(bui
     assert license_text == (ROOT / "LICENSE").read_text()
     urls = [line for line in metadata if line.startswith("Project-URL: ")]
     assert urls and all(", https://" in line for line in urls)
-    assert "[rllm_plugins.commands]\nverl-check = rllm_verl.check:main\n" in entry_points
-    assert "verl-rehearse = rllm_verl.rehearse:main\n" in entry_points
-    assert "[verl.plugins]\nrllm_plugins = rllm_verl.verl_plugin\n" in entry_points
+    assert "[rllm_plugins.commands]\nverl-check = rllm_verl.tools.check:main\n" in entry_points
+    assert "verl-rehearse = rllm_verl.tools.rehearse:main\n" in entry_points
+    assert "[verl.plugins]\nrllm_plugins = rllm_verl.plugin\n" in entry_points
 
 
 def test_make_clean_removes_everything_the_build_left(built):

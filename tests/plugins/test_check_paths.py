@@ -17,7 +17,7 @@ pytest.importorskip("trl")
 def _stop_transfer_queue():
     """The v1 path starts Ray and TransferQueue in this process: stop them after this module."""
     yield
-    from rllm_verl.conformance_v1 import close
+    from rllm_verl.conformance.v1 import close
 
     close()
 

@@ -15,7 +15,7 @@ def help_text(env: dict[str, str]) -> str:
 
 
 def test_a_contributed_command_is_described_by_the_first_sentence_of_its_module_docstring(cli_env):
-    line = next(line for line in help_text(cli_env).splitlines() if "rllm_verl.check:main" in line)
+    line = next(line for line in help_text(cli_env).splitlines() if "rllm_verl.tools.check:main" in line)
     assert "Fail fast: compose verl's Hydra `ppo_trainer` config and check `algorithm.adv_estimator` before launch." in line
 
 

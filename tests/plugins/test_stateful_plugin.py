@@ -58,7 +58,7 @@ import json, numpy as np, torch
 from omegaconf import OmegaConf
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
-from rllm_verl.estimator_state import verl_estimator_state
+from rllm_verl.compute.state import verl_estimator_state
 config = OmegaConf.create({"norm_adv_by_std_in_grpo": True})
 out = []
 for scores in ([1.0, 3.0], [0.0, 2.0]):

@@ -97,7 +97,7 @@ import sys, warnings
 warnings.simplefilter("ignore")
 import numpy as np, torch
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
-from rllm_verl.check import verl_check
+from rllm_verl.tools.check import verl_check
 try:
     get_adv_estimator_fn("rllm_fixture_broken")(
         token_level_rewards=torch.ones(2, 3), response_mask=torch.ones(2, 3), index=np.array(["a", "a"], dtype=object), config=None

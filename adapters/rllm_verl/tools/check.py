@@ -13,7 +13,7 @@ trainer, ``compute_advantage_for_multi_trajectories`` inside a v1 advantage step
 served as TransferQueue would), so an extension that is off fails here as it would in training. For a
 step-level estimator the report says where anchor states come from, the discount and step weight it
 resolved (and from where), and warns when the agent loop gives every row one turn. The agent-loop configuration
-is resolved as verl resolves it (:mod:`rllm_verl.agent_loop_check`): its file, the default loop's name and class. The report names who provides the
+is resolved as verl resolves it (:mod:`rllm_verl.tools.agent_loop`): its file, the default loop's name and class. The report names who provides the
 estimator (verl itself, rllm-plugins, a plugin), the group sizes tried, and whether the three verl
 extensions (sessions, reward keys, v1 batch; see :mod:`rllm_verl.extension`) are active.
 ``rllm-plugins verl-check OVERRIDES...`` calls :func:`main`, which prints the verdict first and keeps
@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 __all__ = ["ENTRY_POINT_NAME", "VerlCheckReport", "entry_point_policy_error", "main", "verl_check"]
 
 ENTRY_POINT_NAME = "rllm_plugins"  # our entry point in verl's ``verl.plugins`` group (not the distribution name)
-PLUGIN_MODULE = "rllm_verl.verl_plugin"
+PLUGIN_MODULE = "rllm_verl.plugin"
 TRIAL_GROUP_SIZES = (1, 2, 3, 4, 8)  # tried whatever rollout.n says, with rollout.n itself
 
 
@@ -43,10 +43,10 @@ def extension_status_of(name: str) -> str:
     """Whether the verl extension ``name`` (``sessions``, ``reward_keys`` or ``v1_batch``) is active; imports the verl module it extends."""
     import importlib
 
-    from .extension import extension_status, install
-    from .multi_trajectories import SESSIONS
-    from .reward_keys import REWARD_KEYS
-    from .v1_batch import V1_BATCH
+    from rllm_verl.extension import extension_status, install
+    from rllm_verl.patches.legacy import REWARD_KEYS
+    from rllm_verl.patches.sessions import SESSIONS
+    from rllm_verl.patches.v1 import V1_BATCH
 
     extension = {e.name: e for e in (SESSIONS, REWARD_KEYS, V1_BATCH)}[name]
     install(extension)
@@ -58,7 +58,7 @@ def extension_status_of(name: str) -> str:
 
 
 def _checkpoint_status() -> str:
-    from .estimator_state import checkpoint_status
+    from rllm_verl.patches.checkpoints import checkpoint_status
 
     return checkpoint_status()
 
@@ -124,7 +124,7 @@ def entry_point_policy_error(environ: Mapping[str, str] | None = None, installed
 
     verl reads ``VERL_USE_EXTERNAL_PLUGINS`` once, in ``import verl``: ``auto`` (the default) loads
     every ``verl.plugins`` entry point, ``none`` none, and a comma-separated list only the entry
-    points it names. ``VERL_USE_EXTERNAL_MODULES`` naming ``rllm_verl.verl_plugin`` also registers
+    points it names. ``VERL_USE_EXTERNAL_MODULES`` naming ``rllm_verl.plugin`` also registers
     ours. Otherwise the entry point must be installed: ``installed`` lists the ``(name, value)``
     of the ``verl.plugins`` entry points (default: those of the installed distributions).
     """
@@ -167,8 +167,9 @@ def _dry_run(name: str, algorithm: object, group_size: int, use_v1: bool) -> Non
     from verl.trainer.ppo.ray_trainer import compute_advantage
     from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
-    from .extension import extension_status
-    from .v1_batch import V1_BATCH, V1Batch, serving
+    from rllm_verl.context import V1Batch, serving
+    from rllm_verl.extension import extension_status
+    from rllm_verl.patches.v1 import V1_BATCH
 
     rows = 2 * group_size
     rewards = torch.zeros(rows, 5)
@@ -215,9 +216,8 @@ def _step_level_lines(estimator: object, options: Mapping[str, object], config: 
     from omegaconf import OmegaConf
 
     from rllm_plugins.needs import needs_of
-
-    from .agent_loop_check import agent_loop_turn_warnings
-    from .step_bridge import resolve_gamma
+    from rllm_verl.compute.steps import resolve_gamma
+    from rllm_verl.tools.agent_loop import agent_loop_turn_warnings
 
     spec = estimator.spec  # type: ignore[attr-defined]
     if spec.level != "step":
@@ -326,10 +326,9 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     from rllm_plugins.discovery.mistakes import misplaced_entry_points
     from rllm_plugins.estimators import check_group_size
     from rllm_plugins.registry import get_estimator, unavailable_because
-
-    from .agent_loop_check import agent_loop_errors
-    from .bridge import estimator_options
-    from .registration import VERL_PREFIX, register_estimators_into_verl
+    from rllm_verl.compute.outcome import estimator_options
+    from rllm_verl.registration import VERL_PREFIX, register_estimators_into_verl
+    from rllm_verl.tools.agent_loop import agent_loop_errors
 
     rllm_names = register_estimators_into_verl()
     if entry_point_policy_error() is not None:  # verl will not load them in a real run
@@ -385,7 +384,7 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     critic_error = _critic_error(name, estimator.spec, config)
     if critic_error is not None:
         return VerlCheckReport(False, name, config_name, rllm_names, [critic_error], provider=provider)
-    from .estimator_state import scratch_state
+    from rllm_verl.compute.state import scratch_state
 
     use_v1 = bool(OmegaConf.select(config, "trainer.use_v1", default=False))
     step_lines, warnings = _step_level_lines(estimator, options, config, use_v1)

@@ -7,9 +7,9 @@
   step's reward on its last model token), anchors read from ``responses`` as in training.
 
 Both read each step's advantage at its first model token, keep a stateful estimator's state where verl
-keeps it (:func:`rllm_verl.estimator_state.verl_estimator_state`), pad with rows whose ``response_mask``
+keeps it (:func:`rllm_verl.compute.state.verl_estimator_state`), pad with rows whose ``response_mask``
 is all 0 (uid ``pad_<i>``, as verl's v1 balancing pads a batch), and check options at config time with
-``rllm-plugins verl-check`` (:func:`rllm_verl.check.verl_check`, verl's composed Hydra config; with
+``rllm-plugins verl-check`` (:func:`rllm_verl.tools.check.verl_check`, verl's composed Hydra config; with
 ``critic.enable=true`` for a value-based estimator). For a value-based estimator (``turn_gae``) the batch
 carries the critic's ``values`` (B, T) as the trainer holds them: each step's value on its model tokens,
 0 elsewhere and on padding rows; its ``returns`` are read back at each step's first model token.
@@ -103,8 +103,8 @@ def _compute(call: Call, sample: Sample, state: Mapping[str, Any] | None, pad_ro
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
-    from .estimator_state import verl_estimator_state
-    from .registration import register_estimators_into_verl
+    from rllm_verl.compute.state import verl_estimator_state
+    from rllm_verl.registration import register_estimators_into_verl
 
     if f"rllm_{call.name}" not in ADV_ESTIMATOR_REGISTRY:  # registered after verl was imported (user code, a plugin loaded late)
         register_estimators_into_verl()
@@ -155,8 +155,7 @@ def verl_check_options(name: str, options: Mapping[str, Any]) -> None:
     """``rllm-plugins verl-check`` on ``algorithm.adv_estimator=rllm_<name>`` with ``options`` (and ``critic.enable=true`` for a
     value-based estimator, as verl-check asks): ``ValueError`` with its errors when it fails."""
     from rllm_plugins.registry import get_estimator
-
-    from .check import verl_check
+    from rllm_verl.tools.check import verl_check
 
     overrides = [
         f"algorithm.adv_estimator=rllm_{name}",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..estimators import BUILTIN_SPECS
+from ..discovery.hookspecs import hookimpl
 from ..spec import AdvEstimatorSpec
-from .hookspecs import hookimpl
+from . import BUILTIN_SPECS
 
 
 @hookimpl

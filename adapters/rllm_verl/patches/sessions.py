@@ -17,9 +17,9 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .extension import ADVANTAGE_PARAMETERS, NO_DEFAULT, Extension
-from .reward_keys import gamma_argument
-from .sessions import Sessions, first_outputs_only, parse_sessions, session_advantages
+from rllm_verl.compute.sessions import Sessions, first_outputs_only, parse_sessions, session_advantages
+from rllm_verl.context import gamma_argument
+from rllm_verl.extension import ADVANTAGE_PARAMETERS, NO_DEFAULT, Extension
 
 if TYPE_CHECKING:
     from rllm_plugins.registry import Estimator
@@ -48,10 +48,9 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any, keys:
 
     from rllm_plugins.aggregation import aggregate_advantages
     from rllm_plugins.registry import get_estimator
-
-    from .bridge import check_inputs, check_representable, estimator_options, group_rows, model_rows, output_dtype, wants_lengths
-    from .multi_objective import reward_key_options, reward_table
-    from .rollout_order import scan_order
+    from rllm_verl.compute.multi_objective import reward_key_options, reward_table
+    from rllm_verl.compute.order import scan_order
+    from rllm_verl.compute.outcome import check_inputs, check_representable, estimator_options, group_rows, model_rows, output_dtype, wants_lengths
 
     where = f"advantage estimator 'rllm_{name}' (sessions of compute_advantage_for_multi_trajectories)"
     rewards, mask, uids = data.batch["token_level_rewards"], data.batch["response_mask"], data.non_tensor_batch["uid"]
@@ -108,7 +107,7 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any, keys:
 
 def _stateful(estimator: Any, live: Any, commits: list[Any], who: str, values: Any, offsets: Any, /, **options: Any) -> Any:
     """A stateful estimator as a batched form over sessions: the live ones only; its commit goes into ``commits``."""
-    from .stateful_call import stateful_advantages
+    from rllm_verl.compute.stateful import stateful_advantages
 
     advantages, commit = stateful_advantages(estimator, values, offsets, live, options, who)
     commits.append(commit)
@@ -127,10 +126,9 @@ def _session_steps(
     import torch
 
     from rllm_plugins.needs import needs_of
-
-    from .bridge import group_rows
-    from .rollout_order import scan_order
-    from .step_bridge import Episodes, StepSources, compute_rllm_step_advantage, step_sources
+    from rllm_verl.compute.order import scan_order
+    from rllm_verl.compute.outcome import group_rows
+    from rllm_verl.compute.steps import Episodes, StepSources, compute_rllm_step_advantage, step_sources
 
     if keyed:
         raise ValueError(f"{where} is step-level: algorithm.gdpo_reward_keys (one score per row and key) cannot apply; remove it")
@@ -194,7 +192,7 @@ def extend(original: Callable[..., Any]) -> Callable[..., Any]:
 
     compute_advantage_for_multi_trajectories.__doc__ = (
         f"{original.__doc__ or ''}\n\n    rllm-plugins: for ``rllm_*`` estimators, a session with several outputs is one "
-        "trajectory (its final output's reward) whose advantage goes to all its outputs; see rllm_verl.multi_trajectories."
+        "trajectory (its final output's reward) whose advantage goes to all its outputs; see rllm_verl.patches.sessions."
     )
     compute_advantage_for_multi_trajectories.__module__ = original.__module__
     return compute_advantage_for_multi_trajectories

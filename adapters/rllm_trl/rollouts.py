@@ -23,8 +23,8 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from .mask_direction import MaskEvidence, mask_evidence
-from .rollout_keys import check_rollout_keys, closest_read_key
+from rllm_trl.mask_direction import MaskEvidence, mask_evidence
+from rllm_trl.rollout_keys import check_rollout_keys, closest_read_key
 
 __all__ = ["check_env_mask_is_read", "check_rollout_output", "checked_rollout_func"]
 

@@ -22,27 +22,20 @@ option and both values, unless ``RLLM_PLUGINS_ACCEPT_CHANGED_STATE_OPTIONS`` nam
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
 import logging
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from rllm_plugins.registry import get_estimator
-from rllm_plugins.state.options import accepted_from_env, state_schemas
-from rllm_plugins.state.store import EstimatorState
-
-from .extension import Extension
+from rllm_plugins.registry import get_estimator, state_schemas
+from rllm_plugins.state.store import EstimatorState, accepted_from_env
 
 __all__ = [
-    "CHECKPOINTS",
     "ENV",
     "STATE_FILE",
     "VERL_ROLE",
-    "checkpoint_folder",
-    "checkpoint_status",
     "load_state",
     "save_state",
     "scratch_state",
@@ -72,18 +65,6 @@ def scratch_state() -> Iterator[EstimatorState]:
         yield _STATE
     finally:
         _STATE = kept
-
-
-def checkpoint_folder(trainer: Any) -> str | None:
-    """The ``global_step_<N>`` folder verl just saved or loaded (None when it loaded nothing)."""
-    trainer_config = trainer.config.trainer
-    if trainer_config.get("resume_mode", "auto") == "resume_path" and trainer_config.get("resume_from_path"):
-        folder = str(trainer_config.resume_from_path)
-    else:
-        if not getattr(trainer, "global_steps", 0):
-            return None
-        folder = os.path.join(str(trainer_config.default_local_dir), f"global_step_{trainer.global_steps}")
-    return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
 
 
 def save_state(folder: str) -> str | None:
@@ -137,61 +118,3 @@ def stateful_estimator(config: Any) -> str | None:
         return name if rllm_name is not None and get_estimator(rllm_name).spec.stateful else None
     except ValueError:
         return None
-
-
-def _after_save(original: Callable[..., Any]) -> Callable[..., Any]:
-    def _save_checkpoint(self: Any) -> Any:
-        out = original(self)
-        save_state(os.path.join(str(self.config.trainer.default_local_dir), f"global_step_{self.global_steps}"))
-        return out
-
-    return _save_checkpoint
-
-
-def _after_load(original: Callable[..., Any]) -> Callable[..., Any]:
-    def _load_checkpoint(self: Any) -> Any:
-        out = original(self)
-        if self.config.trainer.get("resume_mode", "auto") != "disable":
-            load_state(checkpoint_folder(self), stateful_estimator(self.config))
-        return out
-
-    return _load_checkpoint
-
-
-_SELF = (("self", inspect.Parameter.empty),)
-_TRAINERS = {"legacy": ("verl.trainer.ppo.ray_trainer", "RayPPOTrainer"), "v1": ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer")}
-
-CHECKPOINTS: tuple[Extension, ...] = tuple(
-    Extension(
-        name=f"estimator_state_{what}_{trainer}",
-        module=module,
-        attribute=f"{cls}._{what}_checkpoint",
-        parameters=_SELF,
-        make=make,
-        env=ENV,
-    )
-    for trainer, (module, cls) in _TRAINERS.items()
-    for what, make in (("save", _after_save), ("load", _after_load))
-)
-"""The four extensions: save and load, on the legacy and the v1 trainer."""
-
-
-def checkpoint_status() -> str:
-    """For ``verl-check``: the four extensions' status and where the state is saved (imports the trainer modules)."""
-    import importlib
-
-    from .extension import extension_status, install
-
-    statuses = {}
-    for extension in CHECKPOINTS:
-        install(extension)
-        try:
-            importlib.import_module(extension.module)  # importing it applies a pending extension
-        except Exception as error:
-            statuses[extension.name] = f"not applied: {extension.module} cannot be imported ({type(error).__name__}: {error})"
-            continue
-        statuses[extension.name] = extension_status().get(extension.name, "not installed")
-    where = f"saved to <trainer.default_local_dir>/global_step_<N>/{STATE_FILE} with each checkpoint, restored on resume"
-    if all(status == "active" for status in statuses.values()):
-        return f"active: {where}"
-    return "; ".join(f"{name}: {status}" for name, status in statuses.items())

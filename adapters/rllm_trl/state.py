@@ -20,8 +20,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from rllm_plugins.state.options import accepted_from_env, state_schemas
-from rllm_plugins.state.store import EstimatorState
+from rllm_plugins.registry import state_schemas
+from rllm_plugins.state.store import EstimatorState, accepted_from_env
 
 __all__ = ["STATE_FILE", "load_state", "save_state", "task_id"]
 

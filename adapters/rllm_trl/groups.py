@@ -5,7 +5,7 @@ without a role, so ``group_role == "all_groups"``), one trajectory per *scorable
 with one step holding its prompt and completion ids; the row index is kept in
 ``trajectory.metadata["row"]``. Unscorable completions are left out (their advantage is 0).
 Use it when the object path is needed: ``estimator_map`` per role, precomputed advantages,
-custom grouping. It agrees with :func:`rllm_trl.advantages.compute_advantages` to 1e-6 when the reward
+custom grouping. It agrees with :func:`rllm_trl.outcome.compute_advantages` to 1e-6 when the reward
 functions are summed first; ``normalize_then_sum`` is the fast path's alone (a ``ValueError`` here).
 """
 
@@ -17,9 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups
-
-from .advantages import DEFAULT_ROLE, RewardBatch
-from .config import check_no_per_role_loss
+from rllm_trl.config import check_no_per_role_loss
+from rllm_trl.outcome import DEFAULT_ROLE, RewardBatch
 
 __all__ = ["advantages_from_trajectory_groups", "compute_advantages_via_groups", "to_trajectory_groups"]
 

@@ -23,8 +23,7 @@ import numpy as np
 import torch
 
 from rllm_plugins.types import Step, Trajectory, TrajectoryGroup
-
-from .bridge import check_representable, output_dtype
+from rllm_verl.compute.outcome import check_representable, output_dtype
 
 __all__ = ["ROW_ID_KEY", "apply_advantages", "dataproto_to_groups", "group_id_of"]
 

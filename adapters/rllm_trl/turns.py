@@ -47,8 +47,7 @@ from rllm_plugins.steps import StepBatch
 from rllm_plugins.steps.anchors import TokenIds, anchor_ids
 from rllm_plugins.steps.diagnostics import turn_metrics
 from rllm_plugins.steps.turns import PROMPT_ANCHOR, Turns, find_turns, spread_to_tokens, turn_anchor_states
-
-from .advantages import DEFAULT_ROLE, RewardBatch
+from rllm_trl.outcome import DEFAULT_ROLE, RewardBatch
 
 __all__ = [
     "ANCHOR_STATES_KEY",

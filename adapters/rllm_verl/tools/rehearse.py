@@ -1,7 +1,7 @@
 """Rehearse your verl agent loop on a CPU: turns per row, anchor states and per-turn advantages, before a GPU run.
 
 :func:`rehearse` composes verl's config with the launch overrides, resolves the agent loop as verl's
-rollout workers do (:mod:`rllm_verl.agent_loop_check`), builds it with Hydra from its ``_target_`` and
+rollout workers do (:mod:`rllm_verl.tools.agent_loop`), builds it with Hydra from its ``_target_`` and
 the arguments verl gives it, and runs it against a scripted stand-in for the rollout server: each
 model turn is one of ``replies``, drawn at random (``seed``). Each prompt is run
 ``actor_rollout_ref.rollout.n`` times (one group). The outputs are padded as verl's agent loop pads them
@@ -164,9 +164,9 @@ def rehearse(
     from verl.trainer.ppo import core_algos
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
-    from .agent_loop_check import _current_folder_importable, _defined_loops, agent_loop_errors
-    from .check import _compose, extension_status_of
-    from .registration import register_estimators_into_verl
+    from rllm_verl.registration import register_estimators_into_verl
+    from rllm_verl.tools.agent_loop import _current_folder_importable, _defined_loops, agent_loop_errors
+    from rllm_verl.tools.check import _compose, extension_status_of
 
     if not prompts:
         raise ValueError("verl-rehearse needs at least one prompt (--prompt TEXT)")
@@ -255,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the rehearsal as JSON")
     parser.add_argument("--verbose", action="store_true", help="also show what verl prints meanwhile (held back by default)")
     args = parser.parse_args(argv)
-    from .check import _held_output
+    from rllm_verl.tools.check import _held_output
 
     overrides = list(args.overrides)
     if args.agent_loop_config:

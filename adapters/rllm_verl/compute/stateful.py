@@ -17,12 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from rllm_plugins.options import state_options
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.segments import offsets_from_sizes
-from rllm_plugins.state.options import state_options
 from rllm_plugins.state.store import call_stateful
-
-from .estimator_state import VERL_ROLE, verl_estimator_state
+from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
 
 __all__ = ["stateful_advantages"]
 

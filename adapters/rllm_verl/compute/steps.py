@@ -39,11 +39,9 @@ from rllm_plugins.steps.anchors import TokenIds, anchor_ids
 from rllm_plugins.steps.diagnostics import turn_metrics
 from rllm_plugins.steps.forms import split_step_output
 from rllm_plugins.steps.turns import PROMPT_ANCHOR, Turns, find_turns, spread_to_tokens, turn_anchor_states, turn_rewards
-
-from .estimator_state import VERL_ROLE, verl_estimator_state
-from .reward_keys import REWARD_KEYS_ENV, current_gamma
-from .rollout_order import rollout_order
-from .v1_batch import V1_BATCH_ENV, add_turn_metrics, current_keys, fetch_rows
+from rllm_verl.compute.order import rollout_order
+from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
+from rllm_verl.context import REWARD_KEYS_ENV, V1_BATCH_ENV, add_turn_metrics, current_gamma, current_keys, fetch_rows
 
 __all__ = ["ANCHOR_STATES_KEY", "Episodes", "StepSources", "compute_rllm_step_advantage", "resolve_gamma", "step_sources"]
 
@@ -154,7 +152,7 @@ class Episodes:
 
     @classmethod
     def one_row_each(cls, order: np.ndarray | None, offsets: np.ndarray, num_rows: int) -> Episodes:
-        """Every row its own episode, grouped by uid (``order, offsets`` of :func:`rllm_verl.bridge.group_rows`)."""
+        """Every row its own episode, grouped by uid (``order, offsets`` of :func:`rllm_verl.compute.outcome.group_rows`)."""
         rows = np.arange(num_rows) if order is None else order
         return cls(rows, np.arange(num_rows + 1, dtype=np.int64), offsets, rows)
 

@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 
 from rllm_plugins.outputs import as_advantages
-
-from .bridge import group_rows, in_row_order, placed
+from rllm_verl.compute.outcome import group_rows, in_row_order, placed
 
 __all__ = ["Sessions", "first_outputs_only", "parse_sessions", "session_advantages"]
 

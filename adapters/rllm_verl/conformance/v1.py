@@ -32,8 +32,7 @@ import torch
 from rllm_plugins.testing.matrix import Call, Output, Path, Sample
 from rllm_plugins.testing.matrix.paths import PROMPT
 from rllm_plugins.testing.matrix.samples import MODEL_TOKEN
-
-from .conformance import FLOAT32_MAX, critic_values, verl_check_options
+from rllm_verl.conformance.legacy import FLOAT32_MAX, critic_values, verl_check_options
 
 __all__ = ["close", "paths", "put_agent_loop_rows"]
 
@@ -69,7 +68,7 @@ def close() -> None:
 
 def _base_config() -> Any:
     if "config" not in _started:
-        from .check import _compose
+        from rllm_verl.tools.check import _compose
 
         _started["config"] = _compose(["actor_rollout_ref.rollout.n=4"], "ppo_trainer", None)
     return _started["config"]
@@ -189,7 +188,7 @@ def _put_values(rows: list[dict[str, Any]], batch: Any) -> None:
 
 
 def _compute(call: Call, sample: Sample, state: Mapping[str, Any] | None, pad: int) -> Output:
-    from .estimator_state import verl_estimator_state
+    from rllm_verl.compute.state import verl_estimator_state
 
     held = verl_estimator_state()
     if state is None:

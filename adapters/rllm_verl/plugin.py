@@ -17,18 +17,18 @@ import logging
 logger = logging.getLogger(__name__)
 
 try:
-    from .registration import register_estimators_into_verl
+    from rllm_verl.registration import register_estimators_into_verl
 
     register_estimators_into_verl()
 except Exception as error:  # verl would hide it; say it once, loudly enough
     logger.warning("rllm-plugins: could not register the rllm_* advantage estimators into verl: %s: %s", type(error).__name__, error)
 
 try:
-    from .estimator_state import CHECKPOINTS
-    from .extension import install
-    from .multi_trajectories import SESSIONS
-    from .reward_keys import REWARD_KEYS
-    from .v1_batch import V1_BATCH
+    from rllm_verl.extension import install
+    from rllm_verl.patches.checkpoints import CHECKPOINTS
+    from rllm_verl.patches.legacy import REWARD_KEYS
+    from rllm_verl.patches.sessions import SESSIONS
+    from rllm_verl.patches.v1 import V1_BATCH
 
     for _extension in (SESSIONS, REWARD_KEYS, V1_BATCH, *CHECKPOINTS):
         install(_extension)  # lazy, guarded, never raising itself; see rllm_verl.extension

@@ -1,25 +1,15 @@
-"""What verl's v1 advantage step leaves in TransferQueue, within reach of the ``rllm_*`` estimators.
+"""What verl's current advantage call is processing, within reach of the ``rllm_*`` estimators.
 
-verl's v1 trainer (``trainer.use_v1``, the default) computes advantages in
-``PPOTrainer._compute_advantage(self, batch, metrics)``: it fetches ``uid``, ``response_mask``,
-``rm_scores`` and a few log-prob tensors of ``batch.keys`` from TransferQueue, builds a DataProto and
-calls ``compute_advantage_for_multi_trajectories``. The same keys hold the rows' ``prompts``,
-``responses`` and ``extra_fields`` (the agent loop's dict per output), which step-level estimators need
-for anchor states. The extension :data:`V1_BATCH` wraps that method so that, while it runs, the batch
-it was given (keys and partition) is visible through a context variable; nothing else changes.
-:func:`fetch_rows` then reads the fields our estimators need for the rows of that batch, once per
-advantage step, and :func:`add_turn_metrics` puts per-turn diagnostics into the step's ``metrics``.
-
-Installed like every verl extension (:mod:`rllm_verl.extension`: lazily, guarded by verl 0.9's
-signature, once, never raising); opt out with ``RLLM_PLUGINS_VERL_V1_BATCH=0`` (then step-level
-estimators that need anchor states fail on v1 with an error that says so).
+Two patches (:mod:`rllm_verl.patches.legacy` on ``compute_advantage``, :mod:`rllm_verl.patches.v1` on
+v1's ``PPOTrainer._compute_advantage``) set the context variables below for the duration of verl's call;
+the compute modules (:mod:`rllm_verl.compute`) only read them. Keeping the readers here is what lets
+``compute/`` never import ``patches/``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,11 +17,81 @@ from typing import Any
 import numpy as np
 import torch
 
-from .extension import NO_DEFAULT, Extension
+__all__ = [
+    "LEGACY_EXTENSION",
+    "REWARD_KEYS_ENV",
+    "V1_BATCH_ENV",
+    "V1_EXTENSION",
+    "V1Batch",
+    "V1Rows",
+    "add_turn_metrics",
+    "current_gamma",
+    "current_keys",
+    "current_non_tensor_batch",
+    "current_tensor",
+    "fetch_rows",
+    "gamma_argument",
+    "processing",
+    "serving",
+]
 
-__all__ = ["V1_BATCH", "V1_BATCH_ENV", "V1Batch", "V1Rows", "add_turn_metrics", "current_keys", "fetch_rows", "serving"]
-
+# the two patches' names (as ``extension_status`` reports them) and their opt-out variables, named in error messages
+LEGACY_EXTENSION = "reward_keys"
+REWARD_KEYS_ENV = "RLLM_PLUGINS_VERL_REWARD_KEYS"
+V1_EXTENSION = "v1_batch"
 V1_BATCH_ENV = "RLLM_PLUGINS_VERL_V1_BATCH"
+
+_legacy_batch: contextvars.ContextVar[Any] = contextvars.ContextVar("rllm_verl_batch", default=None)
+_gamma: contextvars.ContextVar[Any] = contextvars.ContextVar("rllm_verl_gamma", default=None)
+
+
+def current_gamma() -> Any:
+    """The ``gamma`` argument ``compute_advantage`` (or v1's ``compute_advantage_for_multi_trajectories``) was called with;
+    None outside a call, or when the caller left it out."""
+    return _gamma.get()
+
+
+@contextlib.contextmanager
+def gamma_argument(gamma: Any) -> Iterator[None]:
+    """Make ``gamma`` (the argument verl gives only to ``gae``) what :func:`current_gamma` returns for the duration of a call."""
+    token = _gamma.set(gamma)
+    try:
+        yield
+    finally:
+        _gamma.reset(token)
+
+
+def current_non_tensor_batch(index: Any) -> dict[str, Any] | None:
+    """The ``non_tensor_batch`` of the DataProto that ``compute_advantage`` is processing, if ``index`` is its ``uid`` array."""
+    data = _legacy_batch.get()
+    if data is None:
+        return None
+    non_tensor = getattr(data, "non_tensor_batch", None)
+    if not isinstance(non_tensor, dict) or non_tensor.get("uid") is not index:
+        return None
+    return non_tensor
+
+
+def current_tensor(index: Any, key: str) -> Any:
+    """``batch[key]`` of the DataProto that ``compute_advantage`` is processing (if ``index`` is its ``uid`` array), else None."""
+    data = _legacy_batch.get()
+    if data is None or current_non_tensor_batch(index) is None:
+        return None
+    tensors = getattr(data, "batch", None)
+    return tensors[key] if tensors is not None and key in tensors else None
+
+
+@contextlib.contextmanager
+def processing(data: Any, gamma: Any) -> Iterator[None]:
+    """Make ``data`` (the legacy DataProto) and ``gamma`` what this module's readers return for the duration of a call."""
+    token = _legacy_batch.set(data)
+    try:
+        with gamma_argument(gamma):
+            yield
+    finally:
+        _legacy_batch.reset(token)
+
+
 FIELDS = ("uid", "prompts", "responses", "extra_fields")
 
 
@@ -56,17 +116,17 @@ class V1Batch:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-_batch: contextvars.ContextVar[V1Batch | None] = contextvars.ContextVar("rllm_verl_v1_batch", default=None)
+_v1_batch: contextvars.ContextVar[V1Batch | None] = contextvars.ContextVar("rllm_verl_v1_batch", default=None)
 
 
 @contextlib.contextmanager
 def serving(batch: V1Batch) -> Iterator[V1Batch]:
     """Make ``batch`` the current v1 batch for the duration of a ``with`` block."""
-    token = _batch.set(batch)
+    token = _v1_batch.set(batch)
     try:
         yield batch
     finally:
-        _batch.reset(token)
+        _v1_batch.reset(token)
 
 
 def _as_list(values: Any) -> list[Any]:
@@ -80,7 +140,7 @@ def fetch_rows(index: Sequence[Any] | np.ndarray, where: str) -> V1Rows | None:
     The rows must be the batch's rows in key order (``index``, the ``uid`` per row, is compared): a
     mismatch means the DataProto is not the one verl built for the batch, and raises ``ValueError``.
     """
-    batch = _batch.get()
+    batch = _v1_batch.get()
     if batch is None:
         return None
     if batch.rows is None:
@@ -101,7 +161,7 @@ def fetch_rows(index: Sequence[Any] | np.ndarray, where: str) -> V1Rows | None:
 
 def current_keys(index: Sequence[Any] | np.ndarray, where: str) -> list[str] | None:
     """The TransferQueue keys (``{uid}_{session}_{index}``) of the current v1 batch's rows, in row order (None outside a v1 advantage step)."""
-    batch = _batch.get()
+    batch = _v1_batch.get()
     if batch is None or fetch_rows(index, where) is None:
         return None
     return batch.keys
@@ -109,35 +169,6 @@ def current_keys(index: Sequence[Any] | np.ndarray, where: str) -> list[str] | N
 
 def add_turn_metrics(compute: Callable[[], dict[str, float]]) -> None:
     """Inside a v1 advantage step, add ``compute()`` (per-turn diagnostics) to the step's ``metrics``; elsewhere nothing reads them, so nothing is computed."""
-    batch = _batch.get()
+    batch = _v1_batch.get()
     if batch is not None:
         batch.metrics.update(compute())
-
-
-def extend(original: Callable[..., Any]) -> Callable[..., Any]:
-    """verl's ``PPOTrainer._compute_advantage``, with its batch visible to :func:`fetch_rows` during the call."""
-
-    @functools.wraps(original)
-    def _compute_advantage(self: Any, batch: Any, metrics: Any) -> Any:
-        import transfer_queue as tq
-
-        keys = list(batch.keys)
-        partition = batch.partition_id
-        current = V1Batch(keys, lambda fields: tq.kv_batch_get(keys=keys, partition_id=partition, select_fields=fields))
-        with serving(current):
-            out = original(self, batch, metrics)
-        if isinstance(metrics, dict):
-            metrics.update(current.metrics)
-        return out
-
-    return _compute_advantage
-
-
-V1_BATCH = Extension(
-    name="v1_batch",
-    module="verl.trainer.ppo.v1.trainer_base",
-    attribute="PPOTrainer._compute_advantage",
-    parameters=(("self", NO_DEFAULT), ("batch", NO_DEFAULT), ("metrics", NO_DEFAULT)),
-    make=extend,
-    env=V1_BATCH_ENV,
-)

@@ -30,13 +30,11 @@ from rllm_plugins.registry import Estimator, get_estimator
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.spec import AdvEstimatorSpec, accepted_keywords
 from rllm_plugins.steps.anchors import is_hashable
-
-from .multi_objective import reward_key_options, reward_table
-from .reward_keys import current_non_tensor_batch, current_tensor
-from .rollout_order import scan_order
-from .stateful_call import stateful_advantages
-from .step_bridge import Episodes, StepSources, compute_rllm_step_advantage, step_sources
-from .v1_batch import current_keys
+from rllm_verl.compute.multi_objective import reward_key_options, reward_table
+from rllm_verl.compute.order import scan_order
+from rllm_verl.compute.stateful import stateful_advantages
+from rllm_verl.compute.steps import Episodes, StepSources, compute_rllm_step_advantage, step_sources
+from rllm_verl.context import current_keys, current_non_tensor_batch, current_tensor
 
 __all__ = [
     "ESTIMATOR_KWARGS_KEY",
@@ -348,6 +346,6 @@ def verl_estimator(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]
         return compute_rllm_advantage(name, token_level_rewards, response_mask, index, config, non_tensor_batch, responses)
 
     compute.__name__ = compute.__qualname__ = f"compute_rllm_{name}_advantage"
-    compute.__doc__ = f"rLLM estimator {name!r} in verl's calling convention (see rllm_verl.bridge.compute_rllm_advantage)."
+    compute.__doc__ = f"rLLM estimator {name!r} in verl's calling convention (see rllm_verl.compute.outcome.compute_rllm_advantage)."
     compute.rllm_estimator = name  # type: ignore[attr-defined]
     return compute

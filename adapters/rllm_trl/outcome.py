@@ -30,11 +30,11 @@ import torch
 from rllm_plugins.advantage import compute_role_metrics
 from rllm_plugins.aggregation import check_aggregation, normalize_then_sum
 from rllm_plugins.diagnostics import batch_diagnostics
+from rllm_plugins.options import state_options
 from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.spec import AdvEstimatorSpec, accepted_keywords
-from rllm_plugins.state.options import state_options
 from rllm_plugins.state.store import EstimatorState, call_stateful
 from rllm_plugins.types import TrajectoryGroup
 

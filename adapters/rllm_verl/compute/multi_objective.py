@@ -26,10 +26,8 @@ import numpy as np
 
 from rllm_plugins.aggregation import check_aggregation
 from rllm_plugins.calling import as_finite_real, describe
-
-from .extension import extension_status
-from .reward_keys import REWARD_KEYS, current_non_tensor_batch
-from .v1_batch import V1_BATCH, fetch_rows
+from rllm_verl.context import LEGACY_EXTENSION, REWARD_KEYS_ENV, V1_BATCH_ENV, V1_EXTENSION, current_non_tensor_batch, fetch_rows
+from rllm_verl.extension import extension_status
 
 __all__ = ["AGGREGATION_KEY", "KEYS_KEY", "WEIGHTS_KEY", "RewardKeys", "reward_key_options", "reward_table"]
 
@@ -87,11 +85,11 @@ def _missing_message(where: str, key: str, available: list[str]) -> str:
         f"make compute_score return a dict with {key!r}."
     )
     if available == ["uid"]:
-        state = extension_status().get(V1_BATCH.name, "not installed")
+        state = extension_status().get(V1_EXTENSION, "not installed")
         message += (
             " verl's v1 trainer (trainer.use_v1=True, the default) reads only uid and a few tensors from TransferQueue to compute "
             "advantages; rllm-plugins reads the scores from each row's extra_fields['reward_extra_info'] there, through an extension "
-            f"that is {state}" + (f" (unset {V1_BATCH.env} to turn it on)." if state.startswith("off") else ".")
+            f"that is {state}" + (f" (unset {V1_BATCH_ENV} to turn it on)." if state.startswith("off") else ".")
         )
     return message
 
@@ -118,8 +116,8 @@ def reward_table(non_tensor_batch: dict[str, Any] | None, keys: Sequence[str], i
     if non_tensor_batch is None and _v1_columns(index, keys, where):  # called inside a v1 advantage step, outside compute_advantage
         non_tensor_batch = {"uid": index}
     if non_tensor_batch is None:
-        state = extension_status().get(REWARD_KEYS.name, "not installed")
-        hint = f"; unset {REWARD_KEYS.env} to turn it on" if state.startswith("off") else ""
+        state = extension_status().get(LEGACY_EXTENSION, "not installed")
+        hint = f"; unset {REWARD_KEYS_ENV} to turn it on" if state.startswith("off") else ""
         raise ValueError(
             f"{where}: algorithm.{KEYS_KEY} is set but the per-key scores did not reach the estimator. verl's compute_advantage passes "
             f"non_tensor_batch only to 'gdpo'; rllm-plugins extends it so rllm_* estimators see it, and that extension is {state}{hint}."

@@ -1,0 +1,54 @@
+"""Let the ``rllm_*`` estimators read the batch's per-key reward scores (``algorithm.gdpo_reward_keys``).
+
+verl's ``compute_advantage`` (``verl.trainer.ppo.ray_trainer``) hands ``non_tensor_batch``, where
+the legacy trainer keeps the extra keys a ``compute_score`` returns, only to the estimator named
+``gdpo``. The extension :data:`REWARD_KEYS` wraps that function so that, while it runs, the
+DataProto it was given is visible to our estimators through a context variable
+(:func:`current_non_tensor_batch`; :func:`current_tensor`, through which step-level estimators read
+``responses``), and so is its ``gamma`` argument (:func:`current_gamma`), which verl gives only to ``gae``.
+The original function is then called with the same arguments,
+so every estimator, ours included, receives exactly the keyword arguments verl gives it; nothing
+else changes. It is installed like every verl extension (:mod:`rllm_verl.extension`: lazily,
+guarded by verl 0.9's signature, once, never raising); opt out with
+``RLLM_PLUGINS_VERL_REWARD_KEYS=0``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from rllm_verl.context import LEGACY_EXTENSION, REWARD_KEYS_ENV, processing
+from rllm_verl.extension import ADVANTAGE_PARAMETERS, NO_DEFAULT, Extension
+
+__all__ = ["REWARD_KEYS", "REWARD_KEYS_ENV"]
+
+
+def extend(original: Callable[..., Any]) -> Callable[..., Any]:
+    """verl's ``compute_advantage``, with its ``data`` visible to :func:`current_non_tensor_batch` during the call."""
+
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def compute_advantage(data: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            gamma = signature.bind(data, *args, **kwargs).arguments.get("gamma")
+        except TypeError:  # verl's own function will say what is wrong with the call
+            gamma = None
+        with processing(data, gamma):
+            return original(data, *args, **kwargs)
+
+    return compute_advantage
+
+
+REWARD_KEYS = Extension(
+    name=LEGACY_EXTENSION,
+    module="verl.trainer.ppo.ray_trainer",
+    attribute="compute_advantage",
+    parameters=(("data", NO_DEFAULT), *ADVANTAGE_PARAMETERS),
+    make=extend,
+    env=REWARD_KEYS_ENV,
+    bound_in=("verl.trainer.ppo.v1.utils", "verl.experimental.separation.ray_trainer"),
+)
