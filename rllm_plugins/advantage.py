@@ -10,7 +10,6 @@ None); when a role's trajectories carry them, they replace ``Trajectory.reward``
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import numbers
@@ -22,15 +21,12 @@ import numpy as np
 
 from .calling import as_finite_real, describe
 from .config import PER_STEP_DEPRECATION, AlgorithmConfig
-from .needs import needs_of
-from .options import check_estimator_kwargs, spec_options, state_options
-from .outputs import as_advantages, as_groups
-from .registry import get_estimator, prepare_adv_estimator_input
+from .options import check_estimator_kwargs, spec_options
+from .registry import get_estimator
+from .run import Call, Commit, Wording, run_outcome, run_steps
 from .segments import GroupLayout, offsets_from_sizes
-from .spec import call_with_accepted_kwargs, flatten_groups, normalize_name
-from .state.store import call_stateful
+from .spec import flatten_groups, normalize_name
 from .steps.diagnostics import turn_metrics
-from .steps.forms import split_step_output
 from .steps.inputs import step_batch_from_groups
 from .types import Step, TrajectoryGroup
 
@@ -138,19 +134,22 @@ def _aggregate(role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str,
         names = list(dict.fromkeys(n for rewards in rows for n in rewards))
         table = np.array([[np.nan if rewards.get(n) is None else rewards[n] for n in names] for rewards in rows], dtype=np.float64)
         weights = [config.reward_weights.get(n, 1.0) for n in names]
-    kwargs: dict[str, Any] = {**config.estimator_kwargs, "algorithm_config": config, "norm_adv_by_std_in_grpo": config.norm_adv_by_std_in_grpo}
-    if "lengths" not in kwargs:
-        kwargs["lengths"] = np.array([sum(len(s.response_ids) for s in t.steps) for g in batch.groups for t in g.trajectories], dtype=np.float64)
-
-    def batched(values: np.ndarray, offsets: np.ndarray, /, **options: Any) -> Any:
-        return call_with_accepted_kwargs(estimator.batched_form, values, offsets, **options)
-
-    offsets = offsets_from_sizes([len(g.trajectories) for g in batch.groups])
+    call = Call(estimator, {**config.estimator_kwargs, "norm_adv_by_std_in_grpo": config.norm_adv_by_std_in_grpo}, where, accepted_only=True)
+    lengths = None
+    if call.needs.lengths:
+        lengths = np.array([sum(len(s.response_ids) for s in t.steps) for g in batch.groups for t in g.trajectories], dtype=np.float64)
     from .aggregation import aggregate_advantages  # only for several reward functions
 
-    advantages = aggregate_advantages(
-        table, offsets, batched, aggregation=config.multi_objective_aggregation, weights=weights, names=names, where=where, **kwargs
+    def combine(form: Any, values: np.ndarray, offsets: np.ndarray, /, **kwargs: Any) -> np.ndarray:
+        aggregation = config.multi_objective_aggregation
+        return aggregate_advantages(values, offsets, form, aggregation=aggregation, weights=weights, names=names, where=where, **kwargs)
+
+    offsets = offsets_from_sizes([len(g.trajectories) for g in batch.groups])
+    wording = Wording(
+        lambda given, expected: f"{where} returned {given} advantages for {expected} trajectories",
+        lambda advantages, _: f"{where} gave the non-finite advantage {advantages[~np.isfinite(advantages)][0]}; advantages must be finite",
     )
+    advantages, _ = run_outcome(call, table, offsets, wording=wording, role=role, lengths=lengths, combine=combine, context={"algorithm_config": config})
     return GroupLayout.from_offsets(offsets, advantages.size).split(advantages)
 
 
@@ -202,48 +201,56 @@ def _precomputed(group: TrajectoryGroup, index: int, role: str) -> tuple[list[tu
     return writes, flat, mismatches
 
 
-def _call_estimator(
-    role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator, new_states: dict[tuple[str, str], dict[str, Any]]
-) -> list[np.ndarray]:
-    """Run the role's estimator (``name``, resolved) and check its output against the groups; a stateful one's new state goes into ``new_states``."""
-    kwargs = prepare_adv_estimator_input(batch.rewards, config, batch.groups)
-    options = spec_options(estimator.spec)
-    if not options.open:  # options meant for another role's estimator (estimator_map) stay out of this call
-        kwargs = {k: v for k, v in kwargs.items() if k in options.defaults or k not in config.estimator_kwargs}
-    who = f"estimator {name!r} ({estimator.provider}) for role {role!r}"
-    if estimator.spec.stateful:
-        kwargs["task_ids"] = np.array([group.task_id for group in batch.groups for _ in group.trajectories], dtype=object)
-        form = functools.partial(call_with_accepted_kwargs, estimator.list_form)
-        config.estimator_state.check_options(estimator.spec.name, state_options(estimator.spec, config.estimator_kwargs))
-        state = config.estimator_state.get(estimator.spec.name, role, estimator.spec.state_schema)
-        result, new_states[(estimator.spec.name, role)] = call_stateful(form, state, who, schema=estimator.spec.state_schema, **kwargs)
-    else:
-        result = call_with_accepted_kwargs(estimator.list_form, **kwargs)
-    if not isinstance(result, (tuple, list)) or len(result) != 2:
-        raise ValueError(f"{who} must return (advantages_by_group, returns_by_group), got {type(result).__name__}")
-    advantages_by_group = as_groups(result[0], who)
-    if len(advantages_by_group) != len(batch.groups):
-        raise ValueError(f"{who} returned advantages for {len(advantages_by_group)} groups, expected {len(batch.groups)}")
-    checked = []
-    for group, index, advantages in zip(batch.groups, batch.indices, advantages_by_group, strict=True):
-        advantages = as_advantages(advantages, f"estimator {name!r} ({estimator.provider}) for {_where(role, index, group)}")
-        if advantages.size != len(group.trajectories):
-            raise ValueError(f"{who}: {_where(role, index, group)} got {advantages.size} advantages for {len(group.trajectories)} trajectories")
-        if not np.isfinite(advantages).all():
+def _call_estimator(role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator, commits: list[Commit]) -> list[np.ndarray]:
+    """Run the role's estimator (``name``, resolved) on its list form and check its output against the groups; a stateful one's commit goes into ``commits``."""
+    options = {**config.estimator_kwargs, "norm_adv_by_std_in_grpo": config.norm_adv_by_std_in_grpo}
+    if not spec_options(estimator.spec).open:  # options meant for another role's estimator (estimator_map) stay out of this call
+        options = {k: v for k, v in options.items() if k in spec_options(estimator.spec).defaults or k not in config.estimator_kwargs}
+    call = Call(estimator, options, f"estimator {name!r} ({estimator.provider}) for role {role!r}", accepted_only=True)
+
+    def group(g: int) -> Wording:
+        index, trajectories = batch.indices[g], batch.groups[g]
+        place = _where(role, index, trajectories)
+
+        def not_finite(advantages: np.ndarray, _: str) -> str:
             t = int(np.flatnonzero(~np.isfinite(advantages))[0])
-            raise ValueError(f"{who}: {_where(role, index, group, t)} got advantage {advantages[t]}; advantages must be finite")
-        checked.append(advantages)
-    return checked
+            return f"{call.who}: {_where(role, index, trajectories, t)} got advantage {advantages[t]}; advantages must be finite"
+
+        return Wording(
+            lambda given, expected: f"{call.who}: {place} got {given} advantages for {expected} trajectories",
+            not_finite,
+            who=f"estimator {name!r} ({estimator.provider}) for {place}",
+        )
+
+    values, offsets = flatten_groups(batch.rewards)
+    task_ids = np.array([group.task_id for group in batch.groups for _ in group.trajectories], dtype=object) if call.needs.state else None
+    advantages, commit = run_outcome(
+        call,
+        values,
+        offsets,
+        wording=Wording(_unused, _unused, group=group),
+        role=role,
+        state=config.estimator_state,
+        task_ids=task_ids,
+        context={"rewards": batch.rewards, "algorithm_config": config, "traj_groups": batch.groups},
+        list_form=True,
+    )
+    commits.append(commit)
+    return GroupLayout.from_offsets(offsets, advantages.size).split(advantages)
+
+
+def _unused(*_: object) -> str:
+    raise AssertionError("a list form's output is worded per group")
 
 
 def _call_step_estimator(
-    role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator, new_states: dict[tuple[str, str], dict[str, Any]]
+    role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator, commits: list[Commit]
 ) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]] | None, dict[str, float]]:
     """Run the role's step-level estimator (``name``, resolved): per group, per trajectory, one advantage per step; the
     returns the same way (a value-based estimator; else None); and anchor metrics.
 
-    It gets what it needs with the config's options (:func:`.needs.needs_of`): anchor states, lengths, values, its
-    state (whose update goes into ``new_states``).
+    It gets what it needs with the config's options (:attr:`rllm_plugins.run.Call.needs`): anchor states, lengths,
+    values, its state (whose commit goes into ``commits``).
     """
     who = f"step-level estimator {name!r} ({estimator.provider}) for role {role!r}"
     if config.multi_objective_aggregation == "normalize_then_sum":
@@ -251,7 +258,8 @@ def _call_step_estimator(
             f"{who}: multi_objective_aggregation='normalize_then_sum' combines outcome advantages and has no per-step form; "
             "use 'sum_then_normalize' (the step-level estimator then reads the weighted sum as the outcome)"
         )
-    needs = needs_of(estimator.spec, config.estimator_kwargs)
+    call = Call(estimator, {**config.estimator_kwargs, "norm_adv_by_std_in_grpo": config.norm_adv_by_std_in_grpo}, who, accepted_only=True)
+    needs = call.needs
     steps = step_batch_from_groups(
         batch.groups,
         batch.rewards,
@@ -261,22 +269,26 @@ def _call_step_estimator(
         with_lengths=needs.lengths,
         with_values=needs.values,
     )
-    kwargs = {**config.estimator_kwargs, "algorithm_config": config, "traj_groups": batch.groups, "norm_adv_by_std_in_grpo": config.norm_adv_by_std_in_grpo}
-    if needs.state:  # a composite with a stateful term: the state is the composite's, per role
-        kwargs["task_ids"] = np.array([group.task_id for group in batch.groups for _ in group.trajectories], dtype=object)
-        form = functools.partial(call_with_accepted_kwargs, estimator.batched_form)
-        result, new_states[(estimator.spec.name, role)] = call_stateful(form, config.estimator_state.get(estimator.spec.name, role), who, steps, **kwargs)
-    else:
-        result = call_with_accepted_kwargs(estimator.batched_form, steps, **kwargs)
-    advantages, returns = split_step_output(result, needs.values, steps.num_steps, who)
-    checked = {"advantage": advantages, "return": returns} if needs.values else {"advantage": advantages}
-    for what, values in checked.items():
-        if not np.isfinite(values).all():
-            s = int(np.flatnonzero(~np.isfinite(values))[0])
-            i = int(np.searchsorted(steps.step_offsets, s, side="right") - 1)
-            g = int(np.searchsorted(steps.traj_offsets, i, side="right") - 1)
-            where = _where(role, batch.indices[g], batch.groups[g], i - int(steps.traj_offsets[g]))
-            raise ValueError(f"{who}: {where}, step {s - int(steps.step_offsets[i])} got {what} {values[s]}; {what}s must be finite")
+
+    def not_finite(values: np.ndarray, what: str) -> str:
+        s = int(np.flatnonzero(~np.isfinite(values))[0])
+        i = int(np.searchsorted(steps.step_offsets, s, side="right") - 1)
+        g = int(np.searchsorted(steps.traj_offsets, i, side="right") - 1)
+        where = _where(role, batch.indices[g], batch.groups[g], i - int(steps.traj_offsets[g]))
+        return f"{who}: {where}, step {s - int(steps.step_offsets[i])} got {what} {values[s]}; {what}s must be finite"
+
+    task_ids = np.array([group.task_id for group in batch.groups for _ in group.trajectories], dtype=object) if needs.state else None
+    advantages, returns, commit = run_steps(
+        call,
+        steps,
+        wording=Wording(lambda given, expected: f"{who} returned {given} advantages for {expected} steps", not_finite),
+        role=role,
+        state=config.estimator_state,
+        task_ids=task_ids,
+        context={"algorithm_config": config, "traj_groups": batch.groups},
+        record_options=True,
+    )
+    commits.append(commit)
     bounds = steps.traj_offsets.tolist()
 
     def by_group(per_step: np.ndarray) -> list[list[np.ndarray]]:
@@ -290,7 +302,7 @@ def _call_step_estimator(
         sizes = np.bincount(steps.anchors)
         metrics[f"batch/{role}/anchor_groups/mean_size"] = float(steps.num_steps / sizes.size)
         metrics[f"batch/{role}/anchor_groups/fraction_singleton_steps"] = float(np.mean(sizes[steps.anchors] == 1))
-    return by_group(advantages), by_group(returns) if needs.values else None, metrics
+    return by_group(advantages), by_group(returns) if returns is not None else None, metrics
 
 
 def compute_role_metrics(values_by_role: dict[str, Sequence[float]], prefix: str, with_fraction_zero: bool = False) -> dict[str, float]:
@@ -385,7 +397,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
     broadcast_writes: list[tuple[TrajectoryGroup, np.ndarray]] = []
     step_writes: list[tuple[TrajectoryGroup, list[np.ndarray], list[np.ndarray] | None]] = []  # group, advantages, returns
     step_metrics: dict[str, float] = {}
-    new_states: dict[tuple[str, str], dict[str, Any]] = {}  # stateful estimators: committed once every role succeeded
+    commits: list[Commit] = []  # stateful estimators' new states: committed once every role succeeded
     for role, batch in role_batches.items():
         name = algorithm_config.estimator_name(role)
         if name not in selected:
@@ -396,7 +408,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
 
             warnings.warn(f"role {role!r}, estimator {estimator.spec.name!r} (outcome-level): {PER_STEP_DEPRECATION}", DeprecationWarning, stacklevel=2)
         if estimator.spec.level == "step":
-            by_group, returns_by_group, anchor_metrics = _call_step_estimator(role, batch, algorithm_config, name, estimator, new_states)
+            by_group, returns_by_group, anchor_metrics = _call_step_estimator(role, batch, algorithm_config, name, estimator, commits)
             step_metrics.update(anchor_metrics)
             for g, (group, per_traj) in enumerate(zip(batch.groups, by_group, strict=True)):
                 step_writes.append((group, per_traj, None if returns_by_group is None else returns_by_group[g]))
@@ -405,7 +417,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
         if algorithm_config.multi_objective_aggregation == "normalize_then_sum" or any(named is not None for named in batch.named):
             advantages_by_group = _aggregate(role, batch, algorithm_config, name, estimator)
         else:
-            advantages_by_group = _call_estimator(role, batch, algorithm_config, name, estimator, new_states)
+            advantages_by_group = _call_estimator(role, batch, algorithm_config, name, estimator, commits)
         for group, advantages in zip(batch.groups, advantages_by_group, strict=True):
             broadcast_writes.append((group, advantages))
             advantages_by_role.setdefault(role, []).extend(advantages.tolist())
@@ -424,8 +436,8 @@ def collect_reward_and_advantage_from_trajectory_groups(
                     step.value_target = target
     for step, tokens in token_writes:
         step.advantage = tokens
-    made_with = {name: state_options(get_estimator(name).spec, algorithm_config.estimator_kwargs) for name, _ in new_states}
-    algorithm_config.estimator_state.commit(new_states, made_with)
+    for commit in commits:
+        commit()
 
     metrics = compute_role_metrics(rewards_by_role, "reward")
     metrics.update(compute_role_metrics(named_by_role, "reward"))

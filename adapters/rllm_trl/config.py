@@ -22,9 +22,10 @@ from rllm_plugins.estimators import check_group_size
 from rllm_plugins.estimators.trl_compat import trl_scaling
 from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.registry import Estimator, available_estimators, get_estimator
+from rllm_plugins.run import takes_keyword
 from rllm_plugins.spec import normalize_name
 from rllm_plugins.trial import trial_run
-from rllm_trl.outcome import role_name, takes_keyword
+from rllm_trl.outcome import role_name
 
 __all__ = ["AdvantageSettings", "RLLMGRPOConfig", "advantage_settings", "check_adv_estimator_kwargs", "check_no_per_role_loss", "check_trainer_setup"]
 

@@ -30,12 +30,10 @@ import torch
 from rllm_plugins.advantage import compute_role_metrics
 from rllm_plugins.aggregation import check_aggregation, normalize_then_sum
 from rllm_plugins.diagnostics import batch_diagnostics
-from rllm_plugins.options import state_options
-from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import get_estimator
+from rllm_plugins.run import Call, Commit, Wording, run_outcome
 from rllm_plugins.segments import offsets_from_sizes
-from rllm_plugins.spec import AdvEstimatorSpec, accepted_keywords
-from rllm_plugins.state.store import EstimatorState, call_stateful
+from rllm_plugins.state.store import EstimatorState
 from rllm_plugins.types import TrajectoryGroup
 
 __all__ = [
@@ -46,7 +44,6 @@ __all__ = [
     "compute_metrics",
     "prepare_batch",
     "role_name",
-    "takes_keyword",
     "unique_names",
 ]
 
@@ -194,11 +191,6 @@ def unique_names(names: Sequence[Any]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def takes_keyword(spec: AdvEstimatorSpec, keyword: str) -> bool:
-    """Whether the estimator names ``keyword`` as a parameter (of its batched form, else of its list form)."""
-    return keyword in accepted_keywords(spec.batched if spec.batched is not None else spec.fn)[0]
-
-
 def _estimate_role(
     batch: RewardBatch,
     role: int,
@@ -206,11 +198,11 @@ def _estimate_role(
     options: Mapping[str, Any],
     trl_settings: Mapping[str, Any],
     state: EstimatorState | None = None,
-    new_states: dict[tuple[str, str], dict[str, Any]] | None = None,
+    commits: list[Commit] | None = None,
 ) -> tuple[np.ndarray | slice, np.ndarray]:
     """Run estimator ``name`` over the scorable rows of role ``role``'s groups: (rows, advantages of those rows).
 
-    A stateful estimator starts from ``state`` (nothing when None) and puts its new state into ``new_states``.
+    A stateful estimator starts from ``state`` (nothing when None) and puts its commit into ``commits``.
     """
     estimator = get_estimator(name)
     G = batch.num_generations  # noqa: N806 - the paper's name
@@ -226,28 +218,28 @@ def _estimate_role(
         rows = np.flatnonzero(batch.scorable & np.repeat(in_group, G))
         offsets = offsets_from_sizes(np.count_nonzero(batch.scorable.reshape(-1, G), axis=1)[in_group])
     values = batch.rewards.copy() if isinstance(rows, slice) else batch.rewards[rows]  # the estimator's own: logged rewards stay as they are
-    kwargs = dict(options)
-    kwargs.update((key, value) for key, value in trl_settings.items() if takes_keyword(estimator.spec, key))
-    if batch.lengths is not None:
-        kwargs.setdefault("lengths", batch.lengths.copy() if isinstance(rows, slice) else batch.lengths[rows])
-    who = f"estimator {name!r} ({estimator.provider}) for role {batch.roles[role]!r}"
-    if estimator.spec.stateful:  # scan order: the role's scorable rows in the gathered batch's order
-        if batch.task_ids is not None:
-            kwargs["task_ids"] = batch.task_ids[rows]
-        if state is not None:
-            state.check_options(estimator.spec.name, state_options(estimator.spec, options))
-        current = state.get(estimator.spec.name, batch.roles[role], estimator.spec.state_schema) if state is not None else {}
-        result, new_state = call_stateful(estimator.batched_form, current, who, values, offsets, schema=estimator.spec.state_schema, **kwargs)
-        if new_states is not None:
-            new_states[(estimator.spec.name, batch.roles[role])] = new_state
-        advantages = as_advantages(result, who)
-    else:
-        advantages = as_advantages(estimator.batched_form(values, offsets, **kwargs), who)
-    if advantages.size != values.size:
-        raise ValueError(f"{who} returned {advantages.size} advantages for {values.size} scorable completions")
-    if not np.isfinite(advantages).all():
+    call = Call(estimator, options, f"estimator {name!r} ({estimator.provider}) for role {batch.roles[role]!r}")
+    lengths = None
+    if call.needs.lengths and batch.lengths is not None:
+        lengths = batch.lengths.copy() if isinstance(rows, slice) else batch.lengths[rows]
+
+    def not_finite(advantages: np.ndarray, _: str) -> str:
         row = int(np.arange(batch.rewards.size)[rows][np.flatnonzero(~np.isfinite(advantages))[0]])
-        raise ValueError(f"{who} gave a non-finite advantage to completion {row} (group {row // batch.num_generations}); advantages must be finite")
+        return f"{call.who} gave a non-finite advantage to completion {row} (group {row // G}); advantages must be finite"
+
+    advantages, commit = run_outcome(
+        call,
+        values,
+        offsets,
+        wording=Wording(lambda given, expected: f"{call.who} returned {given} advantages for {expected} scorable completions", not_finite),
+        role=batch.roles[role],
+        state=state,
+        lengths=lengths,
+        task_ids=None if batch.task_ids is None else batch.task_ids[rows],
+        settings=trl_settings,
+    )
+    if commits is not None:
+        commits.append(commit)
     return rows, advantages
 
 
@@ -264,19 +256,20 @@ def _normalize_then_sum_role(batch: RewardBatch, role: int, name: str, options: 
     G = batch.num_generations  # noqa: N806 - the paper's name
     rows: np.ndarray | slice = slice(None) if len(batch.roles) == 1 else np.flatnonzero(np.repeat(batch.group_roles == role, G))
     per_func = np.array(batch.rewards_per_func[rows], order="F")  # a copy: an estimator editing its input leaves the logged rewards alone
-    kwargs = dict(options)
-    lengths = batch.lengths[rows] if batch.lengths is not None else None
-    advantages = normalize_then_sum(
-        per_func,
-        np.arange(0, per_func.shape[0] + 1, G, dtype=np.int64),
-        estimator.batched_form,
-        weights=batch.reward_weights,
-        lengths=lengths,
-        whiten_epsilon=TRL_WHITEN_EPSILON,
-        names=batch.reward_names or None,
-        where=f"estimator {name!r} ({estimator.provider}) for role {batch.roles[role]!r}",
-        **kwargs,
+    where = f"estimator {name!r} ({estimator.provider}) for role {batch.roles[role]!r}"
+    call = Call(estimator, options, where)
+    lengths = batch.lengths[rows] if call.needs.lengths and batch.lengths is not None else None
+
+    def combine(form: Any, values: np.ndarray, offsets: np.ndarray, /, **kwargs: Any) -> np.ndarray:
+        names = batch.reward_names or None
+        return normalize_then_sum(values, offsets, form, weights=batch.reward_weights, whiten_epsilon=TRL_WHITEN_EPSILON, names=names, where=where, **kwargs)
+
+    wording = Wording(
+        lambda given, expected: f"{where} returned {given} advantages for {expected} completions",
+        lambda advantages, _: f"{where} gave the non-finite advantage {advantages[~np.isfinite(advantages)][0]}; advantages must be finite",
     )
+    offsets = np.arange(0, per_func.shape[0] + 1, G, dtype=np.int64)
+    advantages, _ = run_outcome(call, per_func, offsets, wording=wording, role=batch.roles[role], lengths=lengths, combine=combine)
     return rows, advantages
 
 
@@ -311,16 +304,16 @@ def compute_advantages(
     advantages = np.zeros(batch.rewards.size, dtype=np.float64)
     if batch.rewards.size == 0:
         return advantages
-    new_states: dict[tuple[str, str], dict[str, Any]] = {}
+    commits: list[Commit] = []
     for role, role_name in enumerate(batch.roles):
         name = estimator_map.get(role_name, estimator)
         if gdpo:
             rows, values = _normalize_then_sum_role(batch, role, name, options)
         else:
-            rows, values = _estimate_role(batch, role, name, options, trl_settings, state, new_states)
+            rows, values = _estimate_role(batch, role, name, options, trl_settings, state, commits)
         advantages[rows] = values
-    if state is not None:
-        state.commit(new_states, {name: state_options(get_estimator(name).spec, options) for name, _ in new_states})
+    for commit in commits:  # every role succeeded
+        commit()
     return advantages
 
 

@@ -29,7 +29,6 @@ per-turn advantages of the gathered batch identically everywhere.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -37,12 +36,11 @@ from typing import Any
 import numpy as np
 
 from rllm_plugins.advantage import compute_role_metrics
-from rllm_plugins.calling import as_finite_real, call_with_accepted_kwargs, describe
-from rllm_plugins.needs import needs_of
-from rllm_plugins.outputs import as_advantages
+from rllm_plugins.calling import as_finite_real, describe
 from rllm_plugins.registry import get_estimator
+from rllm_plugins.run import Call, Wording, run_steps
 from rllm_plugins.segments import offsets_from_sizes
-from rllm_plugins.state.store import EstimatorState, call_stateful
+from rllm_plugins.state.store import EstimatorState
 from rllm_plugins.steps import StepBatch
 from rllm_plugins.steps.anchors import TokenIds, anchor_ids
 from rllm_plugins.steps.diagnostics import turn_metrics
@@ -218,8 +216,9 @@ def step_advantages(
     one role of ``roles`` (with ``task_ids`` ``(N,)``), updated once the call succeeded.
     """
     estimator = get_estimator(estimator_name)
-    needs = needs_of(estimator.spec, options)
     who = f"step-level estimator {estimator_name!r} ({estimator.provider})"
+    call = Call(estimator, options, who)
+    needs = call.needs
     G = num_generations  # noqa: N806 - the paper's name
     if len(rows) != rewards.size:
         raise ValueError(f"{len(rows)} completions described for {rewards.size} rewards")
@@ -259,31 +258,31 @@ def step_advantages(
     if needs.lengths and lengths is None:
         raise ValueError(f"{who} reads the completion lengths, and none were given")
     batch = StepBatch(rewards[scorable], traj_offsets, step_rewards[keep], step_offsets, anchors, states, lengths[scorable] if needs.lengths else None)
-    new_state = None
-    if needs.state:
-        if len(roles) != 1:
-            raise ValueError(
-                f"{who} keeps a state per role, and this batch holds the roles {list(roles)} in one call of the step-level path: "
-                "drop role_column, or the stateful term"
-            )
-        form = functools.partial(call_with_accepted_kwargs, estimator.batched_form)
-        current = state.get(estimator.spec.name, roles[0]) if state is not None else {}
-        ids = None if task_ids is None else task_ids[scorable]
-        result, new_state = call_stateful(form, current, who, batch, task_ids=ids, **options)
-    else:
-        result = estimator.batched_form(batch, **options)
-    values = as_advantages(result, who)
-    if values.size != batch.num_steps:
-        raise ValueError(f"{who} returned {values.size} advantages for {batch.num_steps} turns")
+    if needs.state and len(roles) != 1:
+        raise ValueError(
+            f"{who} keeps a state per role, and this batch holds the roles {list(roles)} in one call of the step-level path: "
+            "drop role_column, or the stateful term"
+        )
+
+    def not_finite(values: np.ndarray, _: str) -> str:
+        per_turn = np.zeros(step_rewards.size)
+        per_turn[keep] = values
+        s = int(np.flatnonzero(~np.isfinite(per_turn))[0])
+        i = int(np.searchsorted(offsets, s, side="right") - 1)
+        return f"{who} gave advantage {per_turn[s]} to {_where(i, G)}, turn {s - int(offsets[i])}; advantages must be finite"
+
+    values, _, commit = run_steps(
+        call,
+        batch,
+        wording=Wording(lambda given, expected: f"{who} returned {given} advantages for {expected} turns", not_finite),
+        role=roles[0],
+        state=state,
+        task_ids=None if task_ids is None else task_ids[scorable],
+    )
     per_turn = np.zeros(step_rewards.size)
     per_turn[keep] = values
     step_rewards[~keep] = 0.0
-    if not np.isfinite(per_turn).all():
-        s = int(np.flatnonzero(~np.isfinite(per_turn))[0])
-        i = int(np.searchsorted(offsets, s, side="right") - 1)
-        raise ValueError(f"{who} gave advantage {per_turn[s]} to {_where(i, G)}, turn {s - int(offsets[i])}; advantages must be finite")
-    if new_state is not None and state is not None:  # every check passed
-        state.commit({(estimator.spec.name, roles[0]): new_state})
+    commit()  # every check passed
     return StepAdvantages(per_turn, offsets, anchors, step_rewards, scorable)
 
 

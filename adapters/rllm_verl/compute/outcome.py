@@ -16,6 +16,7 @@ Options read from ``config`` (all optional):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,16 +24,14 @@ import numpy as np
 import torch
 
 from rllm_plugins.aggregation import aggregate_advantages
-from rllm_plugins.needs import needs_of
 from rllm_plugins.options import check_estimator_kwargs
-from rllm_plugins.outputs import as_advantages
 from rllm_plugins.registry import Estimator, get_estimator
+from rllm_plugins.run import Call, Wording, run_outcome
 from rllm_plugins.segments import offsets_from_sizes
-from rllm_plugins.spec import AdvEstimatorSpec, accepted_keywords
 from rllm_plugins.steps.anchors import is_hashable
 from rllm_verl.compute.multi_objective import reward_key_options, reward_table
 from rllm_verl.compute.order import scan_order
-from rllm_verl.compute.stateful import stateful_advantages
+from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
 from rllm_verl.compute.steps import Episodes, StepSources, compute_rllm_step_advantage, step_sources
 from rllm_verl.context import current_keys, current_non_tensor_batch, current_tensor
 
@@ -48,7 +47,6 @@ __all__ = [
     "placed",
     "output_dtype",
     "verl_estimator",
-    "wants_lengths",
 ]
 
 ESTIMATOR_KWARGS_KEY = "rllm_estimator_kwargs"
@@ -128,11 +126,6 @@ def estimator_options(config: Any, where: str, selected: Mapping[str, Estimator]
     if selected is not None:
         check_estimator_kwargs(selected, extra, where=f"{where}: algorithm.{ESTIMATOR_KWARGS_KEY}", norm_field="algorithm.norm_adv_by_std_in_grpo")
     return {**{str(k): v for k, v in extra.items()}, "norm_adv_by_std_in_grpo": bool(norm)}
-
-
-def wants_lengths(spec: AdvEstimatorSpec) -> bool:
-    """Whether the estimator names a ``lengths`` parameter (then it gets ``response_mask.sum(-1)``)."""
-    return "lengths" in accepted_keywords(spec.batched if spec.batched is not None else spec.fn)[0]  # type: ignore[arg-type]
 
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -275,59 +268,66 @@ def compute_rllm_advantage(
         except TypeError:  # an unhashable uid: name the first
             row = next(r for r, uid in enumerate(index.tolist()) if not is_hashable(uid))
             raise ValueError(f"{where}: row {row} has uid {index[row]!r}, a {type(index[row]).__name__}; a uid must be hashable (a str or an int)") from None
+        call = Call(estimator, options, f"{where}: the estimator ({estimator.provider})")
+        needs = call.needs
         if estimator.spec.level == "step":
             responses = responses if responses is not None else current_tensor(index, "responses")
             batch = non_tensor_batch if non_tensor_batch is not None else current_non_tensor_batch(index)
-            with_anchors = needs_of(estimator.spec, options).anchors
-            sources = step_sources(index, token_level_rewards.shape[-1], where, responses, batch) if with_anchors else StepSources()
-            keys = current_keys(index, where) if needs_of(estimator.spec, options).state else None
+            sources = step_sources(index, token_level_rewards.shape[-1], where, responses, batch) if needs.anchors else StepSources()
+            keys = current_keys(index, where) if needs.state else None
             if keys is not None:  # v1: a running baseline (a composite's stateful term) scans in an order balancing cannot change
                 order, offsets = scan_order(index, keys, where)
             episodes = Episodes.one_row_each(order, offsets, index.size)
-            values = current_tensor(index, "values") if needs_of(estimator.spec, options).values else None
-            return compute_rllm_step_advantage(
-                name, estimator, where, token_level_rewards, response_mask, index, episodes, options, config, dtype, sources, values
-            )
+            values = current_tensor(index, "values") if needs.values else None
+            return compute_rllm_step_advantage(name, call, where, token_level_rewards, response_mask, index, episodes, config, dtype, sources, values)
         rows = model_rows((response_mask != 0).any(dim=-1).cpu().numpy(), order, offsets)
         if rows is not None:  # groups without model tokens (verl's v1 padding): in no statistic, advantage 0
             scores = scores[rows]
             order, offsets = group_rows(index[rows])
-        keys = current_keys(index, where) if estimator.spec.stateful else None
+        keys = current_keys(index, where) if needs.state else None
         if keys is not None:  # v1: a running baseline scans the rows in an order verl's balancing cannot change
             kept = np.arange(index.size) if rows is None else rows
             order, offsets = scan_order(index[kept], [keys[r] for r in kept.tolist()], where)
-        if wants_lengths(estimator.spec):
+        lengths = None
+        if needs.lengths:
             lengths = _row_sums(response_mask) if rows is None else _row_sums(response_mask)[rows]
-            options["lengths"] = lengths if order is None else lengths[order]
+            lengths = lengths if order is None else lengths[order]
         values = scores if order is None else scores[order]
-        commit = None
-        if estimator.spec.stateful:  # the scan order: v1 by uid and session (above), legacy the rows' (groups by first appearance); padding left out
+        live, combine = None, None
+        if needs.state:  # the scan order: v1 by uid and session (above), legacy the rows' (groups by first appearance); padding left out
             if keyed is not None:
                 raise ValueError(f"{where} is stateful (a running baseline over one reward per row): remove algorithm.gdpo_reward_keys")
             live = _row_sums(response_mask) > 0  # a row without model tokens never touches the state
             live = live if rows is None else live[rows]
             live = live if order is None else live[order]
-            grouped, commit = stateful_advantages(estimator, values, offsets, live, options, f"{where}: the estimator ({estimator.provider})")
-        elif keyed is None:
-            grouped = as_advantages(estimator.batched_form(values, offsets, **options), f"{where}: the estimator ({estimator.provider})")
-        else:
-            options.update(aggregation=keyed.aggregation, weights=keyed.weights, names=keyed.keys, where=where)
-            grouped = aggregate_advantages(values, offsets, estimator.batched_form, **options)
-        if grouped.shape != values.shape[:1]:
-            raise ValueError(f"{where}: the estimator ({estimator.provider}) returned {grouped.size} advantages for {values.size} rows")
-        advantages = in_row_order(grouped, order)
-        if rows is not None:
-            advantages = placed(advantages, rows, index.size)
-        if not np.isfinite(advantages).all():
+        elif keyed is not None:
+            combine = functools.partial(_combined, aggregation=keyed.aggregation, weights=keyed.weights, names=keyed.keys, where=where)
+
+        def placed_in_rows(grouped: np.ndarray) -> np.ndarray:
+            advantages = in_row_order(grouped, order)
+            return advantages if rows is None else placed(advantages, rows, index.size)
+
+        def not_finite(grouped: np.ndarray, _: str) -> str:
+            advantages = placed_in_rows(grouped)
             row = int(np.flatnonzero(~np.isfinite(advantages))[0])
-            raise ValueError(f"{where}: the estimator ({estimator.provider}) gave advantage {advantages[row]} for row {row} (uid {index[row]!r})")
+            return f"{call.who} gave advantage {advantages[row]} for row {row} (uid {index[row]!r})"
+
+        noun = "rows with model tokens" if live is not None else "rows"
+        wording = Wording(lambda given, expected: f"{call.who} returned {given} advantages for {expected} {noun}", not_finite)
+        state = verl_estimator_state() if needs.state else None
+        grouped, commit = run_outcome(call, values, offsets, wording=wording, role=VERL_ROLE, state=state, lengths=lengths, live=live, combine=combine)
+        advantages = placed_in_rows(grouped)
         check_representable(advantages, dtype, where, index)
-        if commit is not None:  # every check passed
-            commit()
+        commit()  # every check passed
         per_row = torch.from_numpy(advantages).to(device=token_level_rewards.device, dtype=dtype)
         out = torch.empty(token_level_rewards.shape, dtype=dtype, device=token_level_rewards.device)
         torch.mul(per_row.unsqueeze(-1), response_mask, out=out)
     return out, out
+
+
+def _combined(form: Any, values: np.ndarray, offsets: np.ndarray, /, **kwargs: Any) -> np.ndarray:
+    """Several reward keys per row combined around the estimator's batched ``form`` (:mod:`.multi_objective`)."""
+    return aggregate_advantages(values, offsets, form, **kwargs)
 
 
 def verl_estimator(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:

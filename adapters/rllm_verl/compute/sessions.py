@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from rllm_plugins.outputs import as_advantages
 from rllm_verl.compute.outcome import group_rows, in_row_order, placed
 
 __all__ = ["Sessions", "first_outputs_only", "parse_sessions", "session_advantages"]
@@ -100,42 +99,44 @@ def parse_sessions(keys: Sequence[Any], uids: Sequence[Any]) -> Sessions:
 
 
 def session_advantages(
-    batched: Callable[..., Any],
+    estimate: Callable[..., np.ndarray],
     sessions: Sessions,
     session_rewards: np.ndarray,
     *,
     session_lengths: np.ndarray | None = None,
     real: np.ndarray | None = None,
     grouping: tuple[np.ndarray, np.ndarray] | None = None,
-    **options: Any,
+    live: np.ndarray | None = None,
 ) -> np.ndarray:
     """Advantage of every row (B,) float64: its session's advantage among the sessions of its uid.
 
-    ``batched(values, offsets, **options)`` is a core batched estimator (or an aggregation over
-    several rewards); ``session_rewards`` (S,) or (S, F) float64 are the final outputs' rewards;
-    ``session_lengths`` (S,), when given, is passed as ``lengths`` (for length-weighted
-    estimators). The estimator's output follows :func:`rllm_plugins.outputs.as_advantages`.
-    Raises ``ValueError`` when it returns something else, the wrong number of values or a
-    non-finite one. ``real`` (R,), when given, are the sessions with a model token: the others (verl's padding)
+    ``estimate(values, offsets, *, lengths, live, not_finite)`` runs the estimator on the sessions as flat groups
+    (:func:`rllm_plugins.run.run_outcome`) and gives their advantages; ``session_rewards`` (S,) or (S, F) float64
+    are the final outputs' rewards; ``session_lengths`` (S,), ``live`` (S,) bool (the sessions a stateful
+    estimator sees) are handed over in the same order; ``not_finite(advantages, what)`` words a non-finite one by
+    the session's row. ``real`` (R,), when given, are the sessions with a model token: the others (verl's padding)
     are in no statistic and get 0. ``grouping`` ``(order, offsets)`` over those sessions, when given, replaces their
-    grouping by uid in order of first appearance (a running baseline's scan order, :func:`.rollout_order.scan_order`).
+    grouping by uid in order of first appearance (a running baseline's scan order, :func:`.order.scan_order`).
     """
     rewards = np.asarray(session_rewards, dtype=np.float64)
     uids = sessions.uids
     if real is not None:
         rewards, uids = rewards[real], uids[real]
         session_lengths = None if session_lengths is None else session_lengths[real]
+        live = None if live is None else live[real]
     order, offsets = grouping if grouping is not None else group_rows(uids)
-    if session_lengths is not None:
-        options["lengths"] = session_lengths if order is None else session_lengths[order]
-    values = rewards if order is None else rewards[order]
-    grouped = as_advantages(batched(values, offsets, **options), "the estimator")
-    if grouped.shape != values.shape[:1]:
-        raise ValueError(f"the estimator returned {grouped.size} advantages for {len(values)} sessions")
-    per_session = in_row_order(grouped, order)
-    if real is not None:
-        per_session = placed(per_session, real, len(sessions.final_rows))
-    if not np.isfinite(per_session).all():
-        s = int(np.flatnonzero(~np.isfinite(per_session))[0])
-        raise ValueError(f"the estimator gave advantage {per_session[s]} for the session of row {sessions.final_rows[s]} (uid {sessions.uids[s]!r})")
-    return per_session[sessions.session_of_row]
+
+    def ordered(x: np.ndarray | None) -> np.ndarray | None:
+        return x if x is None or order is None else x[order]
+
+    def per_session(grouped: np.ndarray) -> np.ndarray:
+        out = in_row_order(grouped, order)
+        return out if real is None else placed(out, real, len(sessions.final_rows))
+
+    def not_finite(grouped: np.ndarray, what: str) -> str:
+        every = per_session(grouped)
+        s = int(np.flatnonzero(~np.isfinite(every))[0])
+        return f"the estimator gave {what} {every[s]} for the session of row {sessions.final_rows[s]} (uid {sessions.uids[s]!r})"
+
+    grouped = estimate(ordered(rewards), offsets, lengths=ordered(session_lengths), live=ordered(live), not_finite=not_finite)
+    return per_session(grouped)[sessions.session_of_row]

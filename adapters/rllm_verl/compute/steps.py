@@ -20,7 +20,6 @@ from TransferQueue for the keys of the batch ``PPOTrainer._compute_advantage`` i
 
 from __future__ import annotations
 
-import functools
 import warnings
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -29,15 +28,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from rllm_plugins.calling import call_with_accepted_kwargs
-from rllm_plugins.needs import needs_of
-from rllm_plugins.registry import Estimator
+from rllm_plugins.run import Call, Wording, run_steps
 from rllm_plugins.segments import offsets_from_sizes
-from rllm_plugins.state.store import call_stateful
 from rllm_plugins.steps import StepBatch
 from rllm_plugins.steps.anchors import TokenIds, anchor_ids
 from rllm_plugins.steps.diagnostics import turn_metrics
-from rllm_plugins.steps.forms import split_step_output
 from rllm_plugins.steps.turns import PROMPT_ANCHOR, Turns, find_turns, spread_to_tokens, turn_anchor_states, turn_rewards
 from rllm_verl.compute.order import rollout_order
 from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
@@ -202,19 +197,18 @@ def _prompt_state(prompt: Any) -> tuple[str, TokenIds]:
 
 def compute_rllm_step_advantage(
     name: str,
-    estimator: Estimator,
+    call: Call,
     where: str,
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: np.ndarray,
     episodes: Episodes,
-    options: dict[str, Any],
     config: Any,
     dtype: torch.dtype,
     sources: StepSources,
     values: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(B, T)`` advantages and returns in ``dtype`` of the step-level estimator ``name``; ``options`` are checked by the caller.
+    """``(B, T)`` advantages and returns in ``dtype`` of the step-level estimator ``name`` (``call``; its options checked by the caller).
 
     The returns are the advantages, except for a value-based estimator, which reads ``values`` (B, T) (the critic's,
     at each turn's first model token) and gives the critic's targets.
@@ -233,7 +227,7 @@ def compute_rllm_step_advantage(
             f"{where}: row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])} has reward {step_rewards[j]}; rewards must be finite"
         )
     row_totals = _row_totals(step_rewards, turns, token_level_rewards)
-    needs = needs_of(estimator.spec, options)
+    needs, options = call.needs, call.options
     if not needs.values:  # a critic's value makes a single turn more than a rescaled outcome
         _warn_if_single_turn(name, where, turns)
     episodes = episodes.with_turns(turns.per_row)
@@ -264,15 +258,16 @@ def compute_rllm_step_advantage(
             return f"{where}: row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])}"
 
         anchors = anchor_ids(ordered_states, group_of_row[turns.row[turn_order]], place)
-    gamma, _ = resolve_gamma(options, config)
+    gamma, _ = resolve_gamma(dict(options), config)
+    added: dict[str, Any] = {}  # verl's own settings, for an estimator whose options leave them out
     if gamma is not None and "gamma" not in options:
-        options = {**options, "gamma": gamma}
+        added["gamma"] = gamma
     per_step: dict[str, np.ndarray] = {}
     if needs.lengths:
         per_step["lengths"] = _episode_lengths(mask, episodes)
     if needs.values:
         if "lam" not in options and config is not None and config.get("lam", None) is not None:  # GAE's lambda: verl's algorithm.lam
-            options = {**options, "lam": config.get("lam")}
+            added["lam"] = config.get("lam")
         per_step.update(step_values=turn_values(where, index, turns, values)[turn_order], step_tokens=(turns.end - turns.start)[turn_order])
     batch = StepBatch(
         row_totals[episodes.final_rows],
@@ -283,18 +278,20 @@ def compute_rllm_step_advantage(
         ordered_states,
         **per_step,
     )
-    who = f"{where}: the estimator ({estimator.provider})"
-    new_state = None
-    if needs.state:  # a composite with a stateful term: the state is this process's, as for rllm_rae
-        state = verl_estimator_state().get(estimator.spec.name, VERL_ROLE)
-        result, new_state = call_stateful(functools.partial(call_with_accepted_kwargs, estimator.batched_form), state, who, batch, **options)
-    else:
-        result = estimator.batched_form(batch, **options)
-    grouped, grouped_returns = split_step_output(result, needs.values, turns.num_turns, who)
-    per_turn = _checked_per_turn(grouped, turn_order, "advantage", where, who, index, turns, dtype)
-    per_turn_returns = per_turn if grouped_returns is grouped else _checked_per_turn(grouped_returns, turn_order, "return", where, who, index, turns, dtype)
-    if new_state is not None:  # every check passed
-        verl_estimator_state().commit({(estimator.spec.name, VERL_ROLE): new_state})
+
+    def not_finite(grouped: np.ndarray, what: str) -> str:
+        per_turn = np.empty_like(grouped)
+        per_turn[turn_order] = grouped
+        j = int(np.flatnonzero(~np.isfinite(per_turn))[0])
+        row = int(turns.row[j])
+        return f"{call.who} gave {what} {per_turn[j]} for row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])}"
+
+    wording = Wording(lambda given, expected: f"{call.who} returned {given} advantages for {expected} steps", not_finite)
+    state = verl_estimator_state() if needs.state else None  # a composite's stateful term: this process's state, as for rllm_rae
+    grouped, grouped_returns, commit = run_steps(call, batch, wording=wording, role=VERL_ROLE, state=state, context=added)
+    per_turn = _checked_per_turn(grouped, turn_order, "advantage", where, index, turns, dtype)
+    per_turn_returns = per_turn if grouped_returns is None else _checked_per_turn(grouped_returns, turn_order, "return", where, index, turns, dtype)
+    commit()  # every check passed
     episode_steps = row_steps[episodes.row_offsets]  # turn t of an episode: of a session, across its outputs
     add_turn_metrics(lambda: {f"rllm/{k}": v for k, v in turn_metrics(grouped, step_rewards[turn_order], episode_steps).items()})
     device = token_level_rewards.device
@@ -312,16 +309,10 @@ def _episode_lengths(mask: np.ndarray, episodes: Episodes) -> np.ndarray:
     return np.bincount(episode_of_row, weights=row_lengths, minlength=episodes.row_offsets.size - 1)
 
 
-def _checked_per_turn(
-    grouped: np.ndarray, turn_order: np.ndarray, what: str, where: str, who: str, index: np.ndarray, turns: Turns, dtype: torch.dtype
-) -> np.ndarray:
-    """``grouped`` (K,) in episode order, back in turn order; refuses a non-finite value or one past ``dtype``'s range, naming row and turn."""
+def _checked_per_turn(grouped: np.ndarray, turn_order: np.ndarray, what: str, where: str, index: np.ndarray, turns: Turns, dtype: torch.dtype) -> np.ndarray:
+    """``grouped`` (K,) in episode order (finite), back in turn order; refuses a value past ``dtype``'s range, naming row and turn."""
     per_turn = np.empty_like(grouped)
     per_turn[turn_order] = grouped
-    if not np.isfinite(per_turn).all():
-        j = int(np.flatnonzero(~np.isfinite(per_turn))[0])
-        row = int(turns.row[j])
-        raise ValueError(f"{who} gave {what} {per_turn[j]} for row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])}")
     limit = float(torch.finfo(dtype).max)
     if np.abs(per_turn).max(initial=0.0) > limit:
         j = int(np.flatnonzero(np.abs(per_turn) > limit)[0])

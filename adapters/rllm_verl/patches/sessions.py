@@ -13,7 +13,6 @@ name, go to verl's own function unchanged. Opt out with ``RLLM_PLUGINS_VERL_SESS
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +21,7 @@ from rllm_verl.context import gamma_argument
 from rllm_verl.extension import ADVANTAGE_PARAMETERS, NO_DEFAULT, Extension
 
 if TYPE_CHECKING:
-    from rllm_plugins.registry import Estimator
+    from rllm_plugins.run import Call
 
 __all__ = ["SESSIONS", "SESSIONS_ENV", "extend", "session_compute"]
 
@@ -48,9 +47,11 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any, keys:
 
     from rllm_plugins.aggregation import aggregate_advantages
     from rllm_plugins.registry import get_estimator
+    from rllm_plugins.run import Call, Wording, run_outcome
     from rllm_verl.compute.multi_objective import reward_key_options, reward_table
     from rllm_verl.compute.order import scan_order
-    from rllm_verl.compute.outcome import check_inputs, check_representable, estimator_options, group_rows, model_rows, output_dtype, wants_lengths
+    from rllm_verl.compute.outcome import check_inputs, check_representable, estimator_options, group_rows, model_rows, output_dtype
+    from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
 
     where = f"advantage estimator 'rllm_{name}' (sessions of compute_advantage_for_multi_trajectories)"
     rewards, mask, uids = data.batch["token_level_rewards"], data.batch["response_mask"], data.non_tensor_batch["uid"]
@@ -58,10 +59,11 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any, keys:
     estimator = get_estimator(name)  # resolved once: every check and call below uses it
     options = estimator_options(config, where, {name: estimator})
     keyed = reward_key_options(config, where)
+    call = Call(estimator, options, f"{where}: the estimator ({estimator.provider})")
     if estimator.spec.level == "step":
-        return _session_steps(name, estimator, where, data, sessions, options, config, keyed is not None, keys)
-    batched = estimator.batched_form
+        return _session_steps(name, call, where, data, sessions, config, keyed is not None, keys)
     with torch.no_grad():
+        combine = None
         if keyed is None:
             finals = torch.from_numpy(sessions.final_rows).to(rewards.device)
             session_rewards = rewards.index_select(0, finals).to(torch.float64).sum(dim=-1).cpu().numpy()
@@ -70,29 +72,41 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any, keys:
                 raise ValueError(f"{where}: row {row} (uid {uids[row]!r}) has a non-finite reward; token_level_rewards must be finite")
         else:  # the final outputs' scores under algorithm.gdpo_reward_keys (S, F), aggregated as on the row path
             session_rewards = reward_table(data.non_tensor_batch, keyed.keys, uids, where)[sessions.final_rows]
-            batched = functools.partial(
-                aggregate_advantages, estimator=estimator.batched_form, aggregation=keyed.aggregation, weights=keyed.weights, names=keyed.keys, where=where
-            )
+
+            def combine(form: Any, values: Any, offsets: Any, /, **kwargs: Any) -> Any:
+                aggregation, weights = keyed.aggregation, keyed.weights
+                return aggregate_advantages(values, offsets, form, aggregation=aggregation, weights=weights, names=keyed.keys, where=where, **kwargs)
+
         lengths = None
-        if wants_lengths(estimator.spec):  # a session's length: its response tokens over all its outputs
+        if call.needs.lengths:  # a session's length: its response tokens over all its outputs
             row_lengths = mask.sum(dim=-1).to(device="cpu", dtype=torch.float64).numpy()
             lengths = np.bincount(sessions.session_of_row, weights=row_lengths, minlength=len(sessions.final_rows))
         row_has = (mask != 0).any(dim=-1).cpu().numpy()
         session_has = np.bincount(sessions.session_of_row, weights=row_has, minlength=len(sessions.final_rows)) > 0
         real = model_rows(session_has, *group_rows(sessions.uids))  # uids of verl's padding (no model token): in no statistic, 0
         commits = []
-        grouping = None
-        if estimator.spec.stateful:  # a session without model tokens never touches the state
+        grouping, live = None, None
+        if call.needs.state:  # a session without model tokens never touches the state
             if keyed is not None:
                 raise ValueError(f"{where} is stateful (a running baseline over one reward per session): remove algorithm.gdpo_reward_keys")
-            live, live_uids = (session_has, sessions.uids) if real is None else (session_has[real], sessions.uids[real])
+            live = session_has
             if keys is not None:
                 kept = np.arange(len(sessions.final_rows)) if real is None else real
+                live_uids = sessions.uids if real is None else sessions.uids[real]
                 grouping = scan_order(live_uids, [str(keys[sessions.final_rows[s]]) for s in kept.tolist()], where)
-            order = grouping[0] if grouping is not None else group_rows(live_uids)[0]
-            batched = functools.partial(_stateful, estimator, live if order is None else live[order], commits, f"{where}: the estimator ({estimator.provider})")
+
+        def estimate(values: Any, offsets: Any, *, lengths: Any, live: Any, not_finite: Any) -> Any:
+            if live is None:  # the messages of the session path: "the estimator", its provider added below
+                wording = Wording(lambda given, expected: f"the estimator returned {given} advantages for {expected} sessions", not_finite, who="the estimator")
+            else:
+                wording = Wording(lambda given, expected: f"{call.who} returned {given} advantages for {expected} rows with model tokens", not_finite)
+            state = verl_estimator_state() if call.needs.state else None
+            advantages, commit = run_outcome(call, values, offsets, wording=wording, role=VERL_ROLE, state=state, lengths=lengths, live=live, combine=combine)
+            commits.append(commit)
+            return advantages
+
         try:
-            per_row = session_advantages(batched, sessions, session_rewards, session_lengths=lengths, real=real, grouping=grouping, **options)
+            per_row = session_advantages(estimate, sessions, session_rewards, session_lengths=lengths, real=real, grouping=grouping, live=live)
         except ValueError as error:
             raise ValueError(f"{where}: {error} ({estimator.provider})") from error
         dtype = output_dtype(rewards)
@@ -105,18 +119,7 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any, keys:
     return data
 
 
-def _stateful(estimator: Any, live: Any, commits: list[Any], who: str, values: Any, offsets: Any, /, **options: Any) -> Any:
-    """A stateful estimator as a batched form over sessions: the live ones only; its commit goes into ``commits``."""
-    from rllm_verl.compute.stateful import stateful_advantages
-
-    advantages, commit = stateful_advantages(estimator, values, offsets, live, options, who)
-    commits.append(commit)
-    return advantages
-
-
-def _session_steps(
-    name: str, estimator: Estimator, where: str, data: Any, sessions: Sessions, options: dict[str, Any], config: Any, keyed: bool, keys: Sequence[Any] | None
-) -> Any:
+def _session_steps(name: str, call: Call, where: str, data: Any, sessions: Sessions, config: Any, keyed: bool, keys: Sequence[Any] | None) -> Any:
     """A step-level estimator over sessions: a session is one episode whose steps are the turns of its outputs, in index order.
 
     Its outcome is its final output's total reward (as for outcome-level names); each turn's reward
@@ -125,14 +128,13 @@ def _session_steps(
     import numpy as np
     import torch
 
-    from rllm_plugins.needs import needs_of
     from rllm_verl.compute.order import scan_order
     from rllm_verl.compute.outcome import group_rows
     from rllm_verl.compute.steps import Episodes, StepSources, compute_rllm_step_advantage, step_sources
 
     if keyed:
         raise ValueError(f"{where} is step-level: algorithm.gdpo_reward_keys (one score per row and key) cannot apply; remove it")
-    if keys is not None and needs_of(estimator.spec, options).state:  # a running baseline: by uid and session, whatever verl's balancing did
+    if keys is not None and call.needs.state:  # a running baseline: by uid and session, whatever verl's balancing did
         order, offsets = scan_order(sessions.uids, [str(keys[row]) for row in sessions.final_rows.tolist()], where)
     else:
         order, offsets = group_rows(sessions.uids)
@@ -149,11 +151,11 @@ def _session_steps(
     responses = data.batch["responses"] if "responses" in tensors else None
     prompts = data.batch["prompts"] if "prompts" in tensors else None
     sources = StepSources()
-    if needs_of(estimator.spec, options).anchors:
+    if call.needs.anchors:
         sources = step_sources(uids, rewards.shape[-1], where, responses, data.non_tensor_batch, prompts)
-    values = data.batch["values"] if needs_of(estimator.spec, options).values and "values" in tensors else None
+    values = data.batch["values"] if call.needs.values and "values" in tensors else None
     with torch.no_grad():
-        advantages, returns = compute_rllm_step_advantage(name, estimator, where, rewards, mask, uids, episodes, options, config, dtype, sources, values)
+        advantages, returns = compute_rllm_step_advantage(name, call, where, rewards, mask, uids, episodes, config, dtype, sources, values)
     data.batch["advantages"] = advantages
     data.batch["returns"] = returns
     return data

@@ -1,0 +1,251 @@
+"""One estimator run on flat groups: the procedure every driver calls, at the outcome and at the step level.
+
+The drivers (the collector, TRL's outcome and turn paths, verl's row, step and session paths) do the layout
+work: their rows into flat groups (``values`` ``(N,)`` and ``offsets`` ``(G + 1,)``, or a
+:class:`~rllm_plugins.steps.StepBatch`) and the advantages back into their rows. Everything between is here:
+
+1. what the estimator reads beyond the rewards, asked once (:attr:`Call.needs`, :func:`.needs.needs_of`), so the
+   driver gathers only that (anchor states, lengths, values) and the run hands over exactly that;
+2. the call itself, with its state when it keeps one (:func:`.state.store.call_stateful`): the options are
+   checked against those the state was made with, and the state is read from its owner;
+3. the output read by the one rule (:func:`.outputs.as_advantages`) and checked for size and finiteness, each
+   failure worded by the driver (:class:`Wording`), which alone knows what a flat position is;
+4. a ``commit`` returned, not run: the driver calls it once its own later checks passed, so a call that raises
+   anywhere leaves the kept state as it was.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .calling import accepted_keywords, call_with_accepted_kwargs
+from .needs import Needs, needs_of
+from .options import state_options
+from .outputs import as_advantages, as_groups
+from .segments import offsets_from_sizes
+from .state.store import call_stateful
+from .steps.forms import split_step_output
+
+if TYPE_CHECKING:
+    from .spec import AdvEstimatorSpec, Estimator
+    from .state.store import EstimatorState
+    from .steps.batch import StepBatch
+
+__all__ = ["Call", "Commit", "Wording", "run_outcome", "run_steps", "takes_keyword"]
+
+Commit = Callable[[], None]
+
+
+def takes_keyword(spec: AdvEstimatorSpec, keyword: str) -> bool:
+    """Whether the estimator names ``keyword`` as a parameter (of its batched form, else of its list form)."""
+    return keyword in accepted_keywords(spec.batched if spec.batched is not None else spec.fn)[0]  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One resolved estimator as a driver runs it: the ``options`` it is called with and ``who`` it is in errors.
+
+    ``needs`` is computed here, once, from ``options``: the driver reads it to gather what the estimator reads.
+    ``options`` are also what a stateful estimator's state is recorded and checked with
+    (:func:`.options.state_options`). ``accepted_only``: a form gets only the keywords it names (the collector
+    hands every estimator the config's ``estimator_kwargs`` and rLLM's context); otherwise it gets every one (the
+    adapters checked their options against the estimator when their config was built).
+    """
+
+    estimator: Estimator
+    options: Mapping[str, Any]
+    who: str
+    accepted_only: bool = False
+    needs: Needs = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "needs", needs_of(self.estimator.spec, self.options))
+
+
+@dataclass(frozen=True)
+class Wording:
+    """How a driver words a failed output check.
+
+    ``wrong_size(given, expected)`` and ``not_finite(values, what)`` give the message: ``values`` flat in the
+    estimator's order (at least one not finite), ``what`` ``"advantage"`` or ``"return"``. ``who`` (default the
+    call's) names the estimator when its output is not advantages at all. ``group(g)``, for a list form's output
+    (checked group by group), words group ``g``.
+    """
+
+    wrong_size: Callable[[int, int], str]
+    not_finite: Callable[[np.ndarray, str], str]
+    who: str | None = None
+    group: Callable[[int], Wording] | None = None
+
+
+def _nothing() -> None:
+    """The commit of a call that keeps no state."""
+
+
+def _form(call: Call, form: Callable[..., Any]) -> Callable[..., Any]:
+    """One of the estimator's forms as ``call`` passes keywords to it."""
+    # a stateful step-level call (a composite's stateful term) passes only what the form names, on every path
+    if call.accepted_only or (call.needs.state and call.estimator.spec.level == "step"):
+        return functools.partial(call_with_accepted_kwargs, form)
+    return form
+
+
+def _invoke(
+    call: Call,
+    form: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    state: EstimatorState | None,
+    role: str,
+    *,
+    check_options: bool,
+    record_options: bool,
+) -> tuple[Any, Commit]:
+    """``form(*args, **kwargs)``, with the state of ``(estimator, role)`` when it keeps one; ``(result, commit)``.
+
+    ``state`` None: a stateful estimator starts from nothing and its new state is dropped.
+    """
+    spec = call.estimator.spec
+    if not call.needs.state:
+        return form(*args, **kwargs), _nothing
+    recorded = state_options(spec, call.options)
+    if state is not None and check_options:
+        state.check_options(spec.name, recorded)
+    current = state.get(spec.name, role, spec.state_schema) if state is not None else {}
+    result, new_state = call_stateful(form, current, call.who, *args, schema=spec.state_schema, **kwargs)
+    if state is None:
+        return result, _nothing
+    options = {spec.name: recorded} if record_options else None
+    return result, lambda: state.commit({(spec.name, role): new_state}, options)
+
+
+def _checked(advantages: np.ndarray, expected: int, wording: Wording) -> np.ndarray:
+    if advantages.size != expected:
+        raise ValueError(wording.wrong_size(advantages.size, expected))
+    if not np.isfinite(advantages).all():
+        raise ValueError(wording.not_finite(advantages, "advantage"))
+    return advantages
+
+
+def _by_groups(result: Any, offsets: np.ndarray, who: str, wording: Wording) -> np.ndarray:
+    """A list form's ``(advantages_by_group, returns_by_group)`` as flat advantages, checked group by group."""
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise ValueError(f"{who} must return (advantages_by_group, returns_by_group), got {type(result).__name__}")
+    by_group = as_groups(result[0], who)
+    if len(by_group) != offsets.size - 1:
+        raise ValueError(f"{who} returned advantages for {len(by_group)} groups, expected {offsets.size - 1}")
+    assert wording.group is not None, "a list form's output is worded group by group"
+    parts = []
+    for g, (advantages, size) in enumerate(zip(by_group, np.diff(offsets).tolist(), strict=True)):
+        worded = wording.group(g)
+        parts.append(_checked(as_advantages(advantages, worded.who or who), size, worded))
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def run_outcome(
+    call: Call,
+    values: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    wording: Wording,
+    role: str,
+    state: EstimatorState | None = None,
+    lengths: np.ndarray | None = None,
+    live: np.ndarray | None = None,
+    task_ids: np.ndarray | None = None,
+    settings: Mapping[str, Any] | None = None,
+    combine: Callable[..., Any] | None = None,
+    context: Mapping[str, Any] | None = None,
+    list_form: bool = False,
+) -> tuple[np.ndarray, Commit]:
+    """Advantages ``(N,)`` float64 of an outcome-level ``call`` over ``values`` in groups ``offsets``, and its commit.
+
+    ``values`` ``(N,)`` float64 (``(N, F)`` with ``combine``), ``offsets`` ``(G + 1,)`` int64. Inputs, each handed
+    over only when the estimator reads it:
+
+    - ``lengths`` ``(N,)``: each trajectory's response tokens (``call.needs.lengths``);
+    - ``task_ids`` ``(N,)``: for a stateful estimator, whose state is ``state``'s for ``(name, role)``;
+    - ``settings``: the framework's own settings (TRL's ``scale_rewards``), for an estimator naming them;
+      never recorded with a state.
+
+    ``live`` ``(N,)`` bool: the rows the estimator sees (verl: those with a model token); the others get 0 and never
+    touch its state; ``lengths`` and ``task_ids`` are cut with them, a group left empty is dropped.
+    ``combine(form, values, offsets, **kwargs)``: several rewards per row combined around the estimator's batched
+    form (:func:`rllm_plugins.aggregation.aggregate_advantages`). ``context``: rLLM's keywords for the collector's
+    calls (``algorithm_config``, ``traj_groups``; with ``list_form``, the ``rewards`` by group): ``list_form`` calls
+    the list form instead of the batched one, its output checked group by group.
+    """
+    estimator, needs = call.estimator, call.needs
+    kwargs = dict(call.options)
+    kwargs.update((key, value) for key, value in (settings or {}).items() if takes_keyword(estimator.spec, key))
+    if needs.lengths and lengths is not None:
+        kwargs["lengths"] = lengths
+    if needs.state and task_ids is not None:
+        kwargs["task_ids"] = task_ids
+    expected = values.shape[0]
+    if live is not None:
+        group_of_row = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+        sizes = np.bincount(group_of_row[live], minlength=offsets.size - 1)
+        values, offsets, expected = values[live], offsets_from_sizes(sizes[sizes > 0]), int(np.count_nonzero(live))
+        kwargs.update((key, kwargs[key][live]) for key in ("lengths", "task_ids") if key in kwargs)
+    kwargs.update(context or {})
+    if list_form:
+        result, commit = _invoke(call, _form(call, estimator.list_form), (), kwargs, state, role, check_options=True, record_options=True)
+        advantages = _by_groups(result, offsets, call.who, wording)
+    else:
+        form = _form(call, estimator.batched_form)
+        if combine is not None:
+            form = functools.partial(combine, form)
+        result, commit = _invoke(call, form, (values, offsets), kwargs, state, role, check_options=True, record_options=True)
+        advantages = as_advantages(result, wording.who or call.who)
+        if advantages.size != expected:
+            raise ValueError(wording.wrong_size(advantages.size, expected))
+        if live is not None:
+            every = np.zeros(live.size, dtype=np.float64)
+            every[live] = advantages
+            advantages = every
+        if not np.isfinite(advantages).all():
+            raise ValueError(wording.not_finite(advantages, "advantage"))
+    # The advantages are the estimator's, checked: a stage applied to every estimator's output belongs here.
+    return advantages, commit
+
+
+def run_steps(
+    call: Call,
+    batch: StepBatch,
+    *,
+    wording: Wording,
+    role: str,
+    state: EstimatorState | None = None,
+    task_ids: np.ndarray | None = None,
+    context: Mapping[str, Any] | None = None,
+    record_options: bool = False,
+) -> tuple[np.ndarray, np.ndarray | None, Commit]:
+    """Advantages ``(S,)`` float64 of a step-level ``call`` over ``batch``, its returns ``(S,)`` (a value-based
+    estimator's, the critic's targets; else None) and its commit.
+
+    The driver built ``batch`` with what ``call.needs`` names. ``context``: rLLM's keywords for the collector's
+    calls (``algorithm_config``, ``traj_groups``). A stateful one (a composite's stateful term) gets ``task_ids``
+    ``(N,)`` and the state ``state`` keeps for ``(name, role)``; ``record_options``: its commit records the options.
+    """
+    needs = call.needs
+    kwargs = {**call.options, **(context or {})}
+    if needs.state:
+        kwargs["task_ids"] = task_ids
+    result, commit = _invoke(call, _form(call, call.estimator.batched_form), (batch,), kwargs, state, role, check_options=False, record_options=record_options)
+    if needs.values:
+        advantages, returns = split_step_output(result, True, batch.num_steps, call.who)
+    else:
+        advantages, returns = as_advantages(result, wording.who or call.who), None
+        if advantages.size != batch.num_steps:
+            raise ValueError(wording.wrong_size(advantages.size, batch.num_steps))
+    for what, checked in (("advantage", advantages), ("return", returns)):
+        if checked is not None and not np.isfinite(checked).all():
+            raise ValueError(wording.not_finite(checked, what))
+    # The advantages are the estimator's, checked: a stage applied to every estimator's output belongs here.
+    return advantages, returns, commit
