@@ -145,10 +145,7 @@ def _aggregate(role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str,
         return aggregate_advantages(values, offsets, form, aggregation=aggregation, weights=weights, names=names, where=where, **kwargs)
 
     offsets = offsets_from_sizes([len(g.trajectories) for g in batch.groups])
-    wording = Wording(
-        lambda given, expected: f"{where} returned {given} advantages for {expected} trajectories",
-        lambda advantages, _: f"{where} gave the non-finite advantage {advantages[~np.isfinite(advantages)][0]}; advantages must be finite",
-    )
+    wording = Wording("trajectories", lambda values, _: f"{where} gave the non-finite advantage {values[~np.isfinite(values)][0]}; advantages must be finite")
     advantages, _ = run_outcome(call, table, offsets, wording=wording, role=role, lengths=lengths, combine=combine, context={"algorithm_config": config})
     return GroupLayout.from_offsets(offsets, advantages.size).split(advantages)
 
@@ -228,7 +225,7 @@ def _call_estimator(role: str, batch: _RoleBatch, config: AlgorithmConfig, name:
         call,
         values,
         offsets,
-        wording=Wording(_unused, _unused, group=group),
+        wording=group,
         role=role,
         state=config.estimator_state,
         task_ids=task_ids,
@@ -237,10 +234,6 @@ def _call_estimator(role: str, batch: _RoleBatch, config: AlgorithmConfig, name:
     )
     commits.append(commit)
     return GroupLayout.from_offsets(offsets, advantages.size).split(advantages)
-
-
-def _unused(*_: object) -> str:
-    raise AssertionError("a list form's output is worded per group")
 
 
 def _call_step_estimator(
@@ -281,7 +274,7 @@ def _call_step_estimator(
     advantages, returns, commit = run_steps(
         call,
         steps,
-        wording=Wording(lambda given, expected: f"{who} returned {given} advantages for {expected} steps", not_finite),
+        wording=Wording("steps", not_finite),
         role=role,
         state=config.estimator_state,
         task_ids=task_ids,

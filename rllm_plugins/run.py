@@ -69,18 +69,22 @@ class Call:
 
 @dataclass(frozen=True)
 class Wording:
-    """How a driver words a failed output check.
+    """How a driver words a failed output check (only it knows what a flat position is: a row, a completion, a turn).
 
-    ``wrong_size(given, expected)`` and ``not_finite(values, what)`` give the message: ``values`` flat in the
-    estimator's order (at least one not finite), ``what`` ``"advantage"`` or ``"return"``. ``who`` (default the
-    call's) names the estimator when its output is not advantages at all. ``group(g)``, for a list form's output
-    (checked group by group), words group ``g``.
+    ``size``: what the expected count counts (``"{who} returned 3 advantages for 4 {size}"``), or the whole message
+    ``size(given, expected)``. ``not_finite(values, what)``: the message for ``values`` flat in the estimator's order,
+    at least one not finite, ``what`` ``"advantage"`` or ``"return"``. ``who`` (default the call's) names the estimator
+    in these messages and when its output is not advantages at all.
     """
 
-    wrong_size: Callable[[int, int], str]
+    size: str | Callable[[int, int], str]
     not_finite: Callable[[np.ndarray, str], str]
     who: str | None = None
-    group: Callable[[int], Wording] | None = None
+
+    def wrong_size(self, call: Call, given: int, expected: int) -> str:
+        if callable(self.size):
+            return self.size(given, expected)
+        return f"{self.who or call.who} returned {given} advantages for {expected} {self.size}"
 
 
 def _nothing() -> None:
@@ -124,26 +128,26 @@ def _invoke(
     return result, lambda: state.commit({(spec.name, role): new_state}, options)
 
 
-def _checked(advantages: np.ndarray, expected: int, wording: Wording) -> np.ndarray:
+def _checked(call: Call, advantages: np.ndarray, expected: int, wording: Wording) -> np.ndarray:
     if advantages.size != expected:
-        raise ValueError(wording.wrong_size(advantages.size, expected))
+        raise ValueError(wording.wrong_size(call, advantages.size, expected))
     if not np.isfinite(advantages).all():
         raise ValueError(wording.not_finite(advantages, "advantage"))
     return advantages
 
 
-def _by_groups(result: Any, offsets: np.ndarray, who: str, wording: Wording) -> np.ndarray:
+def _by_groups(call: Call, result: Any, offsets: np.ndarray, wording: Callable[[int], Wording]) -> np.ndarray:
     """A list form's ``(advantages_by_group, returns_by_group)`` as flat advantages, checked group by group."""
+    who = call.who
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         raise ValueError(f"{who} must return (advantages_by_group, returns_by_group), got {type(result).__name__}")
     by_group = as_groups(result[0], who)
     if len(by_group) != offsets.size - 1:
         raise ValueError(f"{who} returned advantages for {len(by_group)} groups, expected {offsets.size - 1}")
-    assert wording.group is not None, "a list form's output is worded group by group"
     parts = []
     for g, (advantages, size) in enumerate(zip(by_group, np.diff(offsets).tolist(), strict=True)):
-        worded = wording.group(g)
-        parts.append(_checked(as_advantages(advantages, worded.who or who), size, worded))
+        worded = wording(g)
+        parts.append(_checked(call, as_advantages(advantages, worded.who or who), size, worded))
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
@@ -152,7 +156,7 @@ def run_outcome(
     values: np.ndarray,
     offsets: np.ndarray,
     *,
-    wording: Wording,
+    wording: Wording | Callable[[int], Wording],
     role: str,
     state: EstimatorState | None = None,
     lengths: np.ndarray | None = None,
@@ -178,7 +182,7 @@ def run_outcome(
     ``combine(form, values, offsets, **kwargs)``: several rewards per row combined around the estimator's batched
     form (:func:`rllm_plugins.aggregation.aggregate_advantages`). ``context``: rLLM's keywords for the collector's
     calls (``algorithm_config``, ``traj_groups``; with ``list_form``, the ``rewards`` by group): ``list_form`` calls
-    the list form instead of the batched one, its output checked group by group.
+    the list form instead of the batched one, its output checked group by group, ``wording(g)`` wording group ``g``.
     """
     estimator, needs = call.estimator, call.needs
     kwargs = dict(call.options)
@@ -196,15 +200,17 @@ def run_outcome(
     kwargs.update(context or {})
     if list_form:
         result, commit = _invoke(call, _form(call, estimator.list_form), (), kwargs, state, role, check_options=True, record_options=True)
-        advantages = _by_groups(result, offsets, call.who, wording)
+        assert callable(wording), "a list form's output is worded group by group"
+        advantages = _by_groups(call, result, offsets, wording)
     else:
+        assert isinstance(wording, Wording), "a batched form's output is worded as one"
         form = _form(call, estimator.batched_form)
         if combine is not None:
             form = functools.partial(combine, form)
         result, commit = _invoke(call, form, (values, offsets), kwargs, state, role, check_options=True, record_options=True)
         advantages = as_advantages(result, wording.who or call.who)
         if advantages.size != expected:
-            raise ValueError(wording.wrong_size(advantages.size, expected))
+            raise ValueError(wording.wrong_size(call, advantages.size, expected))
         if live is not None:
             every = np.zeros(live.size, dtype=np.float64)
             every[live] = advantages
@@ -243,7 +249,7 @@ def run_steps(
     else:
         advantages, returns = as_advantages(result, wording.who or call.who), None
         if advantages.size != batch.num_steps:
-            raise ValueError(wording.wrong_size(advantages.size, batch.num_steps))
+            raise ValueError(wording.wrong_size(call, advantages.size, batch.num_steps))
     for what, checked in (("advantage", advantages), ("return", returns)):
         if checked is not None and not np.isfinite(checked).all():
             raise ValueError(wording.not_finite(checked, what))

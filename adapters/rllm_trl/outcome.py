@@ -231,7 +231,7 @@ def _estimate_role(
         call,
         values,
         offsets,
-        wording=Wording(lambda given, expected: f"{call.who} returned {given} advantages for {expected} scorable completions", not_finite),
+        wording=Wording("scorable completions", not_finite),
         role=batch.roles[role],
         state=state,
         lengths=lengths,
@@ -264,10 +264,7 @@ def _normalize_then_sum_role(batch: RewardBatch, role: int, name: str, options: 
         names = batch.reward_names or None
         return normalize_then_sum(values, offsets, form, weights=batch.reward_weights, whiten_epsilon=TRL_WHITEN_EPSILON, names=names, where=where, **kwargs)
 
-    wording = Wording(
-        lambda given, expected: f"{where} returned {given} advantages for {expected} completions",
-        lambda advantages, _: f"{where} gave the non-finite advantage {advantages[~np.isfinite(advantages)][0]}; advantages must be finite",
-    )
+    wording = Wording("completions", lambda values, _: f"{where} gave the non-finite advantage {values[~np.isfinite(values)][0]}; advantages must be finite")
     offsets = np.arange(0, per_func.shape[0] + 1, G, dtype=np.int64)
     advantages, _ = run_outcome(call, per_func, offsets, wording=wording, role=batch.roles[role], lengths=lengths, combine=combine)
     return rows, advantages

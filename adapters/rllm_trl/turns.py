@@ -274,7 +274,7 @@ def step_advantages(
     values, _, commit = run_steps(
         call,
         batch,
-        wording=Wording(lambda given, expected: f"{who} returned {given} advantages for {expected} turns", not_finite),
+        wording=Wording("turns", not_finite),
         role=roles[0],
         state=state,
         task_ids=None if task_ids is None else task_ids[scorable],

@@ -312,8 +312,7 @@ def compute_rllm_advantage(
             row = int(np.flatnonzero(~np.isfinite(advantages))[0])
             return f"{call.who} gave advantage {advantages[row]} for row {row} (uid {index[row]!r})"
 
-        noun = "rows with model tokens" if live is not None else "rows"
-        wording = Wording(lambda given, expected: f"{call.who} returned {given} advantages for {expected} {noun}", not_finite)
+        wording = Wording("rows with model tokens" if live is not None else "rows", not_finite)
         state = verl_estimator_state() if needs.state else None
         grouped, commit = run_outcome(call, values, offsets, wording=wording, role=VERL_ROLE, state=state, lengths=lengths, live=live, combine=combine)
         advantages = placed_in_rows(grouped)

@@ -286,9 +286,8 @@ def compute_rllm_step_advantage(
         row = int(turns.row[j])
         return f"{call.who} gave {what} {per_turn[j]} for row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])}"
 
-    wording = Wording(lambda given, expected: f"{call.who} returned {given} advantages for {expected} steps", not_finite)
     state = verl_estimator_state() if needs.state else None  # a composite's stateful term: this process's state, as for rllm_rae
-    grouped, grouped_returns, commit = run_steps(call, batch, wording=wording, role=VERL_ROLE, state=state, context=added)
+    grouped, grouped_returns, commit = run_steps(call, batch, wording=Wording("steps", not_finite), role=VERL_ROLE, state=state, context=added)
     per_turn = _checked_per_turn(grouped, turn_order, "advantage", where, index, turns, dtype)
     per_turn_returns = per_turn if grouped_returns is None else _checked_per_turn(grouped_returns, turn_order, "return", where, index, turns, dtype)
     commit()  # every check passed

@@ -96,10 +96,8 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any, keys:
                 grouping = scan_order(live_uids, [str(keys[sessions.final_rows[s]]) for s in kept.tolist()], where)
 
         def estimate(values: Any, offsets: Any, *, lengths: Any, live: Any, not_finite: Any) -> Any:
-            if live is None:  # the messages of the session path: "the estimator", its provider added below
-                wording = Wording(lambda given, expected: f"the estimator returned {given} advantages for {expected} sessions", not_finite, who="the estimator")
-            else:
-                wording = Wording(lambda given, expected: f"{call.who} returned {given} advantages for {expected} rows with model tokens", not_finite)
+            # the messages of the session path name "the estimator" (its provider is added below); a stateful one's, the rows
+            wording = Wording("sessions", not_finite, who="the estimator") if live is None else Wording("rows with model tokens", not_finite)
             state = verl_estimator_state() if call.needs.state else None
             advantages, commit = run_outcome(call, values, offsets, wording=wording, role=VERL_ROLE, state=state, lengths=lengths, live=live, combine=combine)
             commits.append(commit)
