@@ -533,3 +533,36 @@ def test_a_one_term_rllm_composite_is_rllm_term_alone(name):
     finally:
         verl_estimator_state().clear()
     assert inside.numpy() == pytest.approx(alone.numpy(), rel=1e-6, abs=1e-6)
+
+
+def test_one_call_asks_what_the_estimator_reads_once():
+    from rllm_verl.compute.outcome import compute_rllm_advantage
+
+    from rllm_plugins.discovery import manager
+    from rllm_plugins.needs import Needs
+    from rllm_plugins.spec import AdvEstimatorSpec, Estimator, Provider
+
+    asked = []
+
+    def needs_for(options):
+        asked.append(dict(options))
+        return Needs(anchors=True)
+
+    def centred(batch, /, **_):
+        return batch.step_rewards - batch.step_rewards.mean()
+
+    spec = AdvEstimatorSpec("asks_needs", batched=centred, level="step", needs_for=needs_for)
+    manager.add_user_estimator(Estimator(spec, Provider("test_step_level", kind="user")))
+    try:
+        responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(0))
+        advantages, _ = compute_rllm_advantage("asks_needs", rewards, mask, index, OmegaConf.create({"gamma": 1.0}), responses=responses)
+    finally:
+        manager.remove_user_estimator("asks_needs")
+    assert len(asked) == 1  # anchors, lengths, state and values: one answer for the whole call
+    turns = reference_turns(responses, mask, rewards)
+    mean = statistics.fmean(reward for row in turns for _, reward, _ in row)
+    want = torch.zeros_like(mask)
+    for r, row in enumerate(turns):
+        for positions, reward, _ in row:
+            want[r, positions] = reward - mean
+    assert torch.allclose(advantages, want, atol=1e-6)
