@@ -20,9 +20,12 @@ $(STAMP): pyproject.toml examples/rllm-median-baseline/pyproject.toml
 	$(PY) -m pip install --quiet ./examples/rllm-median-baseline
 	touch $(STAMP)
 
+# phase by phase (conftest.py: --phases), with the elapsed time; pytest's summary line stays the last line
 test: $(STAMP)
+	@echo "make test: phase 1/2, ruff check"
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	@echo "make test: phase 2/2, pytest (tests/, integration_tests/, the example plugin's tests)"
+	$(PY) -m pytest -q --phases
 
 # the whole conformance matrix (estimators x paths x relations, every seed, scale and hostile option value);
 # `make test` runs its fast sample
