@@ -22,9 +22,9 @@ $(STAMP): pyproject.toml examples/rllm-median-baseline/pyproject.toml
 
 # phase by phase (conftest.py: --phases), with the elapsed time; pytest's summary line stays the last line
 test: $(STAMP)
-	@echo "make test: phase 1/2, ruff check"
+	@echo "make test [1/2]: ruff check"
 	$(PY) -m ruff check .
-	@echo "make test: phase 2/2, pytest (tests/, integration_tests/, the example plugin's tests)"
+	@echo "make test [2/2]: pytest over tests/, integration_tests/ and the example plugin's tests, folder by folder"
 	$(PY) -m pytest -q --phases
 
 # the whole conformance matrix (estimators x paths x relations, every seed, scale and hostile option value);
