@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,3 +55,27 @@ def test_the_documented_run_has_the_shape_the_report_prints():
     summary = re.fullmatch(r"summary: (\d+) tests, (\d+) passed, 0 skipped, 0 failed in \d+:\d\d; slowest phases: .+", block[-2])
     assert summary and int(summary.group(1)) == int(summary.group(2)) == sum(sizes), block[-2]
     assert re.fullmatch(rf"{sum(sizes)} passed in [\d.]+s", block[-1]), block[-1]
+
+
+def test_a_long_phase_gets_a_progress_line_each_minute(monkeypatch):
+    spec = importlib.util.spec_from_file_location("phase_report", ROOT / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    written: list[str] = []
+    reporter = SimpleNamespace(_tw=SimpleNamespace(width_of_current_line=0), line=written.append, write_line=written.append)
+    config = SimpleNamespace(pluginmanager=SimpleNamespace(get_plugin=lambda name: reporter))
+    now = [0.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    report = module.PhaseReport(config)
+    ids = ["tests/a/test_x.py::t1", "tests/a/test_x.py::t2", "tests/a/test_x.py::t3", "tests/b/test_y.py::t1"]
+    report.pytest_collection_finish(SimpleNamespace(items=[SimpleNamespace(nodeid=i) for i in ids]))
+    for at, nodeid in zip([0.0, 30.0, 95.0, 200.0], ids, strict=True):
+        now[0] = at
+        report.pytest_runtest_logstart(nodeid, None)
+        report.pytest_runtest_logreport(SimpleNamespace(when="call", outcome="passed"))
+    assert written == [
+        "[   0:00] phase 1/2 tests/a: 3 tests (0/4 done)",
+        "[   1:35] tests/a: 2/4 done",  # 95 s after the last line; none at 30 s
+        "[   3:20] phase 2/2 tests/b: 1 tests (3/4 done)",
+    ]
+    assert report.durations == {"tests/a": 200.0}
