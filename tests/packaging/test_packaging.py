@@ -3,6 +3,7 @@ their contents and metadata, ``twine check``, the wheel in a fresh virtual envir
 
 from __future__ import annotations
 
+import importlib.metadata
 import shutil
 import subprocess
 import sys
@@ -130,6 +131,13 @@ def test_the_wheel_installs_in_a_fresh_venv_and_runs_with_only_its_two_dependenc
 
     done = run(str(venv / "bin" / "rllm-plugins"), "--version")
     assert (done.returncode, done.stdout) == (0, f"rllm-plugins {rllm_plugins.__version__} (verl not installed, TRL not installed)\n"), done.stderr
+    found = {}
+    for distribution in ("verl", "trl"):  # their metadata alone: --version reads it and imports neither
+        found[distribution] = importlib.metadata.version(distribution)
+        info = Path(numpy.__file__).parent.parent / f"{distribution}-{found[distribution]}.dist-info"
+        (deps / info.name).symlink_to(info)
+    done = run(str(venv / "bin" / "rllm-plugins"), "--version")
+    assert done.stdout == f"rllm-plugins {rllm_plugins.__version__} (verl {found['verl']}, TRL {found['trl']})\n", done.stderr
     done = run(str(venv / "bin" / "rllm-plugins"), "check", "grpo")
     assert done.returncode == 0 and "grpo" in done.stdout, done.stdout + done.stderr
     done = run(str(python), "-c", "import rllm_verl")
