@@ -23,7 +23,6 @@ OLD_PATHS = {
     "multi_trajectories": "patches.sessions",
     "rollout_order": "compute.order",
     "multi_objective": "compute.multi_objective",
-    "stateful_call": "compute.stateful",
     "estimator_state": "compute.state",
     "reward_keys": "patches.legacy",
     "v1_batch": "patches.v1",
