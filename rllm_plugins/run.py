@@ -43,7 +43,8 @@ Commit = Callable[[], None]
 
 def takes_keyword(spec: AdvEstimatorSpec, keyword: str) -> bool:
     """Whether the estimator names ``keyword`` as a parameter (of its batched form, else of its list form)."""
-    return keyword in accepted_keywords(spec.batched if spec.batched is not None else spec.fn)[0]  # type: ignore[arg-type]
+    form = spec.batched if spec.batched is not None else spec.fn
+    return keyword in accepted_keywords(form)[0]  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -107,24 +108,25 @@ def _invoke(
     state: EstimatorState | None,
     role: str,
     *,
-    check_options: bool,
-    record_options: bool,
+    check: bool,
+    record: bool,
 ) -> tuple[Any, Commit]:
     """``form(*args, **kwargs)``, with the state of ``(estimator, role)`` when it keeps one; ``(result, commit)``.
 
-    ``state`` None: a stateful estimator starts from nothing and its new state is dropped.
+    ``state`` None: a stateful estimator starts from nothing and its new state is dropped. ``check``: the options
+    are checked against those the state was made with; ``record``: the commit records them.
     """
     spec = call.estimator.spec
     if not call.needs.state:
         return form(*args, **kwargs), _nothing
     recorded = state_options(spec, call.options)
-    if state is not None and check_options:
+    if state is not None and check:
         state.check_options(spec.name, recorded)
     current = state.get(spec.name, role, spec.state_schema) if state is not None else {}
     result, new_state = call_stateful(form, current, call.who, *args, schema=spec.state_schema, **kwargs)
     if state is None:
         return result, _nothing
-    options = {spec.name: recorded} if record_options else None
+    options = {spec.name: recorded} if record else None
     return result, lambda: state.commit({(spec.name, role): new_state}, options)
 
 
@@ -199,7 +201,8 @@ def run_outcome(
         kwargs.update((key, kwargs[key][live]) for key in ("lengths", "task_ids") if key in kwargs)
     kwargs.update(context or {})
     if list_form:
-        result, commit = _invoke(call, _form(call, estimator.list_form), (), kwargs, state, role, check_options=True, record_options=True)
+        listed = _form(call, estimator.list_form)
+        result, commit = _invoke(call, listed, (), kwargs, state, role, check=True, record=True)
         assert callable(wording), "a list form's output is worded group by group"
         advantages = _by_groups(call, result, offsets, wording)
     else:
@@ -207,7 +210,7 @@ def run_outcome(
         form = _form(call, estimator.batched_form)
         if combine is not None:
             form = functools.partial(combine, form)
-        result, commit = _invoke(call, form, (values, offsets), kwargs, state, role, check_options=True, record_options=True)
+        result, commit = _invoke(call, form, (values, offsets), kwargs, state, role, check=True, record=True)
         advantages = as_advantages(result, wording.who or call.who)
         if advantages.size != expected:
             raise ValueError(wording.wrong_size(call, advantages.size, expected))
@@ -243,7 +246,8 @@ def run_steps(
     kwargs = {**call.options, **(context or {})}
     if needs.state:
         kwargs["task_ids"] = task_ids
-    result, commit = _invoke(call, _form(call, call.estimator.batched_form), (batch,), kwargs, state, role, check_options=False, record_options=record_options)
+    form = _form(call, call.estimator.batched_form)
+    result, commit = _invoke(call, form, (batch,), kwargs, state, role, check=False, record=record_options)
     if needs.values:
         advantages, returns = split_step_output(result, True, batch.num_steps, call.who)
     else:
