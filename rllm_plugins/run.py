@@ -238,9 +238,10 @@ def run_steps(
     """Advantages ``(S,)`` float64 of a step-level ``call`` over ``batch``, its returns ``(S,)`` (a value-based
     estimator's, the critic's targets; else None) and its commit.
 
-    The driver built ``batch`` with what ``call.needs`` names. ``context``: rLLM's keywords for the collector's
-    calls (``algorithm_config``, ``traj_groups``). A stateful one (a composite's stateful term) gets ``task_ids``
-    ``(N,)`` and the state ``state`` keeps for ``(name, role)``; ``record_options``: its commit records the options.
+    The driver built ``batch`` with what ``call.needs`` names. ``context``: keywords the driver adds, never recorded
+    with a state (the collector's ``algorithm_config`` and ``traj_groups``, verl's ``gamma`` and ``lam``). A stateful
+    one (a composite's stateful term) gets ``task_ids`` ``(N,)`` and the state ``state`` keeps for ``(name, role)``;
+    ``record_options``: its commit records the options (the collector's; TRL and verl record none on this path).
     """
     needs = call.needs
     kwargs = {**call.options, **(context or {})}
