@@ -185,7 +185,9 @@ def test_a_plugin_offering_only_a_transform_loads_and_its_transform_runs_in_the_
     from rllm_plugins.transforms import get_transform
 
     assert str(get_transform("recentre").provider) == "plugin 'fixture_transform' (distribution rllm-fixture-transform 0.4.0)"
-    groups = [TrajectoryGroup([Trajectory(steps=[Step()], reward=r) for r in rewards], group_id=f"q{k}") for k, rewards in enumerate([[1.0, 0.0, 0.0], [2.0, 5.0]])]
+    groups = [
+        TrajectoryGroup([Trajectory(steps=[Step()], reward=r) for r in rewards], group_id=f"q{k}") for k, rewards in enumerate([[1.0, 0.0, 0.0], [2.0, 5.0]])
+    ]
     config = AlgorithmConfig(estimator="reinforce", advantage_transforms=[{"name": "recentre", "weight": 0.5}])
     collect_reward_and_advantage_from_trajectory_groups(groups, config)
     # reinforce gives the rewards; recentre subtracts half of each group's mean
