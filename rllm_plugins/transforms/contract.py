@@ -60,7 +60,7 @@ def _inputs(level: str, rng: np.random.Generator) -> list[tuple[np.ndarray, dict
 
 def check_transform(name: str, options: Mapping[str, Any] | None = None, seed: int = 0) -> TransformReport:
     """Run the contract rules on transform ``name`` with ``options``; unknown names and options raise ``ValueError``."""
-    (choice,) = resolve_transforms([{"name": name, **(options or {})}], "rllm-plugins check")
+    (choice,) = resolve_transforms([{"name": name, **(options or {})}], "rllm-plugins check", trial=False)
     spec = choice.transform.spec
     named = transform_context(spec)
     report = TransformReport(spec.name)

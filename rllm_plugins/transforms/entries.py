@@ -65,8 +65,8 @@ def trial_context(level: str) -> dict[str, Any]:
     }
 
 
-def resolve_transforms(entries: Any, where: str) -> tuple[SelectedTransform, ...]:
-    """The transforms ``entries`` selects, checked: names known, options known, each tried once on a small input."""
+def resolve_transforms(entries: Any, where: str, *, trial: bool = True) -> tuple[SelectedTransform, ...]:
+    """The transforms ``entries`` selects, checked: names known, options known, each tried once on a small input (``trial``)."""
     if entries is None:
         return ()
     if isinstance(entries, str):
@@ -98,7 +98,8 @@ def resolve_transforms(entries: Any, where: str) -> tuple[SelectedTransform, ...
         seen[transform.spec.name] = seen.get(transform.spec.name, 0) + 1
         label = transform.spec.name if seen[transform.spec.name] == 1 else f"{transform.spec.name}#{seen[transform.spec.name]}"
         choice = SelectedTransform(transform, dict(options), label)
-        _trial(choice, here)
+        if trial:
+            _trial(choice, here)
         selected.append(choice)
     return tuple(selected)
 
@@ -113,7 +114,8 @@ def _trial(choice: SelectedTransform, where: str) -> None:
     try:
         spec.fn(advantages, **choice.options, **{k: v for k, v in context.items() if k in named})
     except (ValueError, TypeError) as e:
-        raise ValueError(f"{where}: advantage transform {spec.name!r} ({choice.transform.provider}) refuses its options {dict(choice.options)}: {e}") from None
+        who = f"advantage transform {spec.name!r} ({choice.transform.provider})"
+        raise ValueError(f"{where}: {who} fails on a small input with the options {dict(choice.options)}: {e}") from None
 
 
 def check_available_context(selected: Sequence[SelectedTransform], available: set[str], where: str, framework: str) -> None:
