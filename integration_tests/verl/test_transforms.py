@@ -79,9 +79,7 @@ def test_verls_own_grpo_then_clip_and_scale_per_row_with_metrics_in_the_legacy_l
     assert out.batch["advantages"].dtype == torch.float32
     metrics = ray_trainer.compute_data_metrics(batch=out, use_critic=False)  # the name the legacy fit loop calls
     assert metrics["rllm/transform/all_groups/scale/min"] == pytest.approx(min(per_row), abs=1e-6)
-    assert metrics["rllm/transform/all_groups/clip/fraction_changed"] == pytest.approx(
-        np.mean([abs(a) > 0.8 for a in verl_grpo_by_hand(REWARDS, UIDS)])
-    )
+    assert metrics["rllm/transform/all_groups/clip/fraction_changed"] == pytest.approx(np.mean([abs(a) > 0.8 for a in verl_grpo_by_hand(REWARDS, UIDS)]))
 
 
 def test_a_group_transform_sees_rows_grouped_by_uid_in_order_of_first_appearance():
