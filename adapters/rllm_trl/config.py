@@ -25,6 +25,7 @@ from rllm_plugins.registry import Estimator, available_estimators, get_estimator
 from rllm_plugins.spec import normalize_name
 from rllm_plugins.trial import trial_run
 from rllm_trl.outcome import role_name, takes_keyword
+from rllm_trl.transforms import check_trl_transforms
 
 __all__ = ["AdvantageSettings", "RLLMGRPOConfig", "advantage_settings", "check_adv_estimator_kwargs", "check_no_per_role_loss", "check_trainer_setup"]
 
@@ -56,6 +57,7 @@ class AdvantageSettings:
     overridden: tuple[str, ...] = ()
     step_level: bool = False  # ``estimator`` gives one advantage per turn (:mod:`rllm_trl.turns`)
     selected: dict[str, Estimator] = field(default_factory=dict, compare=False, repr=False)  # each name above, resolved once
+    transforms: tuple[Any, ...] = field(default=(), compare=False)  # advantage_transforms, resolved (rllm_trl.transforms)
 
     def describe(self) -> str:
         """One line saying which estimator computes the advantages, from which provider, with which settings."""
@@ -73,6 +75,8 @@ class AdvantageSettings:
             parts.append(f"adv_estimator_kwargs={self.estimator_kwargs}")
         if self.trl_settings:
             parts.append(", ".join(f"{key}={value!r}" for key, value in self.trl_settings.items()))
+        if self.transforms:
+            parts.append("then " + ", ".join(f"{c.name}{dict(c.options) if c.options else ''}" for c in self.transforms))
         return "; ".join(parts)
 
 
@@ -117,6 +121,14 @@ class RLLMGRPOConfig(GRPOConfig):
         metadata={
             "help": 'Estimator per role, e.g. `{"judge": "rloo"}`; roles not listed use `adv_estimator`. '
             "Roles come from `role_column` (a dict, or a JSON string on the command line)."
+        },
+    )
+    advantage_transforms: list[Any] | str | None = field(
+        default=None,
+        metadata={
+            "help": 'Advantage transforms applied in order after the estimator, e.g. `["clip", ["scale", {"negative": 0.5}]]` or '
+            '`[{"name": "clip", "max": 2.0}]` (built-ins: `clip`, `scale`, `kl_shaping`; `rllm-plugins transforms` lists them; a JSON '
+            "string on the command line)."
         },
     )
     role_column: str | None = field(
@@ -263,6 +275,7 @@ def advantage_settings(args: Any) -> AdvantageSettings:
             f"{'computes the advantages its' if len(others) == 1 else 'compute the advantages their'} own way; "
             f"set adv_estimator='trl_grpo' to follow scale_rewards{hint}"
         )
+    transforms = check_trl_transforms(getattr(args, "advantage_transforms", None), getattr(args, "beta", 0.0))
     return AdvantageSettings(
         estimator=estimator,
         estimator_map=estimator_map,
@@ -274,6 +287,7 @@ def advantage_settings(args: Any) -> AdvantageSettings:
         overridden=tuple(overridden),
         step_level=step_level,
         selected=selected,
+        transforms=transforms,
     )
 
 

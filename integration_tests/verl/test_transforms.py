@@ -14,11 +14,10 @@ import pytest
 import torch
 
 pytest.importorskip("verl")
+import rllm_verl.plugin  # noqa: F401 - installs the extensions, as verl's entry point does
 from omegaconf import OmegaConf
 from verl import DataProto
 from verl.trainer.ppo import ray_trainer
-
-import rllm_verl.plugin  # noqa: F401 - installs the extensions, as verl's entry point does
 
 WIDTH = 5
 

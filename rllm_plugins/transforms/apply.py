@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +12,14 @@ from ..transform_spec import transform_context
 from .entries import SelectedTransform, resolve_transforms
 
 __all__ = ["apply_transforms", "transform_metrics"]
+
+
+def _defaults(fn: Any) -> set[str]:
+    """The parameters of ``fn`` that have a default."""
+    try:
+        return {p.name for p in inspect.signature(fn).parameters.values() if p.default is not inspect.Parameter.empty}
+    except (TypeError, ValueError):
+        return set()
 
 
 def transform_metrics(before: np.ndarray, after: np.ndarray, prefix: str) -> dict[str, float]:
@@ -65,6 +74,9 @@ def apply_transforms(
         if missing:
             raise ValueError(f"{who} needs {missing}, which this path does not provide")
         given = {k: v for k, v in context.items() if k in named}
+        absent = sorted(named - set(given) - set(_defaults(spec.fn)))
+        if absent:
+            raise ValueError(f"{who} names {absent}, which this path does not provide (it provides: {', '.join(sorted(context))})")
         view = current.view()
         view.flags.writeable = False  # a transform that writes into its input fails here instead of changing it
         try:
