@@ -13,9 +13,12 @@ turn's model tokens (``center="tokens"``, prime-rl's choice), so the shift sums 
 (or tokens). An unscored turn (score None or missing) gets no delta: its progress lands on the next scored turn.
 A trajectory with no scored turn trains on ``A_i`` alone; a task group of one has ``A = 0``.
 
-Where the scores come from: in the core, ``Step.metadata["turn_score"]`` (the collector and the list form with
-``traj_groups``); on the verl and TRL step paths, each turn's reward (verl: ``token_level_rewards`` at the turn's
-end; TRL: the rollout's ``turn_rewards``), a NaN marking an unscored turn.
+Where the scores come from: ``Step.metadata["turn_score"]`` when some step of the role's batch carries that key (the
+collector, and the list form given ``traj_groups``; a step without it, or with None, is unscored); otherwise each turn's
+reward is its score, every turn scored: ``Step.reward`` in the core (with the collector's rule that a trajectory whose
+steps carry no reward has its outcome on its last step), and on the verl and TRL step paths the per-turn rewards
+(verl: ``token_level_rewards`` summed over the turn; TRL: the rollout's ``turn_rewards``), where a NaN marks an
+unscored turn.
 """
 
 from __future__ import annotations
@@ -45,8 +48,11 @@ def check_turn_credit_options(options: Mapping[str, Any]) -> None:
         raise ValueError(f"estimator 'turn_credit': beta (the weight of the turn credit) must be a finite number, got {describe(options['beta'])}")
 
 
-def _scores_from_groups(traj_groups: Sequence[Any], size: int) -> np.ndarray:
-    """``(S,)`` float64 of ``Step.metadata["turn_score"]`` in step order, NaN where None or missing."""
+def _scores_from_groups(traj_groups: Sequence[Any], size: int) -> np.ndarray | None:
+    """``(S,)`` float64 of ``Step.metadata["turn_score"]`` in step order, NaN where None or missing; None when no step has the key."""
+    steps = (step for group in traj_groups for traj in group.trajectories for step in traj.steps)
+    if not any(isinstance(step.metadata, Mapping) and SCORE_KEY in step.metadata for step in steps):
+        return None
     out = np.full(size, np.nan)
     s = 0
     for g, group in enumerate(traj_groups):
@@ -97,7 +103,9 @@ def turn_credit(
     """Turn credit: the group-relative level of outcome plus net progress, plus ``beta`` times each turn's centred credit; ``(S,)``."""
     check_turn_credit_options({"gamma": gamma, "beta": beta, "center": center})
     steps = batch.num_steps
-    scores = _scores_from_groups(traj_groups, steps) if traj_groups is not None else np.array(batch.step_rewards, dtype=np.float64)
+    scores = _scores_from_groups(traj_groups, steps) if traj_groups is not None else None
+    if scores is None:  # no step carries a turn score: the step rewards are the scores (every turn scored)
+        scores = np.array(batch.step_rewards, dtype=np.float64)
     progress = turn_deltas(scores, batch.step_offsets)
     credit = smear(progress, batch.step_offsets, float(gamma))
     sizes = np.diff(batch.step_offsets)

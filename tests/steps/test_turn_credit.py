@@ -86,6 +86,8 @@ def test_equals_prime_rl_on_random_traces():
         gamma = rng.choice([1.0, 0.0, 0.5, 0.9, rng.uniform(0, 1)])
         beta = rng.choice([0.0, 1.0, rng.uniform(0, 3)])
         groups = [random_group(rng) for _ in range(rng.randint(1, 4))]
+        if all(s is None or all(v is None for v in s) for _, scores, _ in groups for s in scores):  # a batch without any score reads
+            groups[0][1][0] = [0.0] + [None] * (len(groups[0][2][0]) - 1)  # the step rewards instead (tested below): give one score
         config = AlgorithmConfig(estimator="turn_credit", estimator_kwargs={"gamma": gamma, "beta": beta, "center": "tokens"})
         built = [as_group(*g, f"t{case}_{k}") for k, g in enumerate(groups)]
         collect_reward_and_advantage_from_trajectory_groups(built, config)
@@ -115,6 +117,20 @@ def test_center_turns_is_the_unweighted_mean_and_zero_sum_per_trajectory():
         expected = [ret - mean + 2.0 * (c - cbar) for c in credits]
         assert [s.advantage for s in traj.steps] == pytest.approx(expected, abs=1e-12)
         assert sum(s.advantage for s in traj.steps) / len(traj.steps) == pytest.approx(ret - mean, abs=1e-12)
+
+
+def test_without_any_turn_score_in_the_batch_the_step_rewards_are_the_scores():
+    group = TrajectoryGroup(
+        [
+            Trajectory(steps=[Step(reward=0.2), Step(reward=0.2), Step(reward=0.7)], reward=1.0),
+            Trajectory(steps=[Step(reward=0.1), Step(reward=0.0)], reward=0.0),
+        ],
+        group_id="q:agent",
+    )
+    collect_reward_and_advantage_from_trajectory_groups([group], AlgorithmConfig(estimator="turn_credit", estimator_kwargs={"gamma": 1.0}))
+    expected = peer_group([1.0, 0.0], [[0.2, 0.2, 0.7], [0.1, 0.0]], [[1, 1, 1], [1, 1]], 1.0, 1.0)
+    for traj, want in zip(group.trajectories, expected, strict=True):
+        assert [s.advantage for s in traj.steps] == pytest.approx(want, abs=1e-12)
 
 
 def test_list_form_reads_the_scores_from_traj_groups():
