@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -81,7 +82,7 @@ def as_group(rewards, scores, tokens, gid):
 
 def test_equals_prime_rl_on_random_traces():
     rng = random.Random(3282)
-    cases, worst = 0, 0.0
+    cases, worst, trajectories, turns = 0, 0.0, 0, 0
     for case in range(400):
         gamma = rng.choice([1.0, 0.0, 0.5, 0.9, rng.uniform(0, 1)])
         beta = rng.choice([0.0, 1.0, rng.uniform(0, 3)])
@@ -97,8 +98,14 @@ def test_equals_prime_rl_on_random_traces():
             for e, g in zip(expected, got, strict=True):
                 np.testing.assert_allclose(g, e, rtol=0, atol=1e-12)
                 worst = max(worst, float(np.max(np.abs(np.subtract(g, e)))))
+                trajectories, turns = trajectories + 1, turns + len(e)
             cases += 1
-    assert cases >= 1000 and worst <= 1e-12
+    # the numbers docs/turn_level.md quotes
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "turn_level.md").read_text()
+    quoted = re.search(r"equals it on ([\d,]+) random task\s+groups \(([\d,]+) trajectories, ([\d,]+) turns;.*?to ([\d.e-]+)\.", doc, re.S)
+    assert quoted is not None
+    assert [int(x.replace(",", "")) for x in quoted.groups()[:3]] == [cases, trajectories, turns]
+    assert worst <= float(quoted.group(4)) < 1e-15
 
 
 def test_center_turns_is_the_unweighted_mean_and_zero_sum_per_trajectory():
