@@ -306,25 +306,18 @@ def _transformed(
     traj_offsets = offsets_from_sizes([a.size for a in arrays])
     group_sizes = [sum(a.size for a in traj_arrays) for traj_arrays in per_traj]
     flat = np.concatenate(arrays) if arrays else np.zeros(0)
+    units = [traj.steps for _, traj in trajectories] if rewards is not None else [[step] for _, traj in trajectories for step in traj.steps]
     if rewards is None:  # step level: per step
         unit_rewards = np.array([float(step.reward or 0.0) for _, traj in trajectories for step in traj.steps], dtype=np.float64)
-        lengths = np.array([len(step.response_ids) for _, traj in trajectories for step in traj.steps], dtype=np.float64)
         turn_index = np.concatenate([np.arange(a.size) for a in arrays]) if arrays else np.zeros(0, dtype=np.int64)
     else:
         unit_rewards = np.concatenate(rewards) if rewards else np.zeros(0)
-        lengths = np.array([sum(len(step.response_ids) for step in traj.steps) for _, traj in trajectories], dtype=np.float64)
         turn_index = np.zeros(flat.size, dtype=np.int64)
-    out, metrics = apply_transforms(
-        flat,
-        config.transforms,
-        role=role,
-        where="AlgorithmConfig.advantage_transforms",
-        offsets=offsets_from_sizes(group_sizes),
-        rewards=unit_rewards,
-        lengths=lengths,
-        turn_index=turn_index,
-        traj_offsets=traj_offsets,
-    )
+    lengths = np.array([sum(len(step.response_ids) for step in steps) for steps in units], dtype=np.float64)
+    context = {"offsets": offsets_from_sizes(group_sizes), "rewards": unit_rewards, "lengths": lengths, "turn_index": turn_index, "traj_offsets": traj_offsets}
+    if all(len(step.logprobs) == len(step.response_ids) for steps in units for step in steps) and lengths.all():  # Step.logprobs: every token's
+        context["mean_logprobs"] = np.array([sum(sum(step.logprobs) for step in steps) for steps in units], dtype=np.float64) / lengths
+    out, metrics = apply_transforms(flat, config.transforms, role=role, where="AlgorithmConfig.advantage_transforms", **context)
     pieces = np.split(out, traj_offsets[1:-1])
     bounds = np.cumsum([0, *(len(traj_arrays) for traj_arrays in per_traj)])
     return [pieces[a:b] for a, b in itertools.pairwise(bounds.tolist())], metrics

@@ -26,6 +26,7 @@ CONTEXT_KEYWORDS: Mapping[str, str] = {
     "offsets": "int64 (G+1,): group g holds units offsets[g]:offsets[g+1] (sequence level: trajectories or steps of one task group)",
     "rewards": "float64 (N,): each unit's reward (the trajectory's reward; a step's own reward at the step level)",
     "lengths": "float64 (N,): each unit's number of response tokens",
+    "mean_logprobs": "float64 (N,): each unit's mean log-probability of its response tokens under the rollout policy, where the framework has it",
     "turn_index": "int64 (N,): each step's index within its trajectory (step level; 0 for outcome level)",
     "traj_offsets": "int64 (M+1,): trajectory m holds units traj_offsets[m]:traj_offsets[m+1] (steps; at the outcome level one each)",
     "mask": "(B, T) 0/1: the model's tokens (token level)",

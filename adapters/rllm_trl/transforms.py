@@ -18,18 +18,22 @@ from typing import Any
 import numpy as np
 
 from rllm_plugins.segments import offsets_from_sizes
-from rllm_plugins.transforms import SelectedTransform, apply_transforms, resolve_transforms
+from rllm_plugins.transforms import SelectedTransform, apply_transforms, check_available_context, resolve_transforms
 
 __all__ = ["check_trl_transforms", "split_chain", "transform_outcome", "transform_steps", "transform_tokens"]
 
 WHERE = "RLLMGRPOConfig.advantage_transforms"
+SEQUENCE_CONTEXT = {"offsets", "rewards", "lengths", "turn_index", "traj_offsets", "role"}  # lengths: on the outcome path
+TOKEN_CONTEXT = {"mask", "logprobs", "ref_logprobs", "role"}
 
 
 def check_trl_transforms(entries: Any, beta: float) -> tuple[SelectedTransform, ...]:
     """Resolve ``advantage_transforms`` at config time; refuse what TRL cannot run (a token-level transform without a reference
     model, a transform that needs one value per completion after a token-level one)."""
     selected = resolve_transforms(entries, WHERE)
-    _, token_part = split_chain(selected)
+    sequence_part, token_part = split_chain(selected)
+    check_available_context(sequence_part, SEQUENCE_CONTEXT, WHERE, "TRL (on the gathered completions or turns)")
+    check_available_context(token_part, TOKEN_CONTEXT, WHERE, "TRL (on this process's rows)")
     if token_part and not beta:
         first = token_part[0]
         raise ValueError(

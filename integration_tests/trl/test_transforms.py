@@ -97,3 +97,10 @@ def test_bad_entries_fail_when_the_config_is_built(make_config, tmp_path):
     message = "advantage transform 'scale' (rllm-plugins (built-in)) has no option(s) ['pos']; its options: positive, negative"
     with pytest.raises(ValueError, match=re.escape(message)):
         make_config(tmp_path, RLLMGRPOConfig, advantage_transforms='[{"name": "scale", "pos": 2}]')
+
+
+def test_codapo_is_refused_at_config_time_naming_what_trl_lacks(make_config, tmp_path):
+    from rllm_trl import RLLMGRPOConfig
+
+    with pytest.raises(ValueError, match=re.escape("RLLMGRPOConfig.advantage_transforms: advantage transform 'codapo' needs ['mean_logprobs'], which TRL")):
+        make_config(tmp_path, RLLMGRPOConfig, advantage_transforms=["codapo"])

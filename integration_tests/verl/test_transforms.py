@@ -146,3 +146,21 @@ def test_without_transforms_verls_numbers_are_untouched():
     mask = plain.batch["response_mask"].numpy()
     np.testing.assert_allclose(plain.batch["advantages"].numpy(), np.array(verl_grpo_by_hand(REWARDS, UIDS))[:, None] * mask, rtol=0, atol=1e-6)
     assert "rllm_transform_metrics" not in plain.meta_info
+
+
+def test_codapo_after_verls_grpo_reads_the_rows_old_log_probs():
+    data = batch(REWARDS, LENGTHS, UIDS, log_probs=True)
+    logp = data.batch["old_log_probs"].double().numpy()
+    out = ray_trainer.compute_advantage(data, "grpo", config=algorithm([{"name": "codapo", "weight_offset": 0.1}]))
+    grpo = verl_grpo_by_hand(REWARDS, UIDS)
+    rows = defaultdict(list)
+    for i, u in enumerate(UIDS):
+        rows[u].append(i)
+    want = [0.0] * len(REWARDS)
+    for members in rows.values():
+        accuracy = sum(REWARDS[i] == 1.0 for i in members) / len(members)
+        confidence = math.exp(sum(logp[i, : LENGTHS[i]].mean() for i in members) / len(members))
+        for i in members:
+            want[i] = grpo[i] * (confidence * 4 * accuracy * (1 - accuracy) + 0.1)
+    mask = out.batch["response_mask"].numpy()
+    np.testing.assert_allclose(out.batch["advantages"].numpy(), np.array(want)[:, None] * mask, rtol=0, atol=1e-6)

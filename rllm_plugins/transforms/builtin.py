@@ -7,12 +7,19 @@ from collections.abc import Iterable
 from ..discovery.hookspecs import hookimpl
 from ..transform_spec import TransformSpec
 from .clip import clip
+from .codapo import codapo
 from .kl_shaping import kl_shaping
 from .scale import scale
 
 BUILTIN_TRANSFORMS = (
     TransformSpec("clip", clip, "advantages limited to [min, max] (NeMo-RL's advantage clipping)", elementwise=True),
     TransformSpec("scale", scale, "positive advantages times `positive`, negative ones times `negative`", elementwise=True),
+    TransformSpec(
+        "codapo",
+        codapo,
+        "each question's advantages times its CoDaValue (confidence x 4 accuracy (1 - accuracy)) plus weight_offset (CoDaPO, verl #7497)",
+        requires=("offsets", "rewards", "mean_logprobs"),
+    ),
     TransformSpec(
         "kl_shaping",
         kl_shaping,

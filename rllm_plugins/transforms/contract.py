@@ -54,6 +54,7 @@ def _inputs(level: str, rng: np.random.Generator) -> list[tuple[np.ndarray, dict
         n = sum(sizes)
         context = {**trial_context("sequence"), "offsets": np.cumsum([0, *sizes]), "rewards": rng.random(n)}
         context.update(lengths=rng.integers(1, 9, n).astype(np.float64), turn_index=np.zeros(n, dtype=np.int64), traj_offsets=np.arange(n + 1))
+        context["mean_logprobs"] = -rng.random(n) * 2
         out.append((rng.normal(size=n) * 2, context))
     return out
 

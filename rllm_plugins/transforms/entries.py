@@ -59,6 +59,7 @@ def trial_context(level: str) -> dict[str, Any]:
         "offsets": np.array([0, 2, 4]),
         "rewards": np.array([1.0, 0.0, 0.5, 0.25]),
         "lengths": np.array([3.0, 5.0, 2.0, 4.0]),
+        "mean_logprobs": np.array([-0.5, -1.0, -0.25, -2.0]),
         "turn_index": np.zeros(4, dtype=np.int64),
         "traj_offsets": np.arange(5),
         "role": "all_groups",

@@ -235,7 +235,7 @@ def test_a_transform_returning_a_wrong_shape_or_nan_is_named():
 
 
 @pytest.mark.parametrize(
-    ("name", "options"), [("clip", {"min": -1.0, "max": 1.0}), ("scale", {"positive": 0.5, "negative": 2.0}), ("kl_shaping", {"coef": 0.1})]
+    ("name", "options"), [("clip", {"min": -1.0, "max": 1.0}), ("scale", {"positive": 0.5, "negative": 2.0}), ("kl_shaping", {"coef": 0.1}), ("codapo", {})]
 )
 def test_the_built_ins_pass_their_contract(name, options):
     report = check_transform(name, options)
@@ -260,3 +260,37 @@ def test_the_contract_catches_a_transform_that_writes_into_its_input_and_one_tha
     finally:
         unregister_advantage_transform("test_mutates")
         unregister_advantage_transform("test_not_elementwise")
+
+
+def plain_codapo(advantages_by_group, rewards_by_group, mean_logprobs_by_group, offset, correct=1.0):
+    """CoDaPO's CoDaWeighting (verl #7497): v = exp(mean of the responses' mean log-probs) * 4 a (1 - a), a the share correct."""
+    out = []
+    for advantages, rewards, means in zip(advantages_by_group, rewards_by_group, mean_logprobs_by_group, strict=True):
+        a = sum(abs(r - correct) <= 1e-6 for r in rewards) / len(rewards)
+        v = math.exp(sum(means) / len(means)) * 4 * a * (1 - a)
+        out.append([x * (v + offset) for x in advantages])
+    return out
+
+
+def test_codapo_reweights_each_question_by_its_codavalue_from_the_steps_log_probs():
+    rewards = [[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0], [0.0, 1.0, 0.5]]
+    logprobs = [[[-0.2, -0.4], [-1.0, -0.5]], [[-0.1, -0.3], [-0.2, -0.2]], [[-2.0, -1.0], [-0.5, -0.5]]]  # two tokens per step, two steps
+    groups = [
+        TrajectoryGroup(
+            [Trajectory(steps=[Step(response_ids=[1, 2], logprobs=lp) for lp in logprobs[(g + t) % 3]], reward=r) for t, r in enumerate(rs)],
+            group_id=f"q{g}",
+        )
+        for g, rs in enumerate(rewards)
+    ]
+    config = AlgorithmConfig(estimator="grpo", advantage_transforms=[{"name": "codapo", "weight_offset": 0.2}])
+    collect_reward_and_advantage_from_trajectory_groups(groups, config)
+    means = [[sum(sum(lp) for lp in logprobs[(g + t) % 3]) / 4 for t in range(len(rs))] for g, rs in enumerate(rewards)]
+    expected = plain_codapo([grpo(rs) for rs in rewards], rewards, means, 0.2)
+    for group, want in zip(groups, expected, strict=True):
+        assert [t.steps[0].advantage for t in group.trajectories] == pytest.approx(want, abs=1e-12)
+
+
+def test_codapo_without_log_probs_in_the_steps_says_what_is_missing():
+    config = AlgorithmConfig(estimator="grpo", advantage_transforms=["codapo"])
+    with pytest.raises(ValueError, match=r"advantage transform 'codapo' .* needs \['mean_logprobs'\], which this path does not provide"):
+        collect_reward_and_advantage_from_trajectory_groups(groups_of([1.0, 0.0]), config)

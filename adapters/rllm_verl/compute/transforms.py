@@ -97,6 +97,8 @@ def transform_advantages(data: Any, selected: tuple[SelectedTransform, ...]) -> 
                 order, offsets = _row_groups(uids)
                 rewards = _numpy(batch["token_level_rewards"]).sum(axis=1) if "token_level_rewards" in batch.keys() else np.zeros(len(per_row))  # noqa: SIM118
                 row_context = {"offsets": offsets, "rewards": rewards[order], "lengths": tokens[order].astype(np.float64)}
+                if "logprobs" in token_context:  # each row's mean log-prob of its tokens under the rollout policy (old_log_probs)
+                    row_context["mean_logprobs"] = ((token_context["logprobs"] * mask).sum(axis=1) / np.maximum(tokens, 1))[order]
                 row_context.update(turn_index=np.zeros(len(per_row), dtype=np.int64), traj_offsets=np.arange(len(per_row) + 1))
             assert order is not None
             out, step_metrics = apply_transforms(per_row[order], (choice,), where=WHERE, **row_context)
