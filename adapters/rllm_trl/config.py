@@ -163,6 +163,7 @@ class RLLMGRPOConfig(GRPOConfig):
             "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo,
             "estimator_kwargs": kwargs,
             "multi_objective_aggregation": self.multi_objective_aggregation,
+            "advantage_transforms": [{"name": c.name, **c.options} for c in settings.transforms],
         }
         return check_no_per_role_loss(build_algorithm_config(node, self.adv_estimator_map))
 
