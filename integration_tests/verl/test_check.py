@@ -132,3 +132,20 @@ def test_advantage_transforms_are_checked_before_launch_for_any_estimator():
     assert bad.errors == [
         "algorithm.rllm_advantage_transforms[0]: advantage transform 'clip' (rllm-plugins (built-in)) has no option(s) ['maximum']; its options: min, max"
     ]
+
+
+def test_advantage_transforms_with_the_extension_that_runs_them_off_fail_before_launch(monkeypatch):
+    from rllm_verl.extension import install
+    from rllm_verl.patches.legacy import REWARD_KEYS
+
+    monkeypatch.setenv("RLLM_PLUGINS_VERL_REWARD_KEYS", "0")
+    try:
+        report = verl_check(["algorithm.adv_estimator=grpo", "+algorithm.rllm_advantage_transforms=[{name:clip,max:1.0}]"])
+    finally:
+        monkeypatch.delenv("RLLM_PLUGINS_VERL_REWARD_KEYS")
+        install(REWARD_KEYS)
+    assert not report.ok
+    assert report.errors == [
+        "algorithm.rllm_advantage_transforms is set, but the extension of ray_trainer.compute_advantage that runs them is "
+        "off (RLLM_PLUGINS_VERL_REWARD_KEYS=0); unset RLLM_PLUGINS_VERL_REWARD_KEYS or drop the transforms"
+    ]
