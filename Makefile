@@ -1,4 +1,5 @@
-# The README's two commands: `make demo` (the main job) and `make test` (the whole suite); `make conformance` the full matrix.
+# The README's two commands: `make demo` (the main job) and `make test` (the whole suite); `make conformance` the full matrix,
+# `make docs` the documentation site (strict: a broken link fails it).
 # Each creates .venv and installs what it needs; re-runs reuse it while pyproject.toml is unchanged.
 PYTHON ?= python3
 VENV := .venv
@@ -7,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install test conformance demo bench lint clean
+.PHONY: install test conformance demo bench lint docs clean
 
 install: $(STAMP)
 
@@ -19,9 +20,12 @@ $(STAMP): pyproject.toml examples/rllm-median-baseline/pyproject.toml
 	$(PY) -m pip install --quiet ./examples/rllm-median-baseline
 	touch $(STAMP)
 
+# phase by phase (conftest.py: --phases), with the elapsed time; pytest's summary line stays the last line
 test: $(STAMP)
+	@echo "make test [1/2]: ruff check"
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	@echo "make test [2/2]: pytest over tests/, integration_tests/ and the example plugin's tests, folder by folder"
+	$(PY) -m pytest -q --phases
 
 # the whole conformance matrix (estimators x paths x relations, every seed, scale and hostile option value);
 # `make test` runs its fast sample
@@ -34,12 +38,15 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks.run $(ARGS)
 
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict --quiet
+
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
 # everything a build, an install or a test run leaves in the tree (the example plugin's and the fixtures' too)
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .hypothesis demo_output outputs
+	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .ruff_cache .hypothesis demo_output outputs
 	rm -rf examples/*/build examples/*/dist examples/*/*.egg-info tests/plugins/fixtures/*/build tests/plugins/fixtures/*/*.egg-info tests/plugins/mistakes/*/build tests/plugins/mistakes/*/*.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -39,6 +39,7 @@ EXIT_OK, EXIT_FAILURE = 0, 1
 EXIT_BROKEN_PIPE = 128 + 13  # as if killed by SIGPIPE, like other command-line tools
 COMMAND_GROUP = "rllm_plugins.commands"
 BUILTIN_COMMANDS = ("estimators", "transforms", "plugins", "check")
+FRAMEWORKS = (("verl", "verl"), ("TRL", "trl"))  # (name shown, distribution) of the frameworks --version reports
 UNUSABLE_STATUSES = ("error", "conflict", "misplaced")
 
 
@@ -314,13 +315,24 @@ def _run_contributed(command: ContributedCommand, argv: list[str]) -> int:
     return int(run(argv) or 0)
 
 
+def version_line() -> str:
+    """``rllm-plugins 0.1.0 (verl 0.9.1, TRL 1.16.0)``: this distribution and the frameworks installed beside it (none imported)."""
+    found = []
+    for shown, distribution in FRAMEWORKS:
+        try:
+            found.append(f"{shown} {metadata.version(distribution)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{shown} not installed")
+    return f"rllm-plugins {__version__} ({', '.join(found)})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``rllm-plugins``: the built-in commands and every contributed one."""
     contributed = contributed_commands()
     shadowed = [c for name, c in sorted(contributed.items()) if name in BUILTIN_COMMANDS]
     epilog = "".join(f"ignored: the command {c.name!r} of {c.origins}, a built-in command's name. " for c in shadowed) or None
     parser = argparse.ArgumentParser(prog="rllm-plugins", description="Inspect and check rLLM-native advantage estimators and their plugins.", epilog=epilog)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action="version", version=version_line(), help="show the version, and the verl and TRL versions found, and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name: str, run: Callable[[argparse.Namespace], int], help_text: str, **kwargs: Any) -> argparse.ArgumentParser:

@@ -29,4 +29,10 @@ def require_extra(who: str, extras: str | Sequence[str], modules: Sequence[str])
     missing = missing_modules(modules)
     if missing:
         install = " or ".join(f'pip install "rllm-plugins[{extra}]"' for extra in ([extras] if isinstance(extras, str) else extras))
-        raise ModuleNotFoundError(f"{who} needs {', '.join(modules)}, and {', '.join(missing)} is not installed. Install: {install}", name=missing[0])
+        verb = "is" if len(missing) == 1 else "are"
+        raise ModuleNotFoundError(f"{who} needs {_listed(modules)}, and {_listed(missing)} {verb} not installed. Install: {install}", name=missing[0])
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join([", ".join(names[:-1]), names[-1]]) if len(names) > 1 else names[0]

@@ -5,8 +5,13 @@ Swap ``GRPOConfig``/``GRPOTrainer`` for :class:`RLLMGRPOConfig`/:class:`RLLMGRPO
 """
 
 from rllm_plugins.extras import require_extra
+from rllm_plugins.moved import keep_old_paths
 
 require_extra("rllm_trl", "trl", ["trl", "torch"])
+
+# import paths of the modules before they were grouped by role (docs/architecture.md)
+OLD_PATHS = {"advantages": "outcome", "turn_advantages": "turns", "trajectories": "groups", "estimator_state": "state", "rollout_checks": "rollouts"}
+keep_old_paths(__name__, OLD_PATHS)
 
 from rllm_trl.config import AdvantageSettings, RLLMGRPOConfig, advantage_settings, check_trainer_setup
 from rllm_trl.groups import advantages_from_trajectory_groups, compute_advantages_via_groups, to_trajectory_groups

@@ -10,8 +10,31 @@ import importlib
 from typing import Any
 
 from rllm_plugins.extras import require_extra
+from rllm_plugins.moved import keep_old_paths
 
 require_extra("rllm_verl", "verl", ["verl", "torch"])
+
+# import paths of the modules before they were grouped by role (docs/architecture.md)
+OLD_PATHS = {
+    "verl_plugin": "plugin",
+    "bridge": "compute.outcome",
+    "step_bridge": "compute.steps",
+    "sessions": "compute.sessions",
+    "multi_trajectories": "patches.sessions",
+    "rollout_order": "compute.order",
+    "multi_objective": "compute.multi_objective",
+    "stateful_call": "compute.stateful",
+    "estimator_state": "compute.state",
+    "reward_keys": "patches.legacy",
+    "v1_batch": "patches.v1",
+    "dataproto": "groups",
+    "algorithm": "algorithm_config",
+    "check": "tools.check",
+    "agent_loop_check": "tools.agent_loop",
+    "rehearse": "tools.rehearse",
+    "conformance_v1": "conformance.v1",
+}
+keep_old_paths(__name__, OLD_PATHS)
 
 _EXPORTS = {
     "verl_algorithm_config": "algorithm_config",

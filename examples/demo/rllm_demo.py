@@ -41,6 +41,8 @@ Every response token of a row gets the row's advantage (padding gets 0). docs/se
 
 
 MULTI_TURN_ESTIMATORS = ("gigpo", "grpo")
+TRL_TITLE = "== TRL: RLLMGRPOTrainer, adv_estimator=<name> =="
+VERL_TITLE = "== verl: compute_advantage(data, adv_estimator=<name>) on one DataProto =="
 MULTI_TURN_TITLE = "== TRL multi-turn: rollout_func episodes of 3 turns, aliased observations, same weights and prompts =="
 MULTI_TURN_NOTE = """\
 gigpo (gamma 0.9, step_advantage_w 1.0) gives each turn its own advantage: the episode's GRPO advantage plus
@@ -110,18 +112,18 @@ def main(argv: Sequence[str] | None = None) -> int | str:
     results = []
     for name in args.estimators:
         results.append(train_with_estimator(name, args.steps, args.seed))
-    training = training_table(results)
+    sections = [f"{TRL_TITLE}\n{training_table(results)}"]  # each table under its title, printed and in summary.txt
     multi_turn = [train_multi_turn(name, args.multi_turn_steps, args.seed) for name in MULTI_TURN_ESTIMATORS] if args.multi_turn_steps else []
     plot = plot_reward_curves(results, args.output_dir / "reward_curves.png", multi_turn)
-    print(f"\n== TRL: RLLMGRPOTrainer, adv_estimator=<name> ==\n{training}\nreward curves: {plot}\n")
+    print(f"\n{sections[-1]}\nreward curves: {plot}\n")
     if multi_turn:
-        training += f"\n\n{MULTI_TURN_TITLE}\n{training_table(multi_turn, unit='turns (gigpo) or episodes (grpo)')}\n{MULTI_TURN_NOTE}"
-        print(f"{MULTI_TURN_TITLE}\n{training_table(multi_turn, unit='turns (gigpo) or episodes (grpo)')}\n{MULTI_TURN_NOTE}\n")
+        sections.append(f"{MULTI_TURN_TITLE}\n{training_table(multi_turn, unit='turns (gigpo) or episodes (grpo)')}\n{MULTI_TURN_NOTE}")
+        print(f"{sections[-1]}\n")
 
-    comparison = comparison_table(compare_with_verl())
-    print(f"== verl: compute_advantage(data, adv_estimator=<name>) on one DataProto ==\n{comparison}\n\n{SEMANTICS}\n")
+    sections.append(f"{VERL_TITLE}\n{comparison_table(compare_with_verl())}")
+    print(f"{sections[-1]}\n\n{SEMANTICS}\n")
 
-    (args.output_dir / "summary.txt").write_text(f"{training}\n\n{comparison}\n\n{SEMANTICS}\n")
+    (args.output_dir / "summary.txt").write_text("\n\n".join([*sections, SEMANTICS]) + "\n")
     print(f"summary: {args.output_dir / 'summary.txt'}; total {time.perf_counter() - start:.0f} s")
     return 0
 

@@ -272,7 +272,7 @@ def test_the_single_turn_warning_names_what_the_run_has_and_what_gigpo_computes(
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/trl.md", "docs/turn_level.md"])
+@pytest.mark.parametrize("page", ["docs/reliability.md", "docs/trl.md", "docs/turn_level.md"])
 def test_every_near_miss_a_page_names_is_refused_and_every_far_key_passes(page):
     from rllm_trl.rollout_keys import CUTOFF, STEP_LEVEL_KEYS, TRL_KEYS
 

@@ -1,9 +1,9 @@
-"""The running-baseline numbers in docs/benchmarks.md, docs/running_baselines.md and the README are the benchmark's tables.
+"""The running-baseline numbers in docs/benchmarks.md and docs/running_baselines.md are the benchmark's tables.
 
 Timings cannot be re-measured in a test, so what is checked is what can be wrong by hand: the tables have the
 benchmark's titles, columns and row labels (its full-run sizes), each ratio is the quotient of the times in its
-row, each verdict follows from its number and target, and the README and docs/running_baselines.md quote the
-numbers of docs/benchmarks.md.
+row, each verdict follows from its number and target, and the summary table of docs/benchmarks.md (At a glance) and
+docs/running_baselines.md quote the numbers of its section 7.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from benchmarks import running_baseline
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = (ROOT / "docs" / "benchmarks.md").read_text()
 SECTION = BENCHMARKS.split("## 7. Running baseline", 1)[1].split("\n## ", 1)[0]
-DASH = "\u2013"  # the README's range dash
+DASH = "\u2013"  # the summary table's range dash
 UNITS = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}
 
 
@@ -77,15 +77,15 @@ def test_the_verdicts_follow_from_the_numbers(report):
     assert f"{growth:.3g}x (target <= {running_baseline.TARGET_STATE_SIZE}x) — {verdict[growth <= running_baseline.TARGET_STATE_SIZE]}" in SECTION
 
 
-def test_the_readme_and_the_running_baselines_page_quote_these_numbers(report):
-    readme = (ROOT / "README.md").read_text()
+def test_the_summary_table_and_the_running_baselines_page_quote_these_numbers(report):
+    glance = BENCHMARKS.split("## At a glance\n", 1)[1].split("\n## ", 1)[0]
     loop = table(SECTION, report.tables[0].title)
     role = [r[4] for r in loop if r[0] == "role"]
     task = [r[4] for r in loop if r[0] == "task"]
     growth = table(SECTION, report.tables[1].title)[-1][2]
-    line = next(line for line in readme.splitlines() if line.startswith("| running baseline: `rae` vs prime-rl"))
+    line = next(line for line in glance.splitlines() if line.startswith("| running baseline: `rae` vs prime-rl"))
     assert f"role {min(role, key=ratio)}{DASH}{max(role, key=ratio)}; task {min(task, key=ratio)}{DASH}{max(task, key=ratio)}" in line
-    line = next(line for line in readme.splitlines() if line.startswith("| running baseline: a collector call"))
+    line = next(line for line in glance.splitlines() if line.startswith("| running baseline: a collector call"))
     assert f"| {growth} |" in line
     page = (ROOT / "docs" / "running_baselines.md").read_text()
     for bench in report.tables[1:]:

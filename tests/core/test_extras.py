@@ -22,13 +22,13 @@ def import_without(blocked: str, statement: str) -> subprocess.CompletedProcess[
 @pytest.mark.parametrize(
     ("blocked", "module", "message"),
     [
-        ("verl", "rllm_verl", 'rllm_verl needs verl, torch, and verl is not installed. Install: pip install "rllm-plugins[verl]"'),
-        ("torch", "rllm_verl", 'rllm_verl needs verl, torch, and torch is not installed. Install: pip install "rllm-plugins[verl]"'),
-        ("trl", "rllm_trl", 'rllm_trl needs trl, torch, and trl is not installed. Install: pip install "rllm-plugins[trl]"'),
+        ("verl", "rllm_verl", 'rllm_verl needs verl and torch, and verl is not installed. Install: pip install "rllm-plugins[verl]"'),
+        ("torch", "rllm_verl", 'rllm_verl needs verl and torch, and torch is not installed. Install: pip install "rllm-plugins[verl]"'),
+        ("trl", "rllm_trl", 'rllm_trl needs trl and torch, and trl is not installed. Install: pip install "rllm-plugins[trl]"'),
         (
             "transformers",
             "rllm_plugins.tiny",
-            "rllm_plugins.tiny needs torch, transformers, tokenizers, and transformers is not installed. "
+            "rllm_plugins.tiny needs torch, transformers and tokenizers, and transformers is not installed. "
             'Install: pip install "rllm-plugins[trl]" or pip install "rllm-plugins[verl]"',
         ),
     ],

@@ -63,11 +63,17 @@ def test_prints_verl_compute_advantage_side_by_side(demo_run: tuple[subprocess.C
     assert "0+3=" in run.stdout  # the group of one response
 
 
-def test_writes_the_summary(demo_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
-    _, output_dir = demo_run
+def test_writes_the_summary_with_each_table_under_the_title_it_is_printed_with(demo_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    run, output_dir = demo_run
     summary = (output_dir / "summary.txt").read_text()
     assert "median_baseline" in summary
     assert "rloo_vectorized" in summary
+    titles = [line for line in summary.splitlines() if line.startswith("== ")]
+    assert [t.split(":")[0] for t in titles] == ["== TRL", "== TRL multi-turn", "== verl"]
+    assert titles == [line for line in run.stdout.splitlines() if line.startswith("== ")]
+    for title in titles:  # the table under each title is the printed one
+        printed = run.stdout.split(f"{title}\n", 1)[1].split("\n\n", 1)[0].split("\nreward curves: ", 1)[0]
+        assert f"{title}\n{printed}" in summary, title
 
 
 def test_unknown_estimator_fails_before_training(tmp_path: Path) -> None:

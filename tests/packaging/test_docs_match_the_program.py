@@ -25,8 +25,9 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROO
 SCRIPT = Path(sys.executable).parent / "rllm-plugins"
 
 
-def readme_block(heading: str) -> str:
-    return re.search(rf"## {re.escape(heading)}\n.*?```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+def python_block(page: str, heading: str) -> str:
+    """The first Python block after ``## heading`` in ``page``."""
+    return re.search(rf"## {re.escape(heading)}\n.*?```python\n(.*?)```", (ROOT / page).read_text(), re.S).group(1)
 
 
 def rendered_signature(cls: type) -> str:
@@ -39,7 +40,7 @@ def rendered_signature(cls: type) -> str:
 
 def test_every_adv_estimator_spec_signature_in_the_docs_is_the_dataclasss():
     found = {str(page.relative_to(ROOT)): re.findall(r"AdvEstimatorSpec\((name, fn=None.*?)\)`", page.read_text()) for page in PAGES}
-    assert found["README.md"] and found["docs/plugins.md"]
+    assert found["docs/plugins.md"]
     expected = rendered_signature(AdvEstimatorSpec)
     for page, signatures in found.items():
         for signature in signatures:
@@ -67,15 +68,15 @@ def test_every_relative_link_leads_to_a_file_a_folder_with_a_readme_or_a_heading
             assert anchor in {slug(h) for h in headings}, f"{page.name}: {target}: no such heading"
 
 
-def test_help_of_the_package_shows_the_readme_example_and_it_prints_what_it_says():
-    example = readme_block("The core API in 15 lines")
+def test_help_of_the_package_shows_the_core_api_example_and_it_prints_what_it_says():
+    example = python_block("docs/core_api.md", "The core API in 15 lines")
     doc = rllm_plugins.__doc__ or ""
     after = doc[doc.index("::\n") + 3 :].splitlines()
     end = next((i for i, line in enumerate(after) if line.strip() and not line.startswith("    ")), len(after))
     assert textwrap.dedent("\n".join(after[:end])).strip() == example.strip()
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(example, "README example", "exec"), {})
+        exec(compile(example, "docs/core_api.md example", "exec"), {})
     first = out.getvalue().splitlines()[0]
     claimed = re.search(r"# ([-\d.]+):", example).group(1)  # the value the comment says the first print shows
     assert first == claimed
@@ -105,10 +106,10 @@ def test_every_python_snippet_of_the_trl_page_uses_only_names_it_or_the_complete
         assert used <= known | defined_names(tree), f"undefined in a docs/trl.md snippet: {sorted(used - known - defined_names(tree))}\n{block}"
 
 
-def test_the_readme_lists_every_option_of_every_built_in_command():
-    block = re.search(r"## Command line\n\n```\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+def test_the_command_page_lists_every_option_of_every_built_in_command():
+    block = re.search(r"## Command line\n\n```\n(.*?)```", (ROOT / "docs" / "cli.md").read_text(), re.S).group(1)
     commands = build_parser()._subparsers._group_actions[0].choices
-    for name in ("estimators", "plugins", "check"):
+    for name in ("estimators", "transforms", "plugins", "check"):
         line = next(line for line in block.splitlines() if line.startswith(f"rllm-plugins {name} "))
         listed = set(re.findall(r"\[(--[a-z-]+)\]", line.split("  ")[0]))
         options = {o for action in commands[name]._actions for o in action.option_strings if o.startswith("--") and o != "--help"}

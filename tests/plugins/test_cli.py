@@ -237,9 +237,17 @@ def test_a_command_two_distributions_contribute_runs_neither_and_names_both(cli_
     )
 
 
-def test_version_is_the_distributions(cli_env):
+def installed(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def test_version_names_the_distribution_and_the_verl_and_trl_versions_found(cli_env):
     done = run(cli_env, "--version")
-    assert (done.returncode, done.stdout) == (0, f"rllm-plugins {rllm_plugins.__version__}\n")
+    expected = f"rllm-plugins {rllm_plugins.__version__} (verl {installed('verl')}, TRL {installed('trl')})\n"
+    assert (done.returncode, done.stdout) == (0, expected)
     assert rllm_plugins.__version__ == metadata.version("rllm-plugins")
 
 

@@ -80,9 +80,9 @@ def test_every_built_in_named_in_the_table_is_step_level(name):
     assert get_estimator_spec(name).level == "step"
 
 
-def test_the_readme_snippet_gives_one_advantage_per_step_of_the_agent_role():
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    code = readme.split("## Turn-level credit assignment", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+def test_the_core_api_pages_snippet_gives_one_advantage_per_step_of_the_agent_role():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "core_api.md").read_text()
+    code = page.split("## Turn-level credit assignment", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     agent = TrajectoryGroup(
         [
             Trajectory(steps=[Step(reward=0.0, observation="a"), Step(reward=1.0, observation="b")], reward=1.0),
@@ -92,7 +92,7 @@ def test_the_readme_snippet_gives_one_advantage_per_step_of_the_agent_role():
     )
     judge = TrajectoryGroup([Trajectory(steps=[Step(), Step()], reward=1.0), Trajectory(steps=[Step()], reward=0.0)], group_id="t:judge")
     names = {"AlgorithmConfig": AlgorithmConfig, "collect_reward_and_advantage_from_trajectory_groups": collect_reward_and_advantage_from_trajectory_groups}
-    exec(compile(code, "README.md", "exec"), {**names, "groups": [agent, judge]})
+    exec(compile(code, "docs/core_api.md", "exec"), {**names, "groups": [agent, judge]})
     first, second = ([s.advantage for s in t.steps] for t in agent.trajectories)
     a_e, z = 0.5 / (0.5 + 1e-6), 0.45 / (0.45 + 1e-6)  # state a: returns 0.9 (gamma 0.9) and 0
     assert first == [pytest.approx(a_e + z), pytest.approx(a_e)]

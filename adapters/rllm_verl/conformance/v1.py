@@ -14,7 +14,9 @@ per response token: each step's value on its model tokens, 0 elsewhere and on pa
 are read back with the advantages.
 
 The first call starts Ray (3 CPUs) and TransferQueue in this process, kept for later calls; :func:`close` (also run at
-exit) stops what it started.
+exit) stops what it started. TransferQueue warns on every put and get when torch has fewer cores than it asks for
+(``target_num_threads 8 should not exceed ...``), through its own handler and again through the root logger's:
+:func:`log_repeats_once` lets each such message through once.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import atexit
 import copy
 import itertools
+import logging
 from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -34,11 +37,38 @@ from rllm_plugins.testing.matrix.paths import PROMPT
 from rllm_plugins.testing.matrix.samples import MODEL_TOKEN
 from rllm_verl.conformance.legacy import FLOAT32_MAX, critic_values, verl_check_options
 
-__all__ = ["close", "paths", "put_agent_loop_rows"]
+__all__ = ["OncePerMessage", "close", "log_repeats_once", "paths", "put_agent_loop_rows"]
 
 EOS = 2
 _started: dict[str, Any] = {}
 _calls = itertools.count()
+REPEATING_LOGGERS = ("transfer_queue.utils.common",)  # TransferQueue's loggers that warn on every put and get
+
+
+class OncePerMessage(logging.Filter):
+    """Lets the first record of each (logger, level, message) through and drops its repeats."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[str, int, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.levelno, record.getMessage())
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+
+def log_repeats_once(names: tuple[str, ...] = REPEATING_LOGGERS) -> None:
+    """Each message of the loggers ``names`` printed once: a :class:`OncePerMessage` filter, and no second copy
+    through the root logger's handlers when the logger has a handler of its own."""
+    for name in names:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, OncePerMessage) for f in logger.filters):
+            logger.addFilter(OncePerMessage())
+        if logger.handlers:
+            logger.propagate = False
 
 
 def _transfer_queue() -> Any:
@@ -47,6 +77,7 @@ def _transfer_queue() -> Any:
     import transfer_queue as tq
 
     if "tq" not in _started:
+        log_repeats_once()
         atexit.register(close)
         if not ray.is_initialized():
             ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)

@@ -1,4 +1,4 @@
-"""The README's demo table is what ``make demo`` prints with its default settings."""
+"""docs/demo.md's table is what ``make demo`` prints with its default settings."""
 
 from __future__ import annotations
 
@@ -29,18 +29,17 @@ def rows(table: str) -> dict[str, list[float]]:
     return found
 
 
-def readme_table() -> str:
-    """The README's one demo table (single-turn rows, then the multi-turn rows): one outcome, for any x86-64 CPU."""
-    section = (ROOT / "README.md").read_text().split("## The demo\n", 1)[1].split("\n## ", 1)[0]
-    (table,) = re.findall(r"```\n(estimator .*?)```", section, re.S)
+def documented_table() -> str:
+    """docs/demo.md's one demo table (single-turn rows, then the multi-turn rows): one outcome, for any x86-64 CPU."""
+    (table,) = re.findall(r"```\n(estimator .*?)```", (ROOT / "docs" / "demo.md").read_text(), re.S)
     return table
 
 
 MULTI_TURN = "== TRL multi-turn"
 
 
-def test_the_readme_demo_tables_are_what_the_default_demo_prints(tmp_path):
-    single, multi = readme_table().split(MULTI_TURN, 1)
+def test_the_documented_demo_tables_are_what_the_default_demo_prints(tmp_path):
+    single, multi = documented_table().split(MULTI_TURN, 1)
     documented = rows(single)
     documented_multi = rows(multi)
     assert list(documented) == ["grpo", "rloo", "median_baseline"]
@@ -49,8 +48,9 @@ def test_the_readme_demo_tables_are_what_the_default_demo_prints(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     printed_single, printed_rest = done.stdout.split(MULTI_TURN, 1)
-    for table, readme_rows, printed in (("", documented, rows(printed_single)), (" (multi-turn)", documented_multi, rows(printed_rest.split("== verl", 1)[0]))):
-        assert list(printed) == list(readme_rows)
-        for name, numbers in readme_rows.items():
-            for column, readme, actual in zip(COLUMNS, numbers, printed[name], strict=True):
-                assert readme == actual, f"README's demo table{table}, row {name}, {column}: {readme} but make demo prints {actual}; update it"
+    printed_multi = rows(printed_rest.split("== verl", 1)[0])
+    for table, documented_rows, printed in (("", documented, rows(printed_single)), (" (multi-turn)", documented_multi, printed_multi)):
+        assert list(printed) == list(documented_rows)
+        for name, numbers in documented_rows.items():
+            for column, claimed, actual in zip(COLUMNS, numbers, printed[name], strict=True):
+                assert claimed == actual, f"docs/demo.md's demo table{table}, row {name}, {column}: {claimed} but make demo prints {actual}; update it"
