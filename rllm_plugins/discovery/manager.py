@@ -314,7 +314,10 @@ def _check_implements_the_hook(manager: pluggy.PluginManager, plugin: object, mo
     if any(caller.name in HOOKS for caller in callers):
         return
     others = [f"{caller.name} (at {_defined_at(impl.function)})" for caller in callers for impl in caller.get_hookimpls() if impl.plugin is plugin]
-    hint = f"; its @hookimpl {', '.join(others)} is no rllm-plugins hook: the hook is rllm_adv_estimators" if others else ""
+    import difflib  # only on this error path
+
+    meant = difflib.get_close_matches(callers[0].name, HOOKS, n=1, cutoff=0.0)[0] if others else HOOKS[0]
+    hint = f"; its @hookimpl {', '.join(others)} is no rllm-plugins hook: the hook is {meant}" if others else ""
     raise TypeError(f"{module!r} offers no estimators: it has no @hookimpl rllm_adv_estimators() and registers none with @register_rllm_adv_estimator{hint}")
 
 

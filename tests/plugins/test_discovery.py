@@ -193,3 +193,15 @@ def test_a_plugin_offering_only_a_transform_loads_and_its_transform_runs_in_the_
     # reinforce gives the rewards; recentre subtracts half of each group's mean
     assert [t.steps[0].advantage for t in groups[0].trajectories] == pytest.approx([1.0 - 0.5 / 3, -0.5 / 3, -0.5 / 3])
     assert [t.steps[0].advantage for t in groups[1].trajectories] == pytest.approx([2.0 - 1.75, 5.0 - 1.75])
+
+
+@pytest.mark.parametrize(("typo", "meant"), [("rllm_adv_estimator", "rllm_adv_estimators"), ("rllm_advantage_transform", "rllm_advantage_transforms")])
+def test_a_misspelt_hook_is_named_with_the_hook_it_was_meant_to_be(typo, meant):
+    import pluggy
+
+    module = type("Plugin", (), {typo: staticmethod(plugins.hookspecs.hookimpl(lambda: []))})()
+    manager = pluggy.PluginManager(plugins.hookspecs.PROJECT)
+    manager.add_hookspecs(plugins.hookspecs)
+    manager.register(module, name="typo")
+    with pytest.raises(TypeError, match=rf"its @hookimpl {typo} \(at .*\) is no rllm-plugins hook: the hook is {meant}$"):
+        plugins._check_implements_the_hook(manager, module, "typo_module")
