@@ -24,7 +24,9 @@ memory (``rae``) keep a running baseline across calls (:mod:`rllm_plugins.state`
 verl: install ``rllm-plugins[verl]`` and set ``algorithm.adv_estimator=rllm_<name>``. TRL: install
 ``rllm-plugins[trl]`` and use ``rllm_trl.RLLMGRPOConfig(adv_estimator="<name>")`` with
 ``rllm_trl.RLLMGRPOTrainer``. A plugin yields :class:`AdvEstimatorSpec` objects from the hook
-``rllm_adv_estimators`` under the entry-point group ``rllm_plugins``.
+``rllm_adv_estimators`` under the entry-point group ``rllm_plugins``. Advantage transforms (``clip``,
+``scale``, ``kl_shaping`` and plugins' own: hook ``rllm_advantage_transforms``) run after the estimator:
+``AlgorithmConfig(advantage_transforms=["clip", ...])`` (:mod:`rllm_plugins.transforms`).
 """
 
 __version__ = "0.1.0"  # the distribution's version too (pyproject.toml reads it from here)
@@ -53,6 +55,8 @@ from .registry import (
 from .rl_algo import calculate_grpo_advantages_per_group, calculate_rloo_advantages_per_group
 from .spec import AdvEstimatorSpec
 from .state.store import EstimatorState
+from .transform_spec import TransformSpec
+from .transforms import apply_transforms, available_transforms, register_advantage_transform
 from .types import Step, Trajectory, TrajectoryGroup
 
 __all__ = [
@@ -65,8 +69,11 @@ __all__ = [
     "Step",
     "Trajectory",
     "TrajectoryGroup",
+    "TransformSpec",
     "UnknownEstimatorError",
+    "apply_transforms",
     "available_estimators",
+    "available_transforms",
     "build_algorithm_config",
     "calculate_grpo_advantages",
     "calculate_grpo_advantages_per_group",
@@ -82,6 +89,7 @@ __all__ = [
     "hookimpl",
     "rLLMAdvantageEstimator",
     "register_adv_estimator",
+    "register_advantage_transform",
     "register_rllm_adv_estimator",
     "unregister_rllm_adv_estimator",
 ]

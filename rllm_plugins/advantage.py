@@ -298,6 +298,36 @@ def _call_step_estimator(
     return by_group(advantages), by_group(returns) if returns is not None else None, metrics
 
 
+def _transformed(
+    role: str, groups: list[TrajectoryGroup], per_traj: list[list[np.ndarray]], rewards: list[np.ndarray] | None, config: AlgorithmConfig
+) -> tuple[list[list[np.ndarray]], dict[str, float]]:
+    """The role's advantages after ``config.advantage_transforms``: ``per_traj`` per group, per trajectory, one value per
+    unit (a trajectory's single advantage, or its steps'); ``rewards`` the trajectory rewards by group (outcome level) or
+    None (step level: each step's own reward). Units are given to the transforms in this order, with their context."""
+    from .transforms.apply import apply_transforms  # only with transforms configured
+
+    trajectories = [(g, traj) for g, group in enumerate(groups) for traj in group.trajectories]
+    arrays = [a for traj_arrays in per_traj for a in traj_arrays]
+    traj_offsets = offsets_from_sizes([a.size for a in arrays])
+    group_sizes = [sum(a.size for a in traj_arrays) for traj_arrays in per_traj]
+    flat = np.concatenate(arrays) if arrays else np.zeros(0)
+    units = [traj.steps for _, traj in trajectories] if rewards is not None else [[step] for _, traj in trajectories for step in traj.steps]
+    if rewards is None:  # step level: per step
+        unit_rewards = np.array([float(step.reward or 0.0) for _, traj in trajectories for step in traj.steps], dtype=np.float64)
+        turn_index = np.concatenate([np.arange(a.size) for a in arrays]) if arrays else np.zeros(0, dtype=np.int64)
+    else:
+        unit_rewards = np.concatenate(rewards) if rewards else np.zeros(0)
+        turn_index = np.zeros(flat.size, dtype=np.int64)
+    lengths = np.array([sum(len(step.response_ids) for step in steps) for steps in units], dtype=np.float64)
+    context = {"offsets": offsets_from_sizes(group_sizes), "rewards": unit_rewards, "lengths": lengths, "turn_index": turn_index, "traj_offsets": traj_offsets}
+    if all(len(step.logprobs) == len(step.response_ids) for steps in units for step in steps) and lengths.all():  # Step.logprobs: every token's
+        context["mean_logprobs"] = np.array([sum(sum(step.logprobs) for step in steps) for steps in units], dtype=np.float64) / lengths
+    out, metrics = apply_transforms(flat, config.transforms, role=role, where="AlgorithmConfig.advantage_transforms", **context)
+    pieces = np.split(out, traj_offsets[1:-1])
+    bounds = np.cumsum([0, *(len(traj_arrays) for traj_arrays in per_traj)])
+    return [pieces[a:b] for a, b in itertools.pairwise(bounds.tolist())], metrics
+
+
 def compute_role_metrics(values_by_role: dict[str, Sequence[float]], prefix: str, with_fraction_zero: bool = False) -> dict[str, float]:
     """``{prefix}/{role}/{mean,std,max,min}`` (+ ``fraction_zero``) of each role's values."""
     metrics: dict[str, float] = {}
@@ -403,6 +433,9 @@ def collect_reward_and_advantage_from_trajectory_groups(
         if estimator.spec.level == "step":
             by_group, returns_by_group, anchor_metrics = _call_step_estimator(role, batch, algorithm_config, name, estimator, commits)
             step_metrics.update(anchor_metrics)
+            if algorithm_config.advantage_transforms:
+                by_group, transform_metrics = _transformed(role, batch.groups, by_group, None, algorithm_config)
+                step_metrics.update(transform_metrics)
             for g, (group, per_traj) in enumerate(zip(batch.groups, by_group, strict=True)):
                 step_writes.append((group, per_traj, None if returns_by_group is None else returns_by_group[g]))
                 advantages_by_role.setdefault(role, []).extend(np.concatenate(per_traj).tolist())
@@ -411,6 +444,11 @@ def collect_reward_and_advantage_from_trajectory_groups(
             advantages_by_group = _aggregate(role, batch, algorithm_config, name, estimator)
         else:
             advantages_by_group = _call_estimator(role, batch, algorithm_config, name, estimator, commits)
+        if algorithm_config.advantage_transforms:
+            per_traj = [[a[t : t + 1] for t in range(a.size)] for a in advantages_by_group]
+            transformed, transform_metrics = _transformed(role, batch.groups, per_traj, batch.rewards, algorithm_config)
+            advantages_by_group = [np.concatenate(traj) if traj else np.zeros(0) for traj in transformed]
+            step_metrics.update(transform_metrics)
         for group, advantages in zip(batch.groups, advantages_by_group, strict=True):
             broadcast_writes.append((group, advantages))
             advantages_by_role.setdefault(role, []).extend(advantages.tolist())

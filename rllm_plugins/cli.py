@@ -17,6 +17,7 @@ Exit codes: 0 success, 1 failure (a check failed, an unknown name, a plugin fail
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -37,7 +38,7 @@ __all__ = ["COMMAND_GROUP", "ContributedCommand", "build_parser", "contributed_c
 EXIT_OK, EXIT_FAILURE = 0, 1
 EXIT_BROKEN_PIPE = 128 + 13  # as if killed by SIGPIPE, like other command-line tools
 COMMAND_GROUP = "rllm_plugins.commands"
-BUILTIN_COMMANDS = ("estimators", "plugins", "check")
+BUILTIN_COMMANDS = ("estimators", "transforms", "plugins", "check")
 FRAMEWORKS = (("verl", "verl"), ("TRL", "trl"))  # (name shown, distribution) of the frameworks --version reports
 UNUSABLE_STATUSES = ("error", "conflict", "misplaced")
 
@@ -144,7 +145,7 @@ def plugin_rows() -> list[dict[str, Any]]:
     from .discovery.mistakes import misplaced_entry_points
 
     misplaced = [
-        {"name": m.name, "distribution": m.distribution, "version": m.version, "status": "misplaced", "estimators": [], "error": str(m)}
+        {"name": m.name, "distribution": m.distribution, "version": m.version, "status": "misplaced", "estimators": [], "transforms": [], "error": str(m)}
         for m in misplaced_entry_points()
     ]
     return [record.as_dict() for record in manager.plugin_state().records] + misplaced
@@ -178,6 +179,55 @@ def _cmd_estimators(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def transform_rows() -> list[dict[str, Any]]:
+    """One row per selectable advantage transform: name, level, elementwise, options (with defaults), context it reads, provider, description."""
+    from .transform_spec import transform_context, transform_options
+    from .transforms.registry import all_transforms
+
+    rows = []
+    for name, transform in sorted(all_transforms().items()):
+        spec = transform.spec
+        options = {k: (None if v is inspect.Parameter.empty else v) for k, v in transform_options(spec).items()}
+        rows.append(
+            {
+                "name": name,
+                "level": spec.level,
+                "elementwise": spec.elementwise,
+                "options": options,
+                "context": sorted(transform_context(spec)),
+                "kind": transform.provider.kind,
+                "provider": str(transform.provider),
+                "description": spec.description,
+            }
+        )
+    return rows
+
+
+def _cmd_transforms(args: argparse.Namespace) -> int:
+    rows = transform_rows()
+    if args.json:
+        _print_json(rows)
+        return EXIT_OK
+    table = [
+        [r["name"], r["level"], ", ".join(f"{k}={v!r}" for k, v in r["options"].items()) or "-", _short_provider(r), plain(r["description"])] for r in rows
+    ]
+    print(_table(["NAME", "LEVEL", "OPTIONS", "PROVIDER", "DESCRIPTION"], table))
+    return EXIT_OK
+
+
+def _check_transform(name: str, options: dict[str, Any] | None, as_json: bool) -> int:
+    """``check NAME`` for an advantage transform: its contract (:mod:`rllm_plugins.transforms.contract`)."""
+    from .transforms.contract import check_transform
+
+    try:
+        report = check_transform(name, options)
+    except ValueError as e:
+        print(f"rllm-plugins check: {e}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(json.dumps(report.as_dict(), indent=2) if as_json else report)
+    return EXIT_OK if report.ok else EXIT_FAILURE
+
+
 def _strict_verdict(rows: Sequence[dict[str, Any]]) -> int:
     """``plugins --strict``: exit 1, saying which, when a plugin is not usable (``disabled`` is a choice, not a failure)."""
     unusable = [f"{r['name']} ({r['status']})" for r in rows if r["status"] in UNUSABLE_STATUSES]
@@ -204,17 +254,21 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     try:
-        estimator = registry.get_estimator(args.name)
-    except (registry.UnknownEstimatorError, registry.EstimatorConflictError) as e:
-        print(f"rllm-plugins check: {e}", file=sys.stderr)
-        return EXIT_FAILURE
-    try:
         options = json.loads(args.options) if args.options else None
     except json.JSONDecodeError as e:
         print(f"rllm-plugins check: --options must be a JSON object, e.g. '{{\"gamma\": 0.9}}': {e}", file=sys.stderr)
         return EXIT_FAILURE
     if options is not None and not isinstance(options, dict):
         print(f"rllm-plugins check: --options must be a JSON object of option names to values, got {args.options}", file=sys.stderr)
+        return EXIT_FAILURE
+    from .transforms.registry import available_transforms
+
+    if args.name.strip().lower() in available_transforms() and args.name.strip().lower() not in registry.available_estimators():
+        return _check_transform(args.name, options, args.json)
+    try:
+        estimator = registry.get_estimator(args.name)
+    except (registry.UnknownEstimatorError, registry.EstimatorConflictError) as e:
+        print(f"rllm-plugins check: {e}", file=sys.stderr)
         return EXIT_FAILURE
     try:  # before any rule runs: unknown names, wrong types and values out of range, or options missing
         norm_field = "the framework's norm_adv_by_std_in_grpo (the rules pass True)"
@@ -289,12 +343,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("estimators", _cmd_estimators, "list every selectable estimator: name, aliases, provider, description").add_argument(
         "--json", action="store_true", help="print a JSON list instead of a table"
     )
+    add("transforms", _cmd_transforms, "list every selectable advantage transform: name, level, options, provider, description").add_argument(
+        "--json", action="store_true", help="print a JSON list instead of a table"
+    )
     plugins_help = "list the built-ins and every installed plugin with its status (active, disabled, error, conflict, misplaced)"
     plugins_command = add("plugins", _cmd_plugins, plugins_help)
     plugins_command.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     plugins_command.add_argument("--strict", action="store_true", help="exit 1 when a plugin is in error, conflict or misplaced (for CI)")
-    check_command = add("check", _cmd_check, "check an estimator's contract on synthetic groups; exit 1 if it fails")
-    check_command.add_argument("name", help="estimator name")
+    check_command = add("check", _cmd_check, "check an estimator's (or an advantage transform's) contract on synthetic groups; exit 1 if it fails")
+    check_command.add_argument("name", help="estimator or advantage transform name")
     check_command.add_argument("--json", action="store_true", help="print the report as JSON")
     check_command.add_argument(
         "--paths", action="store_true", help="run it through every installed path and wrapper (verl, TRL, composite, ...): a table of conformance cells"

@@ -148,7 +148,8 @@ class AlgorithmConfig:
     coefficient as well as the older ``env_loss_coef`` field (they must agree when both are set).
     ``pass_at_k`` (rLLM PR #743) is ``pkpo``'s ``k`` unless ``estimator_kwargs`` gives one.
     ``trainer_fields`` holds algorithm-node keys this version does not know, for rLLM's trainer
-    (see :mod:`rllm_plugins.trainer_fields`).
+    (see :mod:`rllm_plugins.trainer_fields`). ``advantage_transforms`` lists transforms applied in order to
+    each role's advantages after its estimator (:mod:`rllm_plugins.transforms`), checked here.
     ``stepwise_advantage_mode`` changes no number: an estimator's level decides (outcome-level:
     broadcast; step-level: one advantage per step). ``"per_step"`` with an outcome-level estimator
     warns (``DeprecationWarning``) when advantages are collected.
@@ -192,6 +193,7 @@ class AlgorithmConfig:
     loss_params: dict[str, Any] = field(default_factory=dict)
     pass_at_k: int | None = None
     trainer_fields: dict[str, Any] = field(default_factory=dict)
+    advantage_transforms: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.use_rllm is not None:
@@ -225,6 +227,16 @@ class AlgorithmConfig:
             if not isinstance(name, str) or isinstance(weight, (bool, np.bool_)) or as_finite_real(weight) is None:
                 raise ValueError(f"AlgorithmConfig.reward_weights[{name!r}] must be a finite number keyed by a reward name, got {describe(weight)}")
         self.reward_weights = {name: float(weight) for name, weight in self.reward_weights.items()}
+        self.advantage_transforms = [] if self.advantage_transforms is None else self.advantage_transforms
+        if self.advantage_transforms:  # names, options and option values checked now, not at the first step
+            self.__dict__["_transforms"] = _resolve_transforms(self.advantage_transforms)
+
+    @property
+    def transforms(self) -> tuple[Any, ...]:
+        """``advantage_transforms`` resolved (:class:`~rllm_plugins.transforms.SelectedTransform` objects, in order)."""
+        if "_transforms" not in self.__dict__:
+            self.__dict__["_transforms"] = _resolve_transforms(self.advantage_transforms)
+        return self.__dict__["_transforms"]
 
     @property
     def estimator_state(self) -> EstimatorState:
@@ -309,6 +321,7 @@ _NODE_KEYS: dict[str, tuple[str, Any]] = {
     "reward_weights": ("reward_weights", {}),
     "loss_params": ("loss_params", {}),
     "pass_at_k": ("pass_at_k", None),
+    "advantage_transforms": ("advantage_transforms", []),
 }
 _ROLLOUT_CORRECTION_KEYS = tuple(f.name for f in fields(RolloutCorrectionConfig))
 
@@ -454,6 +467,20 @@ def _plain(node: Any) -> Any:
     if isinstance(node, tuple):
         return tuple(_plain(v) for v in node)
     return node
+
+
+_transform_resolver: list[Any] = []  # [resolve_transforms], set by rllm_plugins.transforms.entries (above this module: not imported here)
+
+
+def set_transform_resolver(resolve: Any) -> None:
+    """Called once by :mod:`rllm_plugins.transforms.entries`: how ``advantage_transforms`` is resolved and checked."""
+    _transform_resolver[:] = [resolve]
+
+
+def _resolve_transforms(entries: Any) -> tuple[Any, ...]:
+    if not _transform_resolver:  # importing rllm_plugins (any submodule) imports the transforms first
+        raise RuntimeError("rllm_plugins.transforms is not imported; import rllm_plugins")
+    return tuple(_transform_resolver[0](entries, "AlgorithmConfig.advantage_transforms"))
 
 
 def refuse_per_role_losses(config: AlgorithmConfig, framework: str, one_loss: str, fix: str = "") -> AlgorithmConfig:

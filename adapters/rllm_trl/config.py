@@ -26,6 +26,7 @@ from rllm_plugins.run import takes_keyword
 from rllm_plugins.spec import normalize_name
 from rllm_plugins.trial import trial_run
 from rllm_trl.outcome import role_name
+from rllm_trl.transforms import check_trl_transforms
 
 __all__ = ["AdvantageSettings", "RLLMGRPOConfig", "advantage_settings", "check_adv_estimator_kwargs", "check_no_per_role_loss", "check_trainer_setup"]
 
@@ -57,6 +58,7 @@ class AdvantageSettings:
     overridden: tuple[str, ...] = ()
     step_level: bool = False  # ``estimator`` gives one advantage per turn (:mod:`rllm_trl.turns`)
     selected: dict[str, Estimator] = field(default_factory=dict, compare=False, repr=False)  # each name above, resolved once
+    transforms: tuple[Any, ...] = field(default=(), compare=False)  # advantage_transforms, resolved (rllm_trl.transforms)
 
     def describe(self) -> str:
         """One line saying which estimator computes the advantages, from which provider, with which settings."""
@@ -74,6 +76,8 @@ class AdvantageSettings:
             parts.append(f"adv_estimator_kwargs={self.estimator_kwargs}")
         if self.trl_settings:
             parts.append(", ".join(f"{key}={value!r}" for key, value in self.trl_settings.items()))
+        if self.transforms:
+            parts.append("then " + ", ".join(f"{c.name}{dict(c.options) if c.options else ''}" for c in self.transforms))
         return "; ".join(parts)
 
 
@@ -120,6 +124,14 @@ class RLLMGRPOConfig(GRPOConfig):
             "Roles come from `role_column` (a dict, or a JSON string on the command line)."
         },
     )
+    advantage_transforms: list[Any] | str | None = field(
+        default=None,
+        metadata={
+            "help": 'Advantage transforms applied in order after the estimator, e.g. `["clip", ["scale", {"negative": 0.5}]]` or '
+            '`[{"name": "clip", "max": 2.0}]` (built-ins: `clip`, `scale`, `kl_shaping`; `rllm-plugins transforms` lists them; a JSON '
+            "string on the command line)."
+        },
+    )
     role_column: str | None = field(
         default=None,
         metadata={
@@ -152,6 +164,7 @@ class RLLMGRPOConfig(GRPOConfig):
             "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo,
             "estimator_kwargs": kwargs,
             "multi_objective_aggregation": self.multi_objective_aggregation,
+            "advantage_transforms": [{"name": c.name, **c.options} for c in settings.transforms],
         }
         return check_no_per_role_loss(build_algorithm_config(node, self.adv_estimator_map))
 
@@ -264,6 +277,7 @@ def advantage_settings(args: Any) -> AdvantageSettings:
             f"{'computes the advantages its' if len(others) == 1 else 'compute the advantages their'} own way; "
             f"set adv_estimator='trl_grpo' to follow scale_rewards{hint}"
         )
+    transforms = check_trl_transforms(getattr(args, "advantage_transforms", None), getattr(args, "beta", 0.0))
     return AdvantageSettings(
         estimator=estimator,
         estimator_map=estimator_map,
@@ -275,6 +289,7 @@ def advantage_settings(args: Any) -> AdvantageSettings:
         overridden=tuple(overridden),
         step_level=step_level,
         selected=selected,
+        transforms=transforms,
     )
 
 

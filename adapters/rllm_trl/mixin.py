@@ -19,6 +19,7 @@ completion instead, and ``output["advantages"]`` becomes ``(B, T)``: see :mod:`.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import os
@@ -39,6 +40,7 @@ from rllm_trl.outcome import RewardBatch, compute_advantages, compute_metrics, p
 from rllm_trl.rollout_keys import unread_step_keys
 from rllm_trl.rollouts import checked_rollout_func
 from rllm_trl.state import load_state, save_state, task_id
+from rllm_trl.transforms import split_chain, transform_outcome, transform_steps, transform_tokens
 from rllm_trl.turn_sources import multi_turn_path, single_turn_warning, turn_sources
 from rllm_trl.turns import (
     ANCHOR_STATES_KEY,
@@ -161,12 +163,26 @@ class RLLMAdvantageMixin:
             aggregation=settings.aggregation,
             state=self.estimator_state if mode == "train" else self.estimator_state.preview(),  # eval: reads, commits nothing
         )
+        sequence_part, token_part = split_chain(settings.transforms)
+        transformed: dict[str, float] = {}
+        if sequence_part:  # advantage_transforms on the gathered batch, per role
+            advantages, transformed = transform_outcome(batch, advantages, sequence_part)
         local = output["advantages"]
         start = self.accelerator.process_index * local.shape[0]
         output["advantages"] = torch.as_tensor(advantages[start : start + local.shape[0]], dtype=torch.float32, device=local.device)
+        if token_part:
+            transformed.update(self._token_transforms(output, token_part, batch))
         self.last_reward_batch, self.last_advantages = batch, advantages
-        self._log_rllm(mode, batch, advantages)
+        self._log_rllm(mode, batch, advantages, {**compute_metrics(batch, advantages), **transformed})
         return output
+
+    def _token_transforms(self, output: dict[str, Any], token_part: tuple[Any, ...], batch: RewardBatch) -> dict[str, float]:
+        """The token-level part of ``advantage_transforms`` on this process's rows: ``output["advantages"]`` becomes ``(B, T)``."""
+        local = output["advantages"]
+        role = batch.roles[0] if len(batch.roles) == 1 else "all_roles"
+        values, metrics = transform_tokens(local, output, token_part, role)
+        output["advantages"] = torch.as_tensor(values, dtype=torch.float32, device=local.device)
+        return metrics
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         super()._save_checkpoint(model, trial)
@@ -217,6 +233,11 @@ class RLLMAdvantageMixin:
             state=state,
             roles=batch.roles,
         )
+        sequence_part, token_part = split_chain(settings.transforms)
+        transformed: dict[str, float] = {}
+        if sequence_part:  # advantage_transforms on the gathered turns, per role
+            values, transformed = transform_steps(result.values, result.offsets, result.step_rewards, result.scored, batch, sequence_part)
+            result = dataclasses.replace(result, values=values)
         device = output["advantages"].device
         start = self.accelerator.process_index * completion_mask.shape[0]
         if not self._rllm_turn_sources_logged and self.accelerator.is_main_process:
@@ -230,9 +251,11 @@ class RLLMAdvantageMixin:
             output["advantages"] = torch.as_tensor(values, dtype=torch.float32, device=device)
         else:
             output["advantages"] = torch.from_numpy(spread_local(result, rows, start, turns)).to(device)
+        if token_part:
+            transformed.update(self._token_transforms(output, token_part, batch))
         per_row = result.per_row_mean()
         self.last_reward_batch, self.last_advantages, self.last_step_advantages = batch, per_row, result
-        self._log_rllm(mode, batch, per_row, {**compute_metrics(batch, per_row), **compute_step_metrics(batch, result)})
+        self._log_rllm(mode, batch, per_row, {**compute_metrics(batch, per_row), **compute_step_metrics(batch, result), **transformed})
 
     def _log_rllm(self, mode: str, batch: RewardBatch, advantages: np.ndarray, metrics: dict[str, float] | None = None) -> None:
         """Add the rLLM metrics (``metrics``, else :func:`compute_metrics`) to TRL's and replace the advantages TRL just logged with ``advantages``."""

@@ -23,8 +23,10 @@ __all__ = [
     "V1_BATCH_ENV",
     "V1_EXTENSION",
     "V1Batch",
+    "TRANSFORM_METRICS_KEY",
     "V1Rows",
     "add_turn_metrics",
+    "publish_metrics",
     "current_gamma",
     "current_keys",
     "current_non_tensor_batch",
@@ -172,3 +174,18 @@ def add_turn_metrics(compute: Callable[[], dict[str, float]]) -> None:
     batch = _v1_batch.get()
     if batch is not None:
         batch.metrics.update(compute())
+
+
+TRANSFORM_METRICS_KEY = "rllm_transform_metrics"  # DataProto.meta_info key: the legacy trainer's metrics of the advantage transforms
+
+
+def publish_metrics(data: Any, metrics: dict[str, float]) -> None:
+    """Hand ``metrics`` to the trainer's logs: inside a v1 advantage step into the step's ``metrics``; on the legacy trainer into
+    ``data.meta_info[TRANSFORM_METRICS_KEY]``, which the extension of ``compute_data_metrics`` adds to the step's metrics."""
+    batch = _v1_batch.get()
+    if batch is not None:
+        batch.metrics.update(metrics)
+        return
+    meta = getattr(data, "meta_info", None)
+    if isinstance(meta, dict):
+        meta.setdefault(TRANSFORM_METRICS_KEY, {}).update(metrics)

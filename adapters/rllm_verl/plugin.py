@@ -6,7 +6,8 @@ does its work at import time, as that contract requires, and never raises: a fai
 a warning naming the cause, and verl keeps working without the ``rllm_*`` names. The extensions
 (:mod:`rllm_verl.extension`) of verl's v1 ``compute_advantage_for_multi_trajectories``
 (``multi_trajectories``, sessions), of ``ray_trainer.compute_advantage`` (``reward_keys``), of the v1
-``PPOTrainer._compute_advantage`` (``v1_batch``) and of the trainers' checkpoint methods (``estimator_state``,
+``PPOTrainer._compute_advantage`` (``v1_batch``), of the legacy trainer's ``compute_data_metrics`` (``transform_metrics``: the advantage transforms'
+metrics) and of the trainers' checkpoint methods (``estimator_state``,
 the state of stateful estimators) are installed lazily: each applies when verl imports the module it extends, not here.
 """
 
@@ -27,10 +28,11 @@ try:
     from rllm_verl.extension import install
     from rllm_verl.patches.checkpoints import CHECKPOINTS
     from rllm_verl.patches.legacy import REWARD_KEYS
+    from rllm_verl.patches.metrics import TRANSFORM_METRICS
     from rllm_verl.patches.sessions import SESSIONS
     from rllm_verl.patches.v1 import V1_BATCH
 
-    for _extension in (SESSIONS, REWARD_KEYS, V1_BATCH, *CHECKPOINTS):
+    for _extension in (SESSIONS, REWARD_KEYS, V1_BATCH, TRANSFORM_METRICS, *CHECKPOINTS):
         install(_extension)  # lazy, guarded, never raising itself; see rllm_verl.extension
 except Exception as error:  # this guards the imports
     logger.warning("rllm-plugins: could not install the verl extensions: %s: %s", type(error).__name__, error)

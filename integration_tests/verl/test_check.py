@@ -122,3 +122,30 @@ def test_reward_keys_on_verls_default_v1_trainer_pass_the_check_through_the_v1_p
     off = json.loads(done.stdout.strip().splitlines()[-1])
     assert not off["ok"] and off["v1_batch_extension"] == "off (RLLM_PLUGINS_VERL_V1_BATCH=0)"
     assert "on verl's v1 trainer (trainer.use_v1=true)" in off["errors"][0] and "unset RLLM_PLUGINS_VERL_V1_BATCH" in off["errors"][0]
+
+
+def test_advantage_transforms_are_checked_before_launch_for_any_estimator():
+    ok = verl_check(["algorithm.adv_estimator=grpo", "+algorithm.rllm_advantage_transforms=[{name:clip,max:2.0},{name:scale,negative:0.5}]"])
+    assert ok.ok, ok.errors
+    bad = verl_check(["algorithm.adv_estimator=gae", "+algorithm.rllm_advantage_transforms=[{name:clip,maximum:2.0}]"])
+    assert not bad.ok
+    assert bad.errors == [
+        "algorithm.rllm_advantage_transforms[0]: advantage transform 'clip' (rllm-plugins (built-in)) has no option(s) ['maximum']; its options: min, max"
+    ]
+
+
+def test_advantage_transforms_with_the_extension_that_runs_them_off_fail_before_launch(monkeypatch):
+    from rllm_verl.extension import install
+    from rllm_verl.patches.legacy import REWARD_KEYS
+
+    monkeypatch.setenv("RLLM_PLUGINS_VERL_REWARD_KEYS", "0")
+    try:
+        report = verl_check(["algorithm.adv_estimator=grpo", "+algorithm.rllm_advantage_transforms=[{name:clip,max:1.0}]"])
+    finally:
+        monkeypatch.delenv("RLLM_PLUGINS_VERL_REWARD_KEYS")
+        install(REWARD_KEYS)
+    assert not report.ok
+    assert report.errors == [
+        "algorithm.rllm_advantage_transforms is set, but the extension of ray_trainer.compute_advantage that runs them is "
+        "off (RLLM_PLUGINS_VERL_REWARD_KEYS=0); unset RLLM_PLUGINS_VERL_REWARD_KEYS or drop the transforms"
+    ]

@@ -614,3 +614,21 @@ def test_padding_rows_stay_out_of_role_level_statistics(transfer_queue, name, op
     value_of = {session: a for u, s in sessions.items() for session, a in zip(s, per_uid[u], strict=True)}
     want = {row["key"]: {p: value_of[row["key"].rsplit("_", 1)[0]] for p, m in enumerate(row["mask"]) if m} for row in rows}
     assert_matches(got, batch, rows, want)
+
+
+@pytest.mark.parametrize("name", ["grpo", "rllm_rloo"])
+def test_advantage_transforms_run_on_v1_after_verls_own_grpo_and_an_rllm_name_with_metrics_in_the_step(transfer_queue, name):
+    rng = np.random.default_rng(5)
+    rows = multi_turn_rows(rng, uids=("q_1", "q_2"), sessions=3, outputs=(1, 2))
+    batch = store(rows)
+    plain, plain_metrics = compute(trainer_for(f"algorithm.adv_estimator={name}"), batch)
+    transforms = "+algorithm.rllm_advantage_transforms=[{name:clip,min:-0.4},{name:scale,positive:3.0}]"
+    got, metrics = compute(trainer_for(f"algorithm.adv_estimator={name}", transforms), batch)
+    for before, after in zip(plain, got, strict=True):
+        a = before.double().numpy()
+        want = np.maximum(a, -0.4)
+        want = np.where(want > 0, want * 3.0, want)
+        assert after.double().numpy() == pytest.approx(want, abs=1e-6)
+    assert not any(key.startswith("rllm/transform/") for key in plain_metrics)
+    clipped = np.maximum(np.concatenate([t.numpy() for t in plain]), -0.4)
+    assert metrics["rllm/transform/all_groups/scale/max"] == pytest.approx(3.0 * clipped.max(), abs=1e-6)

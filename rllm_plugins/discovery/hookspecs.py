@@ -1,4 +1,4 @@
-"""Hook specifications of the ``rllm_plugins`` project (pluggy).
+"""Hook specifications of the ``rllm_plugins`` project (pluggy): estimators and advantage transforms.
 
 A plugin is any object (usually a module) with ``@hookimpl``-marked functions named after
 these specs; publish it under the entry-point group ``rllm_plugins``.
@@ -11,6 +11,7 @@ from collections.abc import Iterable
 import pluggy
 
 from ..spec import AdvEstimatorSpec
+from ..transform_spec import TransformSpec
 
 PROJECT = "rllm_plugins"
 
@@ -25,4 +26,14 @@ def rllm_adv_estimators() -> Iterable[AdvEstimatorSpec]:  # type: ignore[empty-b
     :return: :class:`~rllm_plugins.AdvEstimatorSpec` objects; each ``name`` (and alias)
         becomes selectable everywhere: ``AlgorithmConfig.estimator``, verl's
         ``algorithm.adv_estimator=rllm_<name>``, TRL's ``adv_estimator=<name>``.
+    """
+
+
+@hookspec
+def rllm_advantage_transforms() -> Iterable[TransformSpec]:  # type: ignore[empty-body]
+    """Return (or yield) the advantage transforms this plugin contributes.
+
+    :return: :class:`~rllm_plugins.TransformSpec` objects; each ``name`` becomes selectable in
+        ``AlgorithmConfig(advantage_transforms=[...])``, verl's ``+algorithm.rllm_advantage_transforms``
+        and TRL's ``RLLMGRPOConfig(advantage_transforms=[...])``.
     """

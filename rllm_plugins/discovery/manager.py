@@ -26,6 +26,7 @@ from typing import Any, Literal
 import pluggy
 
 from ..spec import AdvEstimatorSpec, Estimator, Provider
+from ..transform_spec import Transform, TransformSpec
 from . import hookspecs
 
 __all__ = [
@@ -49,6 +50,8 @@ __all__ = [
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT
 BUILTIN_PLUGIN = "rllm_plugins.estimators.builtin"
+BUILTIN_TRANSFORMS = "rllm_plugins.transforms.builtin"
+HOOKS = ("rllm_adv_estimators", "rllm_advantage_transforms")
 STRICT_ENV = "RLLM_PLUGINS_STRICT"
 DISABLE_ENV = "RLLM_PLUGINS_DISABLE"
 
@@ -69,6 +72,7 @@ class PluginRecord:
     status: Status = "active"
     estimators: list[str] = field(default_factory=list)
     error: str | None = None
+    transforms: list[str] = field(default_factory=list)
 
     @property
     def provider(self) -> Provider:
@@ -90,18 +94,21 @@ class PluginRecord:
             "version": self.version,
             "status": self.status,
             "estimators": list(self.estimators),
+            "transforms": list(self.transforms),
             "error": self.error,
         }
 
 
 @dataclass
 class PluginState:
-    """The loaded plugin manager: estimators by name, conflicting names, and one record per plugin."""
+    """The loaded plugin manager: estimators and transforms by name, conflicting names, and one record per plugin."""
 
     manager: pluggy.PluginManager
     records: list[PluginRecord]
     estimators: dict[str, Estimator]
     conflicts: dict[str, list[Provider]]
+    transforms: dict[str, Transform] = field(default_factory=dict)
+    transform_conflicts: dict[str, list[Provider]] = field(default_factory=dict)
 
 
 _lock = threading.RLock()
@@ -114,13 +121,13 @@ def loading_provider() -> Provider | None:
     return getattr(_local, "provider", None)
 
 
-def capture(spec: AdvEstimatorSpec) -> None:
+def capture(spec: AdvEstimatorSpec | TransformSpec) -> None:
     """Record a decorator registration made while a plugin module imports (rLLM's legacy style)."""
     _local.captured.append(spec)
 
 
 @contextlib.contextmanager
-def _importing(provider: Provider) -> Iterator[list[AdvEstimatorSpec]]:
+def _importing(provider: Provider) -> Iterator[list[AdvEstimatorSpec | TransformSpec]]:
     _local.provider, _local.captured = provider, []
     try:
         yield _local.captured
@@ -232,6 +239,15 @@ def builtin_specs() -> list[AdvEstimatorSpec]:
     return list(builtin_plugin().rllm_adv_estimators())
 
 
+def builtin_transforms_plugin() -> ModuleType:
+    """The built-in transforms' plugin module (named, not imported: the transforms sit above this layer)."""
+    return importlib.import_module(BUILTIN_TRANSFORMS)
+
+
+def builtin_transform_specs() -> list[TransformSpec]:
+    return list(builtin_transforms_plugin().rllm_advantage_transforms())
+
+
 def _builtin_provider() -> Provider:
     try:
         version: str | None = metadata.version("rllm-plugins")
@@ -244,8 +260,10 @@ def _builtin_state() -> PluginState:
     provider = _builtin_provider()
     specs = list(builtin_specs())
     estimators = {n: Estimator(s, provider) for s in specs for n in s.names}
-    record = PluginRecord("builtin", provider.distribution, provider.version, estimators=[s.name for s in specs])
-    return PluginState(pluggy.PluginManager(hookspecs.PROJECT), [record], estimators, {})
+    transform_specs = builtin_transform_specs()
+    record = PluginRecord("builtin", provider.distribution, provider.version, estimators=[s.name for s in specs], transforms=[s.name for s in transform_specs])
+    transforms = {s.name: Transform(s, provider) for s in transform_specs}
+    return PluginState(pluggy.PluginManager(hookspecs.PROJECT), [record], estimators, {}, transforms)
 
 
 def entry_points(group: str = ENTRY_POINT_GROUP) -> list[metadata.EntryPoint]:
@@ -269,18 +287,17 @@ def strict() -> bool:
     return os.environ.get(STRICT_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _specs_of(manager: pluggy.PluginManager, plugin_name: str) -> list[AdvEstimatorSpec]:
-    """Call one plugin's ``rllm_adv_estimators`` implementation and check what it returns."""
-    specs: list[AdvEstimatorSpec] = []
-    for impl in manager.hook.rllm_adv_estimators.get_hookimpls():
+def _specs_of(manager: pluggy.PluginManager, plugin_name: str, hook: str = "rllm_adv_estimators") -> list[Any]:
+    """Call one plugin's implementation of ``hook`` and check what it returns (estimator or transform specs)."""
+    kind = AdvEstimatorSpec if hook == "rllm_adv_estimators" else TransformSpec
+    specs: list[Any] = []
+    for impl in getattr(manager.hook, hook).get_hookimpls():
         if impl.plugin_name != plugin_name:
             continue
         result = impl.function()
         for spec in [] if result is None else result:
-            if not isinstance(spec, AdvEstimatorSpec):
-                raise TypeError(
-                    f"rllm_adv_estimators() must yield AdvEstimatorSpec objects, got {type(spec).__name__}: {spec!r} (from {_defined_at(impl.function)})"
-                )
+            if not isinstance(spec, kind):
+                raise TypeError(f"{hook}() must yield {kind.__name__} objects, got {type(spec).__name__}: {spec!r} (from {_defined_at(impl.function)})")
             specs.append(spec)
     return specs
 
@@ -294,10 +311,13 @@ def _defined_at(fn: Callable[..., Any]) -> str:
 def _check_implements_the_hook(manager: pluggy.PluginManager, plugin: object, module: str) -> None:
     """A plugin that registered no estimator with the decorator must implement ``rllm_adv_estimators`` (a typo in the name is no hook)."""
     callers = manager.get_hookcallers(plugin) or []
-    if any(caller.name == "rllm_adv_estimators" for caller in callers):
+    if any(caller.name in HOOKS for caller in callers):
         return
     others = [f"{caller.name} (at {_defined_at(impl.function)})" for caller in callers for impl in caller.get_hookimpls() if impl.plugin is plugin]
-    hint = f"; its @hookimpl {', '.join(others)} is no rllm-plugins hook: the hook is rllm_adv_estimators" if others else ""
+    import difflib  # only on this error path
+
+    meant = difflib.get_close_matches(callers[0].name, HOOKS, n=1, cutoff=0.0)[0] if others else HOOKS[0]
+    hint = f"; its @hookimpl {', '.join(others)} is no rllm-plugins hook: the hook is {meant}" if others else ""
     raise TypeError(f"{module!r} offers no estimators: it has no @hookimpl rllm_adv_estimators() and registers none with @register_rllm_adv_estimator{hint}")
 
 
@@ -314,7 +334,7 @@ def _check_distinct_names(specs: list[AdvEstimatorSpec], module: str) -> None:
             owner[name] = spec.name
 
 
-def _load_entry_point(manager: pluggy.PluginManager, ep: metadata.EntryPoint, provider: Provider) -> list[AdvEstimatorSpec]:
+def _load_entry_point(manager: pluggy.PluginManager, ep: metadata.EntryPoint, provider: Provider) -> tuple[list[AdvEstimatorSpec], list[TransformSpec]]:
     with _importing(provider) as captured:
         plugin = ep.load()
     if not captured:  # a decorator-only module that user code imported before discovery
@@ -324,12 +344,22 @@ def _load_entry_point(manager: pluggy.PluginManager, ep: metadata.EntryPoint, pr
     try:
         if not captured:
             _check_implements_the_hook(manager, plugin, ep.value)
-        specs = captured + _specs_of(manager, registered)
+        specs = [s for s in captured if isinstance(s, AdvEstimatorSpec)] + _specs_of(manager, registered)
+        transforms = [s for s in captured if isinstance(s, TransformSpec)] + _specs_of(manager, registered, "rllm_advantage_transforms")
         _check_distinct_names(specs, ep.value)
-        return specs
+        _check_distinct_transform_names(transforms, ep.value)
+        return specs, transforms
     except Exception:
         manager.unregister(name=registered)
         raise
+
+
+def _check_distinct_transform_names(specs: list[TransformSpec], module: str) -> None:
+    """One plugin must not offer a transform name twice."""
+    names = [spec.name for spec in specs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"{module!r} offers the transform name(s) {twice} twice; give each transform its own name")
 
 
 def _plugin_location(error: BaseException, ep: metadata.EntryPoint) -> str | None:
@@ -354,7 +384,10 @@ def _build() -> PluginState:
     manager, records = state.manager, state.records
     manager.add_hookspecs(hookspecs)
     manager.register(builtin_plugin(), name="builtin")
+    manager.register(builtin_transforms_plugin(), name="builtin_transforms")
     builtin_names = set(state.estimators)
+    builtin_transform_names = set(state.transforms)
+    transform_offers: dict[str, list[tuple[TransformSpec, Provider, PluginRecord]]] = {}
     disabled, is_strict = _env_list(DISABLE_ENV), strict()
 
     offers: dict[str, list[tuple[AdvEstimatorSpec, Provider, PluginRecord]]] = {}
@@ -369,7 +402,7 @@ def _build() -> PluginState:
             record.status = "disabled"
             continue
         try:
-            specs = _load_entry_point(manager, ep, provider)
+            specs, transforms = _load_entry_point(manager, ep, provider)
         except Exception as e:
             location = _plugin_location(e, ep)
             message = f"{type(e).__name__}: {e}" + (f" (at {location})" if location else "")
@@ -395,6 +428,16 @@ def _build() -> PluginState:
                     warnings.warn(f"rllm_plugins: {provider} offers {name!r}, a built-in name; its version is ignored", RuntimeWarning, stacklevel=2)
                     continue
                 offers.setdefault(name, []).append((spec, provider, record))
+        for transform in transforms:
+            record.transforms.append(transform.name)
+            if transform.name in builtin_transform_names:
+                record.status = "conflict"
+                record.error = f"{transform.name!r} is a built-in transform name and cannot be taken by a plugin"
+                warnings.warn(
+                    f"rllm_plugins: {provider} offers the transform {transform.name!r}, a built-in name; its version is ignored", RuntimeWarning, stacklevel=2
+                )
+                continue
+            transform_offers.setdefault(transform.name, []).append((transform, provider, record))
 
     conflicts: dict[str, list[Provider]] = {}
     for name, offered in offers.items():
@@ -407,6 +450,15 @@ def _build() -> PluginState:
             record.status = "conflict"
             record.error = f"{name!r} is also offered by " + ", ".join(str(p) for p in providers if p.plugin != record.name)
     state.conflicts = conflicts
+    for name, offered_transforms in transform_offers.items():
+        providers = list(dict.fromkeys(p for _, p, _ in offered_transforms))
+        if len(providers) == 1:
+            state.transforms[name] = Transform(offered_transforms[0][0], providers[0])
+            continue
+        state.transform_conflicts[name] = providers
+        for _, _, record in offered_transforms:
+            record.status = "conflict"
+            record.error = f"transform {name!r} is also offered by " + ", ".join(str(p) for p in providers if p.plugin != record.name)
     _warn_user_overrides(state)
     return state
 

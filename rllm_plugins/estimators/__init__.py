@@ -26,6 +26,7 @@ from .reinforce_plus_plus_baseline import calculate_reinforce_plus_plus_baseline
 from .rloo import calculate_rloo_advantages, rloo
 from .step_reinforce import calculate_step_reinforce_advantages, check_step_reinforce_options, step_reinforce
 from .trl_compat import calculate_trl_grpo_advantages, calculate_trl_grpo_batch_advantages, trl_grpo, trl_grpo_batch
+from .turn_credit import calculate_turn_credit_advantages, check_turn_credit_options, turn_credit
 from .turn_gae import calculate_turn_gae_advantages, check_turn_gae_options, turn_gae
 from .turn_grpo import calculate_turn_grpo_advantages, check_turn_grpo_options, turn_grpo
 from .verl_grpo import calculate_verl_grpo_advantages, verl_grpo
@@ -81,6 +82,14 @@ BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
         needs_for=composite_needs,
     ),
     AdvEstimatorSpec("turn_grpo", calculate_turn_grpo_advantages, turn_grpo, options=(), level="step", check_options=check_turn_grpo_options),
+    AdvEstimatorSpec(
+        "turn_credit",
+        calculate_turn_credit_advantages,
+        turn_credit,
+        options=(),
+        level="step",
+        check_options=check_turn_credit_options,
+    ),
     AdvEstimatorSpec("turn_gae", calculate_turn_gae_advantages, turn_gae, options=(), level="step", needs_values=True, check_options=check_turn_gae_options),
 )
 
@@ -116,6 +125,7 @@ __all__ = [
     "calculate_step_reinforce_advantages",
     "calculate_trl_grpo_advantages",
     "calculate_turn_gae_advantages",
+    "calculate_turn_credit_advantages",
     "calculate_turn_grpo_advantages",
     "calculate_trl_grpo_batch_advantages",
     "calculate_verl_grpo_advantages",

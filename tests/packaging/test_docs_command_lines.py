@@ -36,6 +36,7 @@ import tomllib
 
 from rllm_plugins.cli import BUILTIN_COMMANDS, build_parser, contributed_commands
 from rllm_plugins.registry import available_estimators
+from rllm_plugins.transforms import available_transforms
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").glob("*/README.md"))]
@@ -89,7 +90,7 @@ def runs_as_is(argv: list[str]) -> bool:
         name = argv[2]
         if name in PLACEHOLDERS:
             return False
-        assert name in available_estimators(), f"rllm-plugins check {name}: no estimator has this name (nor is it a placeholder)"
+        assert name in available_estimators() or name in available_transforms(), f"rllm-plugins check {name}: no estimator or transform has this name"
     return True
 
 

@@ -38,6 +38,7 @@ def test_plugins_json_reports_every_status(cli_env, plugin_site):
         "fixture_grpo_taker": "conflict",
         "fixture_legacy": "active",
         "fixture_raises": "active",
+        "fixture_transform": "active",
         "median_baseline": "active",
     }
     assert rows["fixture_good"] == {
@@ -46,8 +47,10 @@ def test_plugins_json_reports_every_status(cli_env, plugin_site):
         "version": "1.2.0",
         "status": "active",
         "estimators": ["scaled_baseline"],
+        "transforms": [],
         "error": None,
     }
+    assert rows["fixture_transform"]["transforms"] == ["recentre"] and rows["fixture_transform"]["estimators"] == []
     assert rows["fixture_broken"]["error"] == (
         f"ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency' (at {plugin_site}/rllm_fixture_broken/__init__.py:3)"
     )

@@ -73,6 +73,7 @@ def test_every_entry_point_is_recorded_with_distribution_version_status_and_esti
         "fixture_grpo_taker": ("rllm-fixture-grpo-taker", "0.1.0", "conflict", ["grpo"]),
         "fixture_legacy": ("rllm-fixture-legacy", "0.5.0", "active", ["legacy_max_baseline"]),
         "fixture_raises": ("rllm-fixture-raises", "0.2.0", "active", ["always_fails"]),
+        "fixture_transform": ("rllm-fixture-transform", "0.4.0", "active", []),
         "median_baseline": ("rllm-median-baseline", "0.1.0", "active", ["median_baseline"]),
     }
 
@@ -171,8 +172,36 @@ def test_rllm_adv_estimators_hook_collects_specs_from_every_loaded_plugin(load_p
 
 def test_every_hook_is_documented_in_its_spec_and_in_the_plugin_guide():
     hooks = [name for name in dir(hookspecs) if name.startswith("rllm_") and hasattr(getattr(hookspecs, name), "rllm_plugins_spec")]
-    assert hooks == ["rllm_adv_estimators"]
+    assert hooks == ["rllm_adv_estimators", "rllm_advantage_transforms"]
     guide = DOCS.read_text()
     for name in hooks:
         assert getattr(hookspecs, name).__doc__
         assert f"### `{name}()`" in guide
+
+
+def test_a_plugin_offering_only_a_transform_loads_and_its_transform_runs_in_the_collector(load_plugins):
+    load_plugins()
+    from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups
+    from rllm_plugins.transforms import get_transform
+
+    assert str(get_transform("recentre").provider) == "plugin 'fixture_transform' (distribution rllm-fixture-transform 0.4.0)"
+    groups = [
+        TrajectoryGroup([Trajectory(steps=[Step()], reward=r) for r in rewards], group_id=f"q{k}") for k, rewards in enumerate([[1.0, 0.0, 0.0], [2.0, 5.0]])
+    ]
+    config = AlgorithmConfig(estimator="reinforce", advantage_transforms=[{"name": "recentre", "weight": 0.5}])
+    collect_reward_and_advantage_from_trajectory_groups(groups, config)
+    # reinforce gives the rewards; recentre subtracts half of each group's mean
+    assert [t.steps[0].advantage for t in groups[0].trajectories] == pytest.approx([1.0 - 0.5 / 3, -0.5 / 3, -0.5 / 3])
+    assert [t.steps[0].advantage for t in groups[1].trajectories] == pytest.approx([2.0 - 1.75, 5.0 - 1.75])
+
+
+@pytest.mark.parametrize(("typo", "meant"), [("rllm_adv_estimator", "rllm_adv_estimators"), ("rllm_advantage_transform", "rllm_advantage_transforms")])
+def test_a_misspelt_hook_is_named_with_the_hook_it_was_meant_to_be(typo, meant):
+    import pluggy
+
+    module = type("Plugin", (), {typo: staticmethod(plugins.hookspecs.hookimpl(lambda: []))})()
+    manager = pluggy.PluginManager(plugins.hookspecs.PROJECT)
+    manager.add_hookspecs(plugins.hookspecs)
+    manager.register(module, name="typo")
+    with pytest.raises(TypeError, match=rf"its @hookimpl {typo} \(at .*\) is no rllm-plugins hook: the hook is {meant}$"):
+        plugins._check_implements_the_hook(manager, module, "typo_module")

@@ -73,6 +73,7 @@ def test_plugins_lists_an_entry_point_under_a_misspelt_group_as_misplaced(mistak
         "version": "0.1.0",
         "status": "misplaced",
         "estimators": [],
+        "transforms": [],
         "error": MISPLACED,
     }
     verl = rows[("fixture_misplaced", "misplaced")]["error"]

@@ -7,10 +7,11 @@ DataProto it was given is visible to our estimators through a context variable
 (:func:`current_non_tensor_batch`; :func:`current_tensor`, through which step-level estimators read
 ``responses``), and so is its ``gamma`` argument (:func:`current_gamma`), which verl gives only to ``gae``.
 The original function is then called with the same arguments,
-so every estimator, ours included, receives exactly the keyword arguments verl gives it; nothing
-else changes. It is installed like every verl extension (:mod:`rllm_verl.extension`: lazily,
-guarded by verl 0.9's signature, once, never raising); opt out with
-``RLLM_PLUGINS_VERL_REWARD_KEYS=0``.
+so every estimator, ours included, receives exactly the keyword arguments verl gives it. Then, when
+``algorithm.rllm_advantage_transforms`` lists transforms, they run on the advantages verl's call wrote,
+whatever the estimator (:mod:`rllm_verl.compute.transforms`); v1 reaches this function too. It is
+installed like every verl extension (:mod:`rllm_verl.extension`: lazily, guarded by verl 0.9's signature,
+once, never raising); opt out with ``RLLM_PLUGINS_VERL_REWARD_KEYS=0`` (which also turns the transforms off).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from rllm_verl.compute.transforms import transform_configured
 from rllm_verl.context import LEGACY_EXTENSION, REWARD_KEYS_ENV, processing
 from rllm_verl.extension import ADVANTAGE_PARAMETERS, NO_DEFAULT, Extension
 
@@ -38,7 +40,13 @@ def extend(original: Callable[..., Any]) -> Callable[..., Any]:
         except TypeError:  # verl's own function will say what is wrong with the call
             gamma = None
         with processing(data, gamma):
-            return original(data, *args, **kwargs)
+            out = original(data, *args, **kwargs)
+        try:
+            config = signature.bind(data, *args, **kwargs).arguments.get("config")
+        except TypeError:
+            config = None
+        transform_configured(out, config)  # algorithm.rllm_advantage_transforms: after any estimator, verl's own included
+        return out
 
     return compute_advantage
 

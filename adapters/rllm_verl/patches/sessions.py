@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rllm_verl.compute.sessions import Sessions, first_outputs_only, parse_sessions, session_advantages
+from rllm_verl.compute.transforms import transform_configured
 from rllm_verl.context import gamma_argument
 from rllm_verl.extension import ADVANTAGE_PARAMETERS, NO_DEFAULT, Extension
 
@@ -188,7 +189,9 @@ def extend(original: Callable[..., Any]) -> Callable[..., Any]:
 
             data.batch["response_mask"] = compute_response_mask(data)
         with gamma_argument(gamma):
-            return session_compute(name, data, sessions, config, list(batch_keys))
+            out = session_compute(name, data, sessions, config, list(batch_keys))
+        transform_configured(out, config)  # algorithm.rllm_advantage_transforms, on the output rows (verl's compute_advantage is not called here)
+        return out
 
     compute_advantage_for_multi_trajectories.__doc__ = (
         f"{original.__doc__ or ''}\n\n    rllm-plugins: for ``rllm_*`` estimators, a session with several outputs is one "

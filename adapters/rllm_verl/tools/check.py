@@ -327,6 +327,8 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     from rllm_plugins.estimators import check_group_size
     from rllm_plugins.registry import get_estimator, unavailable_because
     from rllm_verl.compute.outcome import estimator_options
+    from rllm_verl.compute.transforms import transforms_of
+    from rllm_verl.context import REWARD_KEYS_ENV
     from rllm_verl.registration import VERL_PREFIX, register_estimators_into_verl
     from rllm_verl.tools.agent_loop import agent_loop_errors
 
@@ -343,6 +345,14 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     if name is None:
         return VerlCheckReport(False, None, config_name, rllm_names, ["the config has no algorithm.adv_estimator"])
     name = str(name)
+    try:  # algorithm.rllm_advantage_transforms: names, options and values, before launch
+        transforms = transforms_of(algorithm)
+    except ValueError as error:
+        return VerlCheckReport(False, name, config_name, rllm_names, [str(error)])
+    status = extension_status_of("reward_keys") if transforms else "active"
+    if status != "active":  # the transforms run inside that extension: without it they would silently not run
+        message = f"algorithm.rllm_advantage_transforms is set, but the extension of ray_trainer.compute_advantage that runs them is {status}"
+        return VerlCheckReport(False, name, config_name, rllm_names, [f"{message}; unset {REWARD_KEYS_ENV} or drop the transforms"])
     loop_errors = agent_loop_errors(config)  # verl fails on these only on its rollout workers
     if loop_errors:
         return VerlCheckReport(False, name, config_name, rllm_names, loop_errors)

@@ -291,6 +291,22 @@ def _per_role_map(call: Call, sample: Sample, state: Mapping[str, Any] | None) -
     return Output(step_advantages(mine), config.estimator_state.state_dict())
 
 
+TRANSFORMS = (("clip", {"min": -0.5, "max": 0.5}), ("scale", {"negative": 0.5}))
+
+
+def _transformed(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
+    groups = trajectory_groups(sample)
+    config = _config(call, state, advantage_transforms=[list(entry) for entry in TRANSFORMS])
+    collect_reward_and_advantage_from_trajectory_groups(groups, config)
+    return Output(step_advantages(groups), config.estimator_state.state_dict())
+
+
+def clipped_and_scaled(advantages: np.ndarray, _sample: Sample) -> np.ndarray:
+    """:data:`TRANSFORMS` written plainly: clipped to [-0.5, 0.5], then the negative ones halved."""
+    clipped = np.minimum(np.maximum(advantages, -0.5), 0.5)
+    return np.where(clipped < 0, clipped * 0.5, clipped)
+
+
 COLLECTOR = Path(
     "collector",
     "path",
@@ -328,6 +344,16 @@ def core_paths() -> list[Path]:
             levels=("outcome",),
             reference=whitened,
             stateful=False,
+        ),
+        Path(
+            "advantage_transforms",
+            "wrapper",
+            "core",
+            "advantage_transforms clip to [-0.5, 0.5], then scale negative 0.5, in the collector",
+            _transformed,
+            keeps_state=True,
+            reference=clipped_and_scaled,
+            critic_values=None,
         ),
         Path("per_role_map", "wrapper", "core", "estimator_map={role: e} beside a role running grpo", _per_role_map, keeps_state=True, critic_values=None),
     ]

@@ -1,0 +1,125 @@
+"""Advantage transforms in TRL: ``RLLMGRPOConfig(advantage_transforms=[...])``, after any estimator.
+
+Sequence-level transforms run on the gathered batch, per role, on every process alike: on the outcome path one
+value per completion (unscorable rows stay 0 and out of the transforms; ``offsets`` group a role's scorable
+completions by prompt, ``rewards`` and ``lengths`` are theirs); on the step path one value per turn of the scored
+completions (``offsets`` group a prompt's turns, ``rewards`` the turns' rewards, ``turn_index`` and
+``traj_offsets`` place them). A token-level transform (``kl_shaping``) and every transform after it run on this
+process's rows, ``(B, T)``, with ``mask`` (the completion mask, times the tool mask where TRL has one),
+``logprobs`` (TRL's ``old_per_token_logps``) and ``ref_logprobs`` (``ref_per_token_logps``, present when
+``beta > 0``); the batch mean of ``kl_shaping`` is then this process's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rllm_plugins.segments import offsets_from_sizes
+from rllm_plugins.transforms import SelectedTransform, apply_transforms, check_available_context, resolve_transforms
+
+__all__ = ["check_trl_transforms", "split_chain", "transform_outcome", "transform_steps", "transform_tokens"]
+
+WHERE = "RLLMGRPOConfig.advantage_transforms"
+SEQUENCE_CONTEXT = {"offsets", "rewards", "lengths", "turn_index", "traj_offsets", "role"}  # lengths: on the outcome path
+TOKEN_CONTEXT = {"mask", "logprobs", "ref_logprobs", "role"}
+
+
+def check_trl_transforms(entries: Any, beta: float) -> tuple[SelectedTransform, ...]:
+    """Resolve ``advantage_transforms`` at config time; refuse what TRL cannot run (a token-level transform without a reference
+    model, a transform that needs one value per completion after a token-level one)."""
+    selected = resolve_transforms(entries, WHERE)
+    sequence_part, token_part = split_chain(selected)
+    check_available_context(sequence_part, SEQUENCE_CONTEXT, WHERE, "TRL (on the gathered completions or turns)")
+    check_available_context(token_part, TOKEN_CONTEXT, WHERE, "TRL (on this process's rows)")
+    if token_part and not beta:
+        first = token_part[0]
+        raise ValueError(
+            f"{WHERE}: {first.name!r} works on per-token advantages with the reference model's log-probs, and with beta=0.0 GRPOTrainer "
+            "loads no reference model: set beta > 0 (or leave the transform out)"
+        )
+    for choice in token_part[1:]:
+        spec = choice.transform.spec
+        if spec.level == "sequence" and not spec.elementwise:
+            raise ValueError(
+                f"{WHERE}: {choice.name!r} needs one advantage per completion or turn, but it comes after {token_part[0].name!r}, "
+                "whose advantages are per token: put it first"
+            )
+    return selected
+
+
+def split_chain(selected: Sequence[SelectedTransform]) -> tuple[tuple[SelectedTransform, ...], tuple[SelectedTransform, ...]]:
+    """``(sequence part, token part)``: the transforms before the first token-level one, and it with the rest."""
+    first = next((i for i, c in enumerate(selected) if c.transform.spec.level == "token"), len(selected))
+    return tuple(selected[:first]), tuple(selected[first:])
+
+
+def transform_outcome(batch: Any, advantages: np.ndarray, selected: Sequence[SelectedTransform]) -> tuple[np.ndarray, dict[str, float]]:
+    """The gathered advantages ``(N,)`` of a ``RewardBatch`` after ``selected`` (sequence level), per role; and the metrics."""
+    out = advantages.copy()
+    metrics: dict[str, float] = {}
+    G = batch.num_generations  # noqa: N806
+    counts = np.count_nonzero(batch.scorable.reshape(-1, G), axis=1)
+    for r, role in enumerate(batch.roles):
+        in_role = batch.group_roles == r
+        rows = batch.scorable & np.repeat(in_role, G)
+        if not rows.any():
+            continue
+        context: dict[str, Any] = {"offsets": offsets_from_sizes(counts[in_role]), "rewards": batch.rewards[rows]}
+        if batch.lengths is not None:
+            context["lengths"] = batch.lengths[rows]
+        n = int(rows.sum())
+        context.update(turn_index=np.zeros(n, dtype=np.int64), traj_offsets=np.arange(n + 1))
+        out[rows], role_metrics = apply_transforms(out[rows], selected, role=role, where=WHERE, **context)
+        metrics.update(role_metrics)
+    return out, metrics
+
+
+def transform_steps(
+    values: np.ndarray, offsets: np.ndarray, step_rewards: np.ndarray, scored: np.ndarray, batch: Any, selected: Sequence[SelectedTransform]
+) -> tuple[np.ndarray, dict[str, float]]:
+    """Per-turn values ``(S,)`` of the gathered rows (row ``i`` owns ``values[offsets[i]:offsets[i+1]]``) after ``selected``, per role."""
+    out = values.copy()
+    metrics: dict[str, float] = {}
+    G = batch.num_generations  # noqa: N806
+    counts = np.diff(offsets)
+    turn_index = np.arange(values.size) - np.repeat(offsets[:-1], counts)
+    for r, role in enumerate(batch.roles):
+        rows = scored & np.repeat(batch.group_roles == r, G)
+        if not rows.any():
+            continue
+        steps = np.repeat(rows, counts)
+        per_group = np.add.reduceat(np.where(rows, counts, 0), np.arange(0, rows.size, G))[batch.group_roles == r]
+        context = {
+            "offsets": offsets_from_sizes(per_group),
+            "rewards": step_rewards[steps],
+            "turn_index": turn_index[steps],
+            "traj_offsets": offsets_from_sizes(counts[rows]),
+        }
+        out[steps], role_metrics = apply_transforms(out[steps], selected, role=role, where=WHERE, **context)
+        metrics.update(role_metrics)
+    return out, metrics
+
+
+def transform_tokens(local: Any, output: dict[str, Any], selected: Sequence[SelectedTransform], role: str) -> tuple[np.ndarray, dict[str, float]]:
+    """This process's advantages (``(B,)`` or ``(B, T)``) after the token part of the chain: ``(B, T)`` float64, 0 off the mask."""
+    mask = output["completion_mask"].detach().cpu().double().numpy()
+    if output.get("tool_mask") is not None:
+        mask = mask * output["tool_mask"].detach().cpu().double().numpy()
+    values = local.detach().cpu().double().numpy()
+    if values.ndim == 1:
+        values = values[:, None] * mask
+    context: dict[str, Any] = {"mask": mask}
+    for key, name in (("logprobs", "old_per_token_logps"), ("ref_logprobs", "ref_per_token_logps")):
+        if output.get(name) is not None:
+            context[key] = output[name].detach().cpu().double().numpy()
+    if "logprobs" not in context and any("logprobs" in c.transform.spec.requires for c in selected):
+        raise ValueError(
+            f"{WHERE}: {selected[0].name!r} needs the policy's log-probs of the sampled tokens, which GRPOTrainer computes before the loss only "
+            "when generation and optimisation steps differ (num_iterations > 1, steps_per_generation > gradient_accumulation_steps) or with vLLM's "
+            "importance sampling; this step has none"
+        )
+    out, metrics = apply_transforms(values, selected, role=role, token_level=True, where=WHERE, **context)
+    return out * mask, metrics

@@ -1,0 +1,133 @@
+"""A configuration's list of transforms, resolved and checked at config time.
+
+An entry is ``"name"``, ``("name", {options})`` or ``{"name": ..., **options}``; the list is applied in
+order. A JSON string holding such a list is read too (command lines). Unknown names, unknown options and
+option values a transform refuses raise ``ValueError`` naming the entry, before any training step.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..config import set_transform_resolver
+from ..transform_spec import Transform, transform_context, transform_options
+from .registry import get_transform
+
+_EMPTY = inspect.Parameter.empty
+
+__all__ = ["SelectedTransform", "check_available_context", "resolve_transforms", "trial_context"]
+
+
+@dataclass(frozen=True)
+class SelectedTransform:
+    """One entry of the list: the transform, its options, and its label in the metrics (``name``, ``name#2`` when repeated)."""
+
+    transform: Transform
+    options: Mapping[str, Any] = field(default_factory=dict)
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.transform.spec.name
+
+
+def _split(entry: Any, where: str) -> tuple[str, dict[str, Any]]:
+    if isinstance(entry, str):
+        return entry, {}
+    if isinstance(entry, Mapping):
+        if "name" not in entry:
+            raise ValueError(f"{where}: a mapping entry needs a 'name' key (the transform's name), got {dict(entry)!r}")
+        options = {str(k): v for k, v in entry.items() if k != "name"}
+        return entry["name"], options
+    if isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], Mapping):
+        return entry[0], {str(k): v for k, v in entry[1].items()}
+    raise ValueError(f"{where}: an entry is 'name', ('name', {{options}}) or {{'name': ..., **options}}, got {entry!r}")
+
+
+def trial_context(level: str) -> dict[str, Any]:
+    """A small input of every context keyword, for the config-time trial call (two groups of two units; a (2, 3) token batch)."""
+    if level == "token":
+        mask = np.array([[1, 1, 0], [1, 1, 1]], dtype=np.float64)
+        return {"mask": mask, "logprobs": np.full((2, 3), -1.0), "ref_logprobs": np.full((2, 3), -1.2), "role": "all_groups"}
+    return {
+        "offsets": np.array([0, 2, 4]),
+        "rewards": np.array([1.0, 0.0, 0.5, 0.25]),
+        "lengths": np.array([3.0, 5.0, 2.0, 4.0]),
+        "mean_logprobs": np.array([-0.5, -1.0, -0.25, -2.0]),
+        "turn_index": np.zeros(4, dtype=np.int64),
+        "traj_offsets": np.arange(5),
+        "role": "all_groups",
+    }
+
+
+def resolve_transforms(entries: Any, where: str, *, trial: bool = True) -> tuple[SelectedTransform, ...]:
+    """The transforms ``entries`` selects, checked: names known, options known, each tried once on a small input (``trial``)."""
+    if entries is None:
+        return ()
+    if isinstance(entries, str):
+        try:
+            entries = json.loads(entries) if entries.strip().startswith("[") else [entries]
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not a JSON list of transforms: {e}") from None
+    if isinstance(entries, (str, bytes, Mapping)) or not isinstance(entries, Sequence):
+        raise ValueError(f"{where} must be a list of transforms ('name', ('name', {{options}}) or {{'name': ..., **options}}), got {entries!r}")
+    selected: list[SelectedTransform] = []
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        here = f"{where}[{i}]"
+        name, options = _split(entry, here)
+        try:
+            transform = get_transform(name)
+        except ValueError as e:
+            raise ValueError(f"{here}: {e}") from None
+        known = transform_options(transform.spec)
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise ValueError(
+                f"{here}: advantage transform {transform.spec.name!r} ({transform.provider}) has no option(s) {unknown}; "
+                f"its options: {', '.join(known) if known else 'none'}"
+            )
+        missing = sorted(k for k, default in known.items() if default is _EMPTY and k not in options)
+        if missing:
+            raise ValueError(f"{here}: advantage transform {transform.spec.name!r} needs the option(s) {missing}")
+        seen[transform.spec.name] = seen.get(transform.spec.name, 0) + 1
+        label = transform.spec.name if seen[transform.spec.name] == 1 else f"{transform.spec.name}#{seen[transform.spec.name]}"
+        choice = SelectedTransform(transform, dict(options), label)
+        if trial:
+            _trial(choice, here)
+        selected.append(choice)
+    return tuple(selected)
+
+
+def _trial(choice: SelectedTransform, where: str) -> None:
+    """Call the transform once on a small input, so that option values it refuses fail at config time."""
+    spec = choice.transform.spec
+    context = trial_context(spec.level)
+    named = transform_context(spec)
+    advantages = np.array([[0.5, -1.0, 0.0], [1.5, -0.25, 2.0]]) if spec.level == "token" else np.array([0.5, -1.0, 0.0, 1.5])
+    advantages.flags.writeable = False
+    try:
+        spec.fn(advantages, **choice.options, **{k: v for k, v in context.items() if k in named})
+    except (ValueError, TypeError) as e:
+        who = f"advantage transform {spec.name!r} ({choice.transform.provider})"
+        raise ValueError(f"{where}: {who} fails on a small input with the options {dict(choice.options)}: {e}") from None
+
+
+def check_available_context(selected: Sequence[SelectedTransform], available: set[str], where: str, framework: str) -> None:
+    """Refuse, at config time, a transform that requires a context keyword ``framework`` cannot give (``available``)."""
+    for choice in selected:
+        missing = [k for k in choice.transform.spec.requires if k not in available]
+        if missing:
+            raise ValueError(
+                f"{where}: advantage transform {choice.name!r} needs {missing}, which {framework} does not provide here "
+                f"(it provides: {', '.join(sorted(available)) or 'nothing'})"
+            )
+
+
+set_transform_resolver(resolve_transforms)
