@@ -220,7 +220,8 @@ def run_outcome(
             advantages = every
         if not np.isfinite(advantages).all():
             raise ValueError(wording.not_finite(advantages, "advantage"))
-    # The advantages are the estimator's, checked: a stage applied to every estimator's output belongs here.
+    # The advantages are the estimator's, checked: the one place where a stage over every driver's output can run
+    # (the advantage transforms, rllm_plugins.transforms.apply_transforms, are called by each driver after this).
     return advantages, commit
 
 
@@ -258,5 +259,6 @@ def run_steps(
     for what, checked in (("advantage", advantages), ("return", returns)):
         if checked is not None and not np.isfinite(checked).all():
             raise ValueError(wording.not_finite(checked, what))
-    # The advantages are the estimator's, checked: a stage applied to every estimator's output belongs here.
+    # The advantages are the estimator's, checked: the one place where a stage over every driver's output can run
+    # (the advantage transforms, rllm_plugins.transforms.apply_transforms, are called by each driver after this).
     return advantages, returns, commit
