@@ -81,3 +81,4 @@ def test_a_failing_cell_exits_1_and_says_why(capsys):
     assert code == 1
     assert _table(out)["collector"]["permutation"] == "FAIL"
     assert "FAIL: collector x permutation: seed 0, shuffled: step" in out
+    assert "samples of seed 0 (--seed):" in out

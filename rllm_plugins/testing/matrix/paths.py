@@ -282,7 +282,7 @@ OTHER_ROLE, ROLE = "judge", "solver"
 
 def _per_role_map(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
     mine = trajectory_groups(sample, ROLE)
-    other = trajectory_groups(Sample(tuple((g[0],) * 2 for g in sample.groups), sample.level), OTHER_ROLE)
+    other = trajectory_groups(Sample(tuple((g[0],) * 2 if g else () for g in sample.groups), sample.level), OTHER_ROLE)
     config = AlgorithmConfig(estimator="grpo", estimator_map={ROLE: call.name}, estimator_kwargs=dict(call.options))
     if state is not None:
         config.estimator_state.load_state_dict(state)

@@ -80,6 +80,17 @@ def _reference(entry: EstimatorEntry, sample: Sample) -> Output | str:
     return _run(COLLECTOR, _call(entry), sample)
 
 
+def _refused(seed: int, sample: Sample, runs: Sequence[tuple[str, Output | str]]) -> str:
+    """The verdict when a run refused the sample, else ``""``. A sample's group sizes are those the spec accepts, so a refusal
+    is a finding, never agreement: a relation that held because every side refused would hold for an estimator that refuses
+    everything."""
+    for what, out in runs:
+        if isinstance(out, str):
+            sizes = sorted(len(g) for g in sample.groups)
+            return f"seed {seed}: {what} refused a sample the spec accepts (group sizes {sizes}): {out}"
+    return ""
+
+
 def equals_collector(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
     """The path gives the collector's advantages on the same trajectories (to its dtype's tolerance), or both refuse.
 
@@ -90,10 +101,10 @@ def equals_collector(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
     for seed in budget.seeds:
         sample = entry.sample(seed)
         want, got = _reference(entry, sample), _run(path, _call(entry), sample)
-        if isinstance(want, str) or isinstance(got, str):
-            if isinstance(want, str) and isinstance(got, str):
-                continue
-            return f"seed {seed}: collector {want if isinstance(want, str) else 'ran'}, {path.name} {got if isinstance(got, str) else 'ran'}"
+        refused = _refused(seed, sample, [("the collector", want), (path.name, got)])
+        if refused:
+            return refused
+        assert not isinstance(want, str) and not isinstance(got, str)
         expected = path.reference(want.advantages, sample) if path.reference else want.advantages
         message = _difference(got.advantages, expected, path, f"seed {seed}")
         if not message and got.returns is not None:
@@ -118,11 +129,10 @@ def no_token_rows(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
             padded: Output | str = path.pad(_call(entry), sample, PAD_ROWS)
         except ValueError as e:
             padded = f"raised ValueError: {e}"
-        if isinstance(base, str) or isinstance(padded, str):
-            if isinstance(base, str) and isinstance(padded, str):
-                continue
-            with_padding = padded if isinstance(padded, str) else "ran"
-            return f"seed {seed}: without padding {base if isinstance(base, str) else 'ran'}, with {PAD_ROWS} padding rows {with_padding}"
+        refused = _refused(seed, sample, [(f"{path.name} without padding", base), (f"{path.name} with {PAD_ROWS} padding rows", padded)])
+        if refused:
+            return refused
+        assert not isinstance(base, str) and not isinstance(padded, str)
         message = _difference(padded.advantages, base.advantages, path, f"seed {seed}, real rows beside {PAD_ROWS} padding rows")
         if message:
             return message
@@ -134,15 +144,15 @@ def no_token_rows(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
 
 
 def permutation(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
-    """Shuffling the trajectories of each group (and the groups, where ``group_order_invariant``) shuffles the advantages alike."""
+    """Deranging the trajectories of each group (and the groups, where ``group_order_invariant``) permutes the advantages alike."""
     for seed in budget.seeds:
         sample = entry.sample(seed)
         shuffled, order = sample.permuted(np.random.default_rng(seed + 1000), groups=entry.spec.group_order_invariant)
         base, got = _run(path, _call(entry), sample), _run(path, _call(entry), shuffled)
-        if isinstance(base, str) or isinstance(got, str):
-            if isinstance(base, str) and isinstance(got, str):
-                continue
-            return f"seed {seed}: in order {base if isinstance(base, str) else 'ran'}, shuffled {got if isinstance(got, str) else 'ran'}"
+        refused = _refused(seed, sample, [(f"{path.name} in order", base), (f"{path.name} shuffled", got)])
+        if refused:
+            return refused
+        assert not isinstance(base, str) and not isinstance(got, str)
         message = _difference(got.advantages, base.advantages[order], path, f"seed {seed}, shuffled")
         if message:
             return message
@@ -172,10 +182,10 @@ def composite_linear(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
     for seed in budget.seeds:
         sample = entry.sample(seed)
         alone, second, both = _run(path, _call(entry), sample), _run(path, other, sample), _run(on_composite, composite, sample)
-        if isinstance(alone, str) or isinstance(both, str) or isinstance(second, str):
-            if isinstance(alone, str) and isinstance(both, str):
-                continue
-            return f"seed {seed}: e alone {alone if isinstance(alone, str) else 'ran'}, in composite {both if isinstance(both, str) else 'ran'}"
+        refused = _refused(seed, sample, [(f"{entry.name} alone", alone), (f"{other.name} alone", second), ("the composite", both)])
+        if refused:
+            return refused
+        assert not isinstance(alone, str) and not isinstance(both, str) and not isinstance(second, str)
         expected = TERM_WEIGHTS[0] * alone.advantages + TERM_WEIGHTS[1] * second.advantages
         message = _difference(both.advantages, expected, path, f"seed {seed}, composite of weights {TERM_WEIGHTS}")
         if message:
@@ -218,10 +228,14 @@ def _names_a_place(message: str) -> bool:
 def scale(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
     """Rewards x 10^k give the advantages of rewards x 1e10, or those times 10^(k-10) (scale-equivariant), or a ValueError naming the place.
 
-    For k < 10 (an epsilon may matter there) the advantages must be finite, or a ValueError naming the place.
+    For k < 10 (an epsilon may matter there) the advantages must be finite, or a ValueError naming the place. The sample
+    itself (k = 0) must run: a refusal of every scale would hold vacuously.
     """
     for seed in budget.seeds:
         sample = entry.sample(seed)
+        refused = _refused(seed, sample, [(f"{path.name} (rewards x 1)", _run(path, _call(entry), sample))])
+        if refused:
+            return refused
         if sample.max_abs_reward == 0:
             continue
         base_sample = sample.scaled(10.0**BASE_SCALE)
