@@ -95,6 +95,11 @@ def empty(case: Case) -> bool:
     return not case.rewards
 
 
+def has_empty_group(case: Case) -> bool:
+    """An empty group among non-empty ones (GDPO's, where no member of a group has a reward key)."""
+    return 0 in case.sizes and any(case.sizes)
+
+
 def valid_output(subject: Subject, case: Case, seed: int) -> str | None:
     try:
         output = call_list(subject, case)
@@ -214,6 +219,21 @@ def empty_input(subject: Subject, case: Case, seed: int) -> str | None:
     except NoOutputError as e:
         return f"on rewards=[]: {e}"
     return None if not output.advantages and not output.returns else "on rewards=[]: returned non-empty output"
+
+
+@rule("empty_group", "an empty group among non-empty ones gets no value and changes no other group's", has_empty_group, compares=True)
+def empty_group(subject: Subject, case: Case, seed: int) -> str | None:
+    try:
+        output = call_list(subject, case)
+    except NoOutputError as e:
+        return f"with an empty group (normalize_then_sum hands one where no member has a reward key): {e}"
+    if not subject.group_order_invariant:  # it may read where a group stands, and an empty group moves the others
+        return non_finite(output)
+    kept = [g for g, size in enumerate(case.sizes) if size]
+    without = Case(tuple(case.rewards[g] for g in kept), tuple(case.lengths[g] for g in kept))
+    base = call_list(subject, without)
+    diff = first_difference([output.advantages[g] for g in kept], base.advantages, COMPARE_TOL)
+    return None if diff is None else f"the empty group changed the other groups' advantages (groups numbered without it): {diff}"
 
 
 @rule(

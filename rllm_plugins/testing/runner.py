@@ -78,7 +78,7 @@ class ContractReport:
 
 
 def synthetic_cases(seed: int) -> list[Case]:
-    """Synthetic inputs: binary, continuous, constant, extreme-magnitude rewards; groups of one; one group; none."""
+    """Synthetic inputs: binary, continuous, constant, extreme-magnitude rewards; groups of one; one group; an empty group; none."""
     rng = np.random.default_rng(seed)
 
     def case(sizes: Sequence[int], draw: Callable[[int], np.ndarray]) -> Case:
@@ -105,6 +105,7 @@ def synthetic_cases(seed: int) -> list[Case]:
         case([1], lambda n: rng.normal(size=n)),
         case([6], lambda n: rng.normal(size=n)),
         case([5], lambda n: rng.integers(0, 2, n).astype(float)),
+        case([3, 0, 2], lambda n: rng.normal(size=n)),
         Case((), ()),
     ]
 

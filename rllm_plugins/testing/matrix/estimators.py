@@ -35,7 +35,7 @@ class SampleSettings:
 
 SAMPLES: Mapping[str, SampleSettings] = MappingProxyType(
     {
-        "composite": SampleSettings({"terms": [["grpo", 0.5], ["rloo", 0.5]]}, numeric=("gamma",)),
+        "composite": SampleSettings({"terms": [["grpo", 0.5], ["gigpo", 0.5]]}, numeric=("gamma",)),  # gigpo: a term that discounts (gamma)
         "gigpo": SampleSettings(numeric=("anchor_similarity",)),
         "grpo_passk": SampleSettings(binary=True),
         "maxrl": SampleSettings(binary=True),

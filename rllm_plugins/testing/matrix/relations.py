@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from ...options import spec_options
 from ...registry import get_estimator
+from ...state.schema import MapOf
 from .estimators import EstimatorEntry
 from .paths import COLLECTOR, Call, Output, Path, batched_returns
-from .samples import Sample
+from .samples import Sample, groups_deranged
 
 __all__ = ["FAST", "FULL", "PLACE_WORDS", "RELATIONS", "Budget", "NotApplicable", "Relation"]
 
@@ -92,7 +96,7 @@ def _refused(seed: int, sample: Sample, runs: Sequence[tuple[str, Output | str]]
 
 
 def equals_collector(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
-    """The path gives the collector's advantages on the same trajectories (to its dtype's tolerance), or both refuse.
+    """The path gives the collector's advantages on the same trajectories (to its dtype's tolerance); neither refuses them.
 
     A path that gives a value-based estimator's returns (the critic's targets) gives those of the spec's batched form.
     """
@@ -221,6 +225,114 @@ def state_roundtrip(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
     return ""
 
 
+_TASK = re.compile(r"^(.*task)(\d+)$")
+
+
+def _renamed(state: Any, group_order: np.ndarray) -> Any:
+    """``state`` with every mapping key ``...task<p>`` renamed ``...task<group_order[p]>`` (the matrix's task ids follow group positions)."""
+    if not isinstance(state, dict):
+        return state
+    out = {}
+    for key, value in state.items():
+        found = _TASK.match(key) if isinstance(key, str) else None
+        if found and int(found[2]) < group_order.size:
+            key = f"{found[1]}{int(group_order[int(found[2])]):0{len(found[2])}d}"
+        out[key] = _renamed(value, group_order)
+    return out
+
+
+def state_order(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
+    """A state keyed by task (every key a ``MapOf`` in the spec's ``state_schema``) after a batch is the same for any order of its groups."""
+    if not entry.spec.stateful:
+        raise NotApplicable("not stateful")
+    if not path.keeps_state:
+        raise NotApplicable(f"{path.name} keeps no state")
+    schema = entry.spec.state_schema
+    if schema is None:
+        raise NotApplicable("the spec declares no state_schema: whether its state is keyed by task is unknown")
+    for seed in budget.seeds:
+        sample = entry.sample(seed)
+        moved, group_order = groups_deranged(sample, np.random.default_rng(seed + 2000))
+        base, got = _run(path, _call(entry), sample), _run(path, _call(entry), moved)
+        refused = _refused(seed, sample, [(f"{path.name} in order", base), (f"{path.name} with the groups deranged", got)])
+        if refused:
+            return refused
+        assert not isinstance(base, str) and not isinstance(got, str)
+        flat = [key for key in (base.state or {}) if not isinstance(schema.get(key), MapOf)]
+        if flat:
+            raise NotApplicable(f"with these options the state's {flat[0]!r} is one value for the whole role (scanned in order), not keyed by task")
+        if json.dumps(_renamed(got.state, group_order), sort_keys=True) != json.dumps(base.state, sort_keys=True):
+            return f"seed {seed}: the groups in the order {group_order.tolist()} left the state {_renamed(got.state, group_order)}, in order {base.state}"
+    return ""
+
+
+ALTERNATIVES_FLOAT = (0.5, 0.25, 0.9, 0.1, 2.0, 3.0)
+ALTERNATIVES_INT = (1, 2, 3, 0, 4)
+
+
+def _alternatives(value: Any) -> list[Any]:
+    """Other values to try for an option now at ``value``: the other bool; nearby ints; halves, doubles and common floats."""
+    if isinstance(value, (bool, np.bool_)):
+        return [not value]
+    if isinstance(value, numbers.Integral):
+        return [v for v in dict.fromkeys([value + 1, value + 2, value - 1, *ALTERNATIVES_INT]) if v != value]
+    if isinstance(value, numbers.Real):
+        return [v for v in dict.fromkeys([value * 0.5, value * 2, value + 0.5, *ALTERNATIVES_FLOAT]) if v != value]
+    return [*ALTERNATIVES_FLOAT, *ALTERNATIVES_INT]  # a numeric option that defaults to None
+
+
+def _scalar_options(entry: EstimatorEntry) -> dict[str, Any]:
+    """The options a relation can vary: bool and numeric ones (their sample value, else default; None for numeric ones without)."""
+    defaults = spec_options(entry.spec).defaults
+    out = {k: entry.options.get(k, v) for k, v in defaults.items() if isinstance(v, (bool, np.bool_, numbers.Real))}
+    out.update({k: entry.options.get(k) for k in entry.numeric_options if k not in out})
+    return out
+
+
+def option_sensitivity(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
+    """Each bool or numeric option changes the collector's output for some value the config accepts, and the path gives that output too."""
+    options = _scalar_options(entry)
+    if not options:
+        raise NotApplicable("no bool or numeric option")
+    for seed in budget.seeds:
+        sample = entry.sample(seed)
+        base = _reference(entry, sample)
+        refused = _refused(seed, sample, [("the collector", base)])
+        if refused:
+            return refused
+        assert not isinstance(base, str)
+        for option, value in options.items():
+            found = None
+            for other in _alternatives(value):
+                call = Call(entry.name, {**entry.options, option: other})
+                try:
+                    COLLECTOR.configure(entry.name, dict(call.options))  # type: ignore[misc]
+                except ValueError:
+                    continue
+                want = _run(COLLECTOR, call, sample)
+                if not isinstance(want, str) and (want.advantages.shape != base.advantages.shape or not np.array_equal(want.advantages, base.advantages)):
+                    found = (call, want)
+                    break
+            if found is None:
+                return (
+                    f"seed {seed}: option {option!r} changes no advantage for any of {_alternatives(value)} (from {value!r}); an option that "
+                    "is read changes the output on some sample: read it, or declare why not in AdvEstimatorSpec(breaks={'option_sensitivity': ...})"
+                )
+            if path.name == COLLECTOR.name:
+                continue
+            call, want = found
+            got = _run(path, call, sample)
+            refused = _refused(seed, sample, [(f"{path.name} with {option}={call.options[option]!r}", got)])
+            if refused:
+                return refused
+            assert not isinstance(got, str)
+            expected = path.reference(want.advantages, sample) if path.reference else want.advantages
+            message = _difference(got.advantages, expected, path, f"seed {seed}, {option}={call.options[option]!r} (the collector's output changes with it)")
+            if message:
+                return message
+    return ""
+
+
 def _names_a_place(message: str) -> bool:
     return any(word in message for word in PLACE_WORDS)
 
@@ -312,6 +424,8 @@ RELATIONS: Sequence[Relation] = (
     Relation("permutation", permutation),
     Relation("composite_linear", composite_linear),
     Relation("state_roundtrip", state_roundtrip),
+    Relation("state_order", state_order),
     Relation("scale", scale),
     Relation("hostile_options", hostile_options),
+    Relation("option_sensitivity", option_sensitivity),
 )

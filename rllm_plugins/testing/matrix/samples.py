@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-__all__ = ["ENV_TOKENS", "Sample", "Traj", "derangement", "generate"]
+__all__ = ["ENV_TOKENS", "Sample", "Traj", "derangement", "generate", "groups_deranged"]
 
 ENV_TOKENS = (3, 4)  # the vocabulary of environment segments: small, so anchor states repeat
 MODEL_TOKEN = 10  # model token ids are MODEL_TOKEN + the step's index (never an environment token)
@@ -84,6 +84,13 @@ class Sample:
             for i in traj_order:
                 order.extend(positions[g][i])
         return replace(self, groups=tuple(new_groups)), np.array(order, dtype=np.int64)
+
+
+def groups_deranged(sample: Sample, rng: np.random.Generator) -> tuple[Sample, np.ndarray]:
+    """The sample's groups deranged, each group's trajectories in their order; with ``group_order``: group ``p`` of the
+    result is the sample's group ``group_order[p]``."""
+    group_order = derangement(rng, len(sample.groups))
+    return replace(sample, groups=tuple(sample.groups[g] for g in group_order.tolist())), group_order
 
 
 def derangement(rng: np.random.Generator, n: int) -> np.ndarray:
