@@ -302,6 +302,8 @@ def option_sensitivity(entry: EstimatorEntry, path: Path, budget: Budget) -> str
             return refused
         assert not isinstance(base, str)
         for option, value in options.items():
+            if f"option_sensitivity:{option}" in entry.breaks:  # declared: it changes nothing on the matrix's samples
+                continue
             found = None
             for other in _alternatives(value):
                 call = Call(entry.name, {**entry.options, option: other})
@@ -316,7 +318,7 @@ def option_sensitivity(entry: EstimatorEntry, path: Path, budget: Budget) -> str
             if found is None:
                 return (
                     f"seed {seed}: option {option!r} changes no advantage for any of {_alternatives(value)} (from {value!r}); an option that "
-                    "is read changes the output on some sample: read it, or declare why not in AdvEstimatorSpec(breaks={'option_sensitivity': ...})"
+                    f"is read changes the output on some sample: read it, or declare why not: AdvEstimatorSpec(breaks={{'option_sensitivity:{option}': ...}})"
                 )
             if path.name == COLLECTOR.name:
                 continue
