@@ -28,6 +28,7 @@ from .calls import (
     first_difference,
     list_inputs,
     non_finite,
+    option_trials,
     permutation,
     short,
 )
@@ -253,4 +254,43 @@ def forms_agree(subject: Subject, case: Case, seed: int) -> str | None:
     return None if diff is None else f"batched form vs list form (flat index) at {diff}"
 
 
-RULES: dict[str, str] = {r.name: r.description for r in ALL_RULES}
+def options_matter(subject: Subject, cases: list[Case]) -> tuple[str | None, Case | None]:
+    """Every bool or numeric option of the estimator changes its output on some case, for some value its checks accept
+    (options declared insensitive, ``breaks["option_sensitivity:NAME"]``, are left out)."""
+    from functools import partial
+
+    usable = [case for case in cases if general(case)]
+    for name, default in subject.options.items():
+        if name in subject.insensitive:
+            continue
+        trials = []
+        for value in option_trials(default):
+            try:
+                if subject.check_options is not None:
+                    subject.check_options({name: value})
+            except ValueError:
+                continue
+            trials.append(value)
+        if not trials:
+            continue
+        changed = False
+        for case, value in ((c, v) for c in usable for v in trials):
+            try:
+                base = call_list(subject, case)
+                other = call_list(Subject(**{**subject.__dict__, "list_form": partial(subject.list_form, **{name: value})}), case)
+            except NoOutputError:  # a value the estimator refuses (or another rule's failure) changes nothing here
+                continue
+            if first_difference(other.advantages, base.advantages, 0.0, exact=True) is not None:
+                changed = True
+                break
+        if not changed:
+            return (
+                f"option {name!r} never changed the output (tried {trials} against the default {default!r} on {len(usable)} cases); an estimator "
+                "that ignores an option misleads its users: read it, leave it out of the signature, or declare why: "
+                f"AdvEstimatorSpec(breaks={{'option_sensitivity:{name}': ...}})"
+            ), next(iter(usable), None)
+    return None, None
+
+
+OPTIONS_MATTER = "each bool or numeric option the estimator declares can change its output"
+RULES: dict[str, str] = {**{r.name: r.description for r in ALL_RULES}, "options_matter": OPTIONS_MATTER}
