@@ -2,7 +2,7 @@
 
 :data:`WRONG` maps a name to ``(spec, relations)``: the spec to register and the relations of the core paths that must
 fail for it (at least one cell of each). Loaded by path from ``tests/conformance/test_wrong_plugins.py`` and
-``integration_tests/conformance/test_wrong_plugins_paths.py``.
+``integration_tests/conformance/test_matrix_adapter_paths.py`` (through ``rllm-plugins check NAME --paths``).
 """
 
 from __future__ import annotations
