@@ -54,12 +54,17 @@ def test_the_example_plugin_passes_on_every_path_it_takes(capsys):
     out = capsys.readouterr().out
     table = _table(out)
     assert code == 0
-    assert table["verl_legacy"] == table["verl_v1"] == dict.fromkeys(RELATIONS, "PASS") | {
-        "state_roundtrip": "n.a.",
-        "state_order": "n.a.",
-        "hostile_options": "n.a.",
-        "option_sensitivity": "n.a.",
-    }
+    assert (
+        table["verl_legacy"]
+        == table["verl_v1"]
+        == dict.fromkeys(RELATIONS, "PASS")
+        | {
+            "state_roundtrip": "n.a.",
+            "state_order": "n.a.",
+            "hostile_options": "n.a.",
+            "option_sensitivity": "n.a.",
+        }
+    )
     assert table["trl_outcome"]["equals_collector"] == "PASS" and table["trl_turn"]["equals_collector"] == "n.a."  # outcome-level
     assert table["collector"]["equals_collector"] == "n.a."  # the reference
     assert "FAIL" not in out
