@@ -290,11 +290,26 @@ def _scalar_options(entry: EstimatorEntry) -> dict[str, Any]:
     return out
 
 
+def _changing_value(entry: EstimatorEntry, option: str, value: Any, sample: Sample, base: Output) -> tuple[Call, Output] | None:
+    """The first other value of ``option`` the core's config step accepts that changes the collector's advantages on ``sample``."""
+    for other in _alternatives(value):
+        call = Call(entry.name, {**entry.options, option: other})
+        try:
+            COLLECTOR.configure(entry.name, dict(call.options))  # type: ignore[misc]
+        except ValueError:
+            continue
+        want = _run(COLLECTOR, call, sample)
+        if not isinstance(want, str) and (want.advantages.shape != base.advantages.shape or not np.array_equal(want.advantages, base.advantages)):
+            return call, want
+    return None
+
+
 def option_sensitivity(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
     """Each bool or numeric option changes the collector's output for some value the config accepts, and the path gives that output too."""
-    options = _scalar_options(entry)
+    options = {k: v for k, v in _scalar_options(entry).items() if f"option_sensitivity:{k}" not in entry.breaks}  # declared: no effect on samples
     if not options:
-        raise NotApplicable("no bool or numeric option")
+        raise NotApplicable("no bool or numeric option (or each declared to change nothing on the samples)")
+    samples = {}
     for seed in budget.seeds:
         sample = entry.sample(seed)
         base = _reference(entry, sample)
@@ -302,37 +317,27 @@ def option_sensitivity(entry: EstimatorEntry, path: Path, budget: Budget) -> str
         if refused:
             return refused
         assert not isinstance(base, str)
-        for option, value in options.items():
-            if f"option_sensitivity:{option}" in entry.breaks:  # declared: it changes nothing on the matrix's samples
-                continue
-            found = None
-            for other in _alternatives(value):
-                call = Call(entry.name, {**entry.options, option: other})
-                try:
-                    COLLECTOR.configure(entry.name, dict(call.options))  # type: ignore[misc]
-                except ValueError:
-                    continue
-                want = _run(COLLECTOR, call, sample)
-                if not isinstance(want, str) and (want.advantages.shape != base.advantages.shape or not np.array_equal(want.advantages, base.advantages)):
-                    found = (call, want)
-                    break
-            if found is None:
-                return (
-                    f"seed {seed}: option {option!r} changes no advantage for any of {_alternatives(value)} (from {value!r}); an option that "
-                    f"is read changes the output on some sample: read it, or declare why not: AdvEstimatorSpec(breaks={{'option_sensitivity:{option}': ...}})"
-                )
-            if path.name == COLLECTOR.name:
-                continue
-            call, want = found
-            got = _run(path, call, sample)
-            refused = _refused(seed, sample, [(f"{path.name} with {option}={call.options[option]!r}", got)])
-            if refused:
-                return refused
-            assert not isinstance(got, str)
-            expected = path.reference(want.advantages, sample) if path.reference else want.advantages
-            message = _difference(got.advantages, expected, path, f"seed {seed}, {option}={call.options[option]!r} (the collector's output changes with it)")
-            if message:
-                return message
+        samples[seed] = (sample, base)
+    for option, value in options.items():
+        found = next(((seed, hit) for seed, (sample, base) in samples.items() for hit in [_changing_value(entry, option, value, sample, base)] if hit), None)
+        if found is None:
+            return (
+                f"seeds {list(budget.seeds)}: option {option!r} changes no advantage for any of {_alternatives(value)} (from {value!r}); an option "
+                f"that is read changes the output on some sample: read it, or declare why not: AdvEstimatorSpec(breaks={{'option_sensitivity:{option}': ...}})"
+            )
+        if path.name == COLLECTOR.name:
+            continue
+        seed, (call, want) = found
+        sample = samples[seed][0]
+        got = _run(path, call, sample)
+        refused = _refused(seed, sample, [(f"{path.name} with {option}={call.options[option]!r}", got)])
+        if refused:
+            return refused
+        assert not isinstance(got, str)
+        expected = path.reference(want.advantages, sample) if path.reference else want.advantages
+        message = _difference(got.advantages, expected, path, f"seed {seed}, {option}={call.options[option]!r} (the collector's output changes with it)")
+        if message:
+            return message
     return ""
 
 
