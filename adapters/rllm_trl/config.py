@@ -370,6 +370,20 @@ def check_trainer_setup(args: Any, train_dataset: Any = None, eval_dataset: Any 
         if isinstance(dataset, datasets.Dataset):
             if not isinstance(dataset.features[column], datasets.Value):
                 raise ValueError(f"role_column={column!r} of {where} holds {dataset.features[column]}; a role is one name per prompt (str)")
-            for value in dataset.unique(column):
-                role_name(value, f"role_column={column!r} of {where}")
+            roles = sorted({role_name(value, f"role_column={column!r} of {where}") for value in dataset.unique(column)})
+            _check_one_role_for_a_step_level_state(settings, where, roles)
     return settings
+
+
+def _check_one_role_for_a_step_level_state(settings: AdvantageSettings, where: str, roles: list[str]) -> None:
+    """The step-level path computes a batch's roles in one call, and a state is kept per role: a step-level estimator that keeps a
+    state (a composite with a ``rae`` term) takes one role; refuse a dataset of several now rather than at the first step."""
+    from rllm_plugins.needs import needs_of
+
+    if len(roles) < 2 or not settings.step_level:
+        return
+    if needs_of(settings.selected[settings.estimator].spec, settings.estimator_kwargs).state:
+        raise ValueError(
+            f"adv_estimator={settings.estimator!r} keeps a state per role, and role_column={settings.role_column!r} of {where} holds the roles "
+            f"{roles}, which the step-level path computes in one call: drop role_column, or the stateful term"
+        )
