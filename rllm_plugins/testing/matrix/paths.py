@@ -103,6 +103,10 @@ class Path:
     fast_configure: bool = True  # False: ``configure`` takes seconds (the fast sample skips it)
     run_composite: Runner | None = None  # how this framework runs a composite (step-level) of the estimators this path takes
     critic_values: str | None = "this path's sample carries no critic values yet (value-based estimators: their own tests)"  # None: it hands them over
+    # False where the path's own output breaks the scale law by design (a clip saturates: an unnormalised estimator's
+    # rounding noise at rewards x 1e150, 1e-16 relative, becomes the clip's bound); the scale relation then checks
+    # finiteness and refusals only, and the law itself on the paths without the wrapper
+    scale_law: bool = True
 
     def not_applicable(self, call: Call) -> str | None:
         """Why this path does not take ``call``'s estimator (None: it does)."""
@@ -361,6 +365,7 @@ def core_paths() -> list[Path]:
             keeps_state=True,
             reference=clipped_and_scaled,
             critic_values=None,
+            scale_law=False,
         ),
         Path("per_role_map", "wrapper", "core", "estimator_map={role: e} beside a role running grpo", _per_role_map, keeps_state=True, critic_values=None),
     ]

@@ -374,7 +374,7 @@ def scale(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
             got = out.advantages
             if not np.isfinite(got).all():
                 return f"seed {seed}, rewards x 1e{k}: non-finite advantage {got[~np.isfinite(got)][0]} without a ValueError"
-            if k < BASE_SCALE or isinstance(base, str):
+            if k < BASE_SCALE or isinstance(base, str) or not path.scale_law:
                 continue
             same = _difference(got, base.advantages, path, "")
             scaled_too = _difference(got, base.advantages * 10.0 ** (k - BASE_SCALE), path, "")
