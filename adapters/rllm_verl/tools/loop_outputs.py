@@ -46,7 +46,7 @@ def session_outputs(returned: Any, where: str, use_v1: bool) -> tuple[list[Any],
         return (
             [],
             [
-                f"{where}: run() returned a list of {len(returned)} outputs (a session); verl's legacy trainer (trainer.use_v1=false) "
+                f"{where}: run() returned a list of {len(returned)} output(s) (a session); verl's legacy trainer (trainer.use_v1=false) "
                 "takes one AgentLoopOutput per rollout and fails on a list: return one output, or train with trainer.use_v1=true"
             ],
             [],
@@ -101,18 +101,6 @@ def model_spans(prompt_ids: Sequence[int], response_ids: Sequence[int], calls: S
     return spans
 
 
-def _runs(mask: Sequence[int]) -> list[tuple[int, int]]:
-    """``(start, end)`` of each run of 1s in ``mask``."""
-    runs, start = [], None
-    for t, m in enumerate([*mask, 0]):
-        if m == 1 and start is None:
-            start = t
-        elif m != 1 and start is not None:
-            runs.append((start, t))
-            start = None
-    return runs
-
-
 def mask_errors(output: Any, calls: Sequence[Call], where: str, decode: Callable[[list[int]], str]) -> tuple[list[str], list[str]]:
     """Mask semantics of one output: errors for a model turn whose tokens are all 0 and for 1s on tokens the model did not
     write (tool or environment results); a warning when none of the model's replies can be found in the row."""
@@ -132,14 +120,15 @@ def mask_errors(output: Any, calls: Sequence[Call], where: str, decode: Callable
                 f"{decode(response[start:end])!r}); the model's tokens must be 1"
             )
     model = {t for _, start, end in spans for t in range(start, end)}
-    for start, end in _runs(mask):
-        outside = [t for t in range(start, end) if t not in model]
-        if outside:
-            before = [turn for turn, s, _ in spans if s <= outside[0]]
-            after = f"after turn {before[-1]}" if before else "before turn 0"
-            errors.append(
-                f"{where}: response_mask is 1 on {len(outside)} tokens the model did not write (response positions {outside[0]}..{outside[-1]}, "
-                f"{after}: {decode([response[t] for t in outside])!r}); tool and environment tokens must be 0"
-            )
-            break
+    outside = [t for t, m in enumerate(mask) if m == 1 and t not in model]
+    if outside:
+        first = [outside[0]]
+        while len(first) < len(outside) and outside[len(first)] == first[-1] + 1:
+            first.append(outside[len(first)])
+        before = [turn for turn, start, _ in spans if start <= first[0]]
+        after = f"after turn {before[-1]}" if before else "before turn 0"
+        errors.append(
+            f"{where}: response_mask is 1 on {len(outside)} tokens the model did not write (first at response positions {first[0]}..{first[-1]}, "
+            f"{after}: {decode([response[t] for t in first])!r}); tool and environment tokens must be 0"
+        )
     return errors, []
