@@ -93,6 +93,7 @@ def resolve_options(
     spec = estimator.spec
     aliases = _aliases(spec)
     rows, errors = [], []
+    read: dict[str, Any] = {}  # options taken from algorithm.*, checked with the kwargs below
     for option, default in spec_options(spec).defaults.items():
         field = aliases.get(option)
         from_algorithm = None if field is None else algorithm.get(option, None)
@@ -105,15 +106,17 @@ def resolve_options(
                 )
             rows.append((option, repr(kwargs[option]), f"algorithm.{KWARGS}.{option}"))
         elif from_algorithm is not None:
-            try:
-                where, norm = f"{field}={from_algorithm!r}", "algorithm.norm_adv_by_std_in_grpo"
-                check_estimator_kwargs({name: estimator}, {option: from_algorithm}, where=where, norm_field=norm)
-            except ValueError as error:
-                errors.append(f"{error} ({name} reads {option} from {field} when algorithm.{KWARGS}.{option} is not set)")
+            read[option] = from_algorithm
             rows.append((option, repr(from_algorithm), field if set_by_user else f"{field}, verl's default"))
         else:
             value = "(none)" if default is inspect.Parameter.empty else repr(default)
             rows.append((option, value, "the estimator's default"))
+    for option, value in read.items():  # each with the kwargs, whose own check already passed
+        field = aliases[option]
+        try:
+            check_estimator_kwargs({name: estimator}, {**kwargs, option: value}, where=f"{field}={value!r}", norm_field="algorithm.norm_adv_by_std_in_grpo")
+        except ValueError as error:
+            errors.append(f"{error} ({name} reads {option} from {field} when algorithm.{KWARGS}.{option} is not set)")
     return rows, errors
 
 
