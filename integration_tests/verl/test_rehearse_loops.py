@@ -185,6 +185,11 @@ def test_an_invalid_output_is_one_readable_line():
     ]
 
 
+def test_a_loop_that_returns_no_agent_loop_output_is_named():
+    error = failure(loop("returns_dict"))
+    assert error.errors == [f"{WHERE.format(name='returns_dict')}: run() returned dict, not an AgentLoopOutput or a list of them"]
+
+
 def test_a_loop_that_raises_is_named_with_where():
     error = failure(loop("raises"))
     assert error.errors == [

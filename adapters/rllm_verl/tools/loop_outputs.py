@@ -109,6 +109,8 @@ def mask_errors(output: Any, calls: Sequence[Call], where: str, decode: Callable
         return [], []  # output_errors names it
     spans = model_spans(output.prompt_ids, response, calls)
     if not spans:
+        if not calls and any(m == 1 for m in mask):
+            return [], [f"{where}: the loop never called the rollout server, yet response_mask marks model tokens; response_mask not checked"]
         if any(m == 1 for m in mask):
             return [], [f"{where}: none of the model's replies appears verbatim after the context it was sent with; response_mask not checked"]
         return [], []

@@ -92,6 +92,13 @@ class Invalid(AgentLoopBase):
         return AgentLoopOutput(prompt_ids=[1, 2], response_ids=[3], response_mask=["x"])
 
 
+class ReturnsDict(AgentLoopBase):
+    """Returns the output's fields as a dict, not an AgentLoopOutput."""
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> Any:
+        return {"prompt_ids": [1], "response_ids": [2], "response_mask": [1]}
+
+
 class Raises(AgentLoopBase):
     """Raises inside run()."""
 
