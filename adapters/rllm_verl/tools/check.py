@@ -123,6 +123,17 @@ def _installed_entry_points() -> list[tuple[str, str]]:
     return [(ep.name, ep.value) for ep in entry_points(group="verl.plugins")]
 
 
+def _verl_and_registration() -> str:
+    """The installed verl's version and how the ``rllm_*`` names reach it, for the resolved table: today the ``verl.plugins``
+    entry point that ``import verl`` loads (verl >= 0.9), whether installed and allowed."""
+    import verl
+
+    installed = (ENTRY_POINT_NAME, PLUGIN_MODULE) in set(_installed_entry_points())
+    how = f"entry point {ENTRY_POINT_NAME!r} = {PLUGIN_MODULE!r} in group verl.plugins, loaded by import verl"
+    state = "in place" if entry_point_policy_error() is None else ("NOT in place" if not installed else "installed but not loaded")
+    return f"verl {getattr(verl, '__version__', '?')}; registration: {how} ({state})"
+
+
 def entry_point_policy_error(environ: Mapping[str, str] | None = None, installed: Sequence[tuple[str, str]] | None = None) -> str | None:
     """Why verl would not load our entry point (None when it will).
 
@@ -356,7 +367,7 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     key_errors, key_warnings = algorithm_key_problems(algorithm, verl_defaults)
     if key_errors:
         return VerlCheckReport(False, name, config_name, rllm_names, key_errors, warnings=key_warnings)
-    resolved = [list(row) for row in context_rows(config)]
+    resolved = [list(row) for row in context_rows(config, _verl_and_registration())]
     known = sorted(core_algos.ADV_ESTIMATOR_REGISTRY)
     if name not in core_algos.ADV_ESTIMATOR_REGISTRY:
         because = unavailable_because(name.removeprefix(VERL_PREFIX)) if name.startswith(VERL_PREFIX) else None

@@ -9,8 +9,8 @@
   for a step-level estimator, ``lam`` from ``algorithm.lam`` for a value-based one; ``rllm_estimator_kwargs`` wins.
   Both set to different values is refused naming both; a value outside the option's range is refused naming the
   field it came from.
-- :func:`context_rows`: the verl version and how the ``rllm_*`` names get registered, the trainer path, the agent
-  loop's class and file.
+- :func:`context_rows`: the verl version and how the ``rllm_*`` names get registered (as ``verl-check`` found them),
+  the trainer path, the agent loop's class and file.
 """
 
 from __future__ import annotations
@@ -120,21 +120,9 @@ def resolve_options(
     return rows, errors
 
 
-def verl_and_registration() -> str:
-    """The installed verl's version and how the ``rllm_*`` names reach it: the ``verl.plugins`` entry point that ``import verl``
-    loads (verl >= 0.9), as installed today."""
-    import verl
-
-    from rllm_verl.tools.check import ENTRY_POINT_NAME, PLUGIN_MODULE, _installed_entry_points, entry_point_policy_error
-
-    installed = (ENTRY_POINT_NAME, PLUGIN_MODULE) in set(_installed_entry_points())
-    how = f"entry point {ENTRY_POINT_NAME!r} = {PLUGIN_MODULE!r} in group verl.plugins, loaded by import verl"
-    state = "in place" if entry_point_policy_error() is None else ("NOT in place" if not installed else "installed but not loaded")
-    return f"verl {getattr(verl, '__version__', '?')}; registration: {how} ({state})"
-
-
-def context_rows(config: Any) -> list[tuple[str, str, str]]:
-    """``(what, value, source)`` rows for the verl version and registration, the trainer path and the agent loop."""
+def context_rows(config: Any, registration: str) -> list[tuple[str, str, str]]:
+    """``(what, value, source)`` rows for the verl version and how the ``rllm_*`` names are registered (``registration``, from
+    :mod:`rllm_verl.tools.check`), the trainer path and the agent loop."""
     import hydra.utils
     from omegaconf import OmegaConf
 
@@ -142,7 +130,7 @@ def context_rows(config: Any) -> list[tuple[str, str, str]]:
 
     use_v1 = OmegaConf.select(config, "trainer.use_v1", default=False)
     trainer = "v1 (PPOTrainer, compute_advantage_for_multi_trajectories)" if use_v1 else "legacy (RayPPOTrainer, compute_advantage)"
-    rows = [("verl", verl_and_registration(), "the installed distributions"), ("trainer path", trainer, f"trainer.use_v1={str(bool(use_v1)).lower()}")]
+    rows = [("verl", registration, "the installed distributions"), ("trainer path", trainer, f"trainer.use_v1={str(bool(use_v1)).lower()}")]
     name = str(OmegaConf.select(config, f"{AGENT}.default_agent_loop", default="single_turn_agent"))
     path = OmegaConf.select(config, f"{AGENT}.agent_loop_config_path", default=None)
     defined = _defined_loops(str(path))[0] if path else {}
