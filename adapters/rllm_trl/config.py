@@ -312,9 +312,21 @@ def _check_step_level(estimator: str, estimator_map: dict[str, str], aggregation
         return False
     where, name = stepped[0]
     if estimator_map:
+        mapped = ", ".join(f"{role!r}: {n!r}" for role, n in estimator_map.items())
+        if where == "adv_estimator":
+            fix = (
+                f"to train every role with {name!r}, drop adv_estimator_map (role_column still splits the metrics by role); to keep "
+                "an estimator per role, make adv_estimator and every value of adv_estimator_map outcome-level (e.g. 'grpo')"
+            )
+        else:
+            role = where.removeprefix("adv_estimator_map[").removesuffix("]")
+            fix = (
+                f"to train every role with {name!r}, set adv_estimator={name!r} and drop adv_estimator_map (role_column still splits the "
+                f"metrics by role); to keep an estimator per role, map {role} to an outcome-level estimator (e.g. 'grpo')"
+            )
         raise ValueError(
-            f"{where}={name!r} is a step-level estimator (one advantage per turn), and TRL runs one estimator per batch for those: "
-            f"set adv_estimator={name!r} and drop adv_estimator_map (role_column still splits the metrics by role)"
+            f"{where}={name!r} is a step-level estimator (one advantage per turn), and TRL's step-level path runs one estimator for the "
+            f"whole batch, so adv_estimator_map {{{mapped}}} cannot give roles their own: {fix}"
         )
     if aggregation == "normalize_then_sum":
         raise ValueError(
