@@ -368,7 +368,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
     diagnostics of :mod:`.diagnostics`; empty groups contribute nothing.
     """
     selected: dict[str, Estimator] = {}  # each name the config uses, resolved once per call (when first needed)
-    if collect_advantage and algorithm_config.estimator_kwargs:  # every estimator the config selects gets them
+    if collect_advantage:  # every estimator the config selects gets the kwargs (and one that needs options refuses none now)
         names = dict.fromkeys(normalize_name(name) for name in (algorithm_config.estimator, *algorithm_config.estimator_map.values()))
         selected = {name: get_estimator(name) for name in names}
         check_estimator_kwargs(

@@ -277,7 +277,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(e, file=sys.stderr)
         return EXIT_FAILURE
     if args.paths:
-        return _check_paths(args.name, options, args.json)
+        return _check_paths(args.name, options, args.json, args.seed)
     report = check_estimator(args.name, options=options)
     if args.json:
         _print_json(report.as_dict())
@@ -286,15 +286,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_FAILURE
 
 
-def _check_paths(name: str, options: dict[str, Any] | None, as_json: bool) -> int:
+def _check_paths(name: str, options: dict[str, Any] | None, as_json: bool, seed: int) -> int:
     """``check NAME --paths``: the estimator's cells of the conformance matrix on every installed path and wrapper."""
     from .testing.matrix.report import cells_as_dicts, cells_table, check_paths
 
-    cells = check_paths(name, options=options)
+    cells = check_paths(name, options=options, seed=seed)
     if as_json:
         _print_json(cells_as_dicts(cells))
     else:
-        print(f"conformance of estimator {name} on every installed path and wrapper:")
+        print(f"conformance of estimator {name} on every installed path and wrapper, samples of seed {seed} (--seed):")
         print(cells_table(cells))
     return EXIT_FAILURE if any(c.status == "FAIL" for c in cells) else EXIT_OK
 
@@ -356,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     check_command.add_argument(
         "--paths", action="store_true", help="run it through every installed path and wrapper (verl, TRL, composite, ...): a table of conformance cells"
     )
+    check_command.add_argument("--seed", type=int, default=0, help="with --paths: the seed of the sample inputs (default 0; printed)")
     check_command.add_argument("--options", help='options for every call, a JSON object (e.g. \'{"terms": [["grpo", 0.5], ["rloo", 0.5]]}\')')
     for name, command in sorted(contributed.items()):
         if name in BUILTIN_COMMANDS:

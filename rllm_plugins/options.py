@@ -121,8 +121,6 @@ def check_estimator_kwargs(selected: Mapping[str, Estimator], kwargs: Mapping[st
     the key, the estimators with their providers, and the accepted keys; ``norm_field`` is the
     setting to use instead of a ``norm_adv_by_std_in_grpo`` key.
     """
-    if not kwargs:
-        return
     estimators = [(name, estimator, spec_options(estimator.spec)) for name, estimator in selected.items()]
     listed = ", ".join(f"{name!r} ({estimator.provider})" for name, estimator, _ in estimators)
     who = f"estimator {listed}, which accepts" if len(estimators) == 1 else f"estimators {listed}, which accept"
@@ -141,12 +139,15 @@ def check_estimator_kwargs(selected: Mapping[str, Estimator], kwargs: Mapping[st
             problem = _value_problem(key, value, options.defaults[key])
             if problem is not None:
                 raise ValueError(f"{where}: option {key!r} of estimator {name!r} {problem}")
-    for _, estimator, options in estimators:
+    for name, estimator, options in estimators:  # with no kwargs too: an estimator that cannot run without options says so now
         if estimator.spec.check_options is not None:
+            given = {k: v for k, v in kwargs.items() if k in options.defaults}
             try:
-                estimator.spec.check_options({k: v for k, v in kwargs.items() if k in options.defaults})
+                estimator.spec.check_options(given)
             except ValueError as e:
-                raise ValueError(f"{where}: {e}") from None
+                if given:
+                    raise ValueError(f"{where}: {e}") from None
+                raise ValueError(f"{where}: estimator {name!r} needs options: {str(e).removeprefix(f'estimator {name!r}: ')}") from None
 
 
 def check_given_options(name: str, estimator: Estimator, kwargs: Mapping[str, Any], *, where: str, norm_field: str) -> None:
@@ -156,12 +157,6 @@ def check_given_options(name: str, estimator: Estimator, kwargs: Mapping[str, An
     ``ValueError`` saying it needs options and what its check asks for.
     """
     check_estimator_kwargs({name: estimator}, kwargs, where=where, norm_field=norm_field)
-    check = estimator.spec.check_options
-    if not kwargs and check is not None:
-        try:
-            check({})
-        except ValueError as e:
-            raise ValueError(f"{where}: estimator {name!r} needs options: {str(e).removeprefix(f'estimator {name!r}: ')}") from None
 
 
 def _unknown(where: str, key: str, who: str, accepted: list[str]) -> str:

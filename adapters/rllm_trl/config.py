@@ -313,9 +313,21 @@ def _check_step_level(estimator: str, estimator_map: dict[str, str], aggregation
         return False
     where, name = stepped[0]
     if estimator_map:
+        mapped = ", ".join(f"{role!r}: {n!r}" for role, n in estimator_map.items())
+        if where == "adv_estimator":
+            fix = (
+                f"to train every role with {name!r}, drop adv_estimator_map (role_column still splits the metrics by role); to keep "
+                "an estimator per role, make adv_estimator and every value of adv_estimator_map outcome-level (e.g. 'grpo')"
+            )
+        else:
+            role = where.removeprefix("adv_estimator_map[").removesuffix("]")
+            fix = (
+                f"to train every role with {name!r}, set adv_estimator={name!r} and drop adv_estimator_map (role_column still splits the "
+                f"metrics by role); to keep an estimator per role, map {role} to an outcome-level estimator (e.g. 'grpo')"
+            )
         raise ValueError(
-            f"{where}={name!r} is a step-level estimator (one advantage per turn), and TRL runs one estimator per batch for those: "
-            f"set adv_estimator={name!r} and drop adv_estimator_map (role_column still splits the metrics by role)"
+            f"{where}={name!r} is a step-level estimator (one advantage per turn), and TRL's step-level path runs one estimator for the "
+            f"whole batch, so adv_estimator_map {{{mapped}}} cannot give roles their own: {fix}"
         )
     if aggregation == "normalize_then_sum":
         raise ValueError(
@@ -371,6 +383,20 @@ def check_trainer_setup(args: Any, train_dataset: Any = None, eval_dataset: Any 
         if isinstance(dataset, datasets.Dataset):
             if not isinstance(dataset.features[column], datasets.Value):
                 raise ValueError(f"role_column={column!r} of {where} holds {dataset.features[column]}; a role is one name per prompt (str)")
-            for value in dataset.unique(column):
-                role_name(value, f"role_column={column!r} of {where}")
+            roles = sorted({role_name(value, f"role_column={column!r} of {where}") for value in dataset.unique(column)})
+            _check_one_role_for_a_step_level_state(settings, where, roles)
     return settings
+
+
+def _check_one_role_for_a_step_level_state(settings: AdvantageSettings, where: str, roles: list[str]) -> None:
+    """The step-level path computes a batch's roles in one call, and a state is kept per role: a step-level estimator that keeps a
+    state (a composite with a ``rae`` term) takes one role; refuse a dataset of several now rather than at the first step."""
+    from rllm_plugins.needs import needs_of
+
+    if len(roles) < 2 or not settings.step_level:
+        return
+    if needs_of(settings.selected[settings.estimator].spec, settings.estimator_kwargs).state:
+        raise ValueError(
+            f"adv_estimator={settings.estimator!r} keeps a state per role, and role_column={settings.role_column!r} of {where} holds the roles "
+            f"{roles}, which the step-level path computes in one call: drop role_column, or the stateful term"
+        )

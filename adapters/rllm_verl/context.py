@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -25,16 +26,18 @@ __all__ = [
     "V1Batch",
     "TRANSFORM_METRICS_KEY",
     "V1Rows",
+    "VERL_ARGUMENTS",
     "add_turn_metrics",
     "publish_metrics",
-    "current_gamma",
+    "algorithm_value",
+    "current_arguments",
     "current_keys",
     "current_non_tensor_batch",
     "current_tensor",
     "fetch_rows",
-    "gamma_argument",
     "processing",
     "serving",
+    "verl_arguments",
 ]
 
 # the two patches' names (as ``extension_status`` reports them) and their opt-out variables, named in error messages
@@ -44,23 +47,37 @@ V1_EXTENSION = "v1_batch"
 V1_BATCH_ENV = "RLLM_PLUGINS_VERL_V1_BATCH"
 
 _legacy_batch: contextvars.ContextVar[Any] = contextvars.ContextVar("rllm_verl_batch", default=None)
-_gamma: contextvars.ContextVar[Any] = contextvars.ContextVar("rllm_verl_gamma", default=None)
+# what verl's ``compute_advantage`` (and v1's ``compute_advantage_for_multi_trajectories``) takes beside the batch, the
+# estimator's name and the config, and gives only to its own estimators (``gae``: gamma and lam; ``grpo``: the norm flag)
+VERL_ARGUMENTS = ("gamma", "lam", "norm_adv_by_std_in_grpo")
+_arguments: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("rllm_verl_arguments", default=MappingProxyType({}))
 
 
-def current_gamma() -> Any:
-    """The ``gamma`` argument ``compute_advantage`` (or v1's ``compute_advantage_for_multi_trajectories``) was called with;
-    None outside a call, or when the caller left it out."""
-    return _gamma.get()
+def current_arguments() -> Mapping[str, Any]:
+    """The :data:`VERL_ARGUMENTS` the current call was given explicitly (by verl's ``compute_advantage``, v1's
+    ``compute_advantage_for_multi_trajectories``, or as keywords of the registered ``rllm_*`` function); empty outside a call."""
+    return _arguments.get()
 
 
 @contextlib.contextmanager
-def gamma_argument(gamma: Any) -> Iterator[None]:
-    """Make ``gamma`` (the argument verl gives only to ``gae``) what :func:`current_gamma` returns for the duration of a call."""
-    token = _gamma.set(gamma)
+def verl_arguments(given: Mapping[str, Any]) -> Iterator[None]:
+    """Make the :data:`VERL_ARGUMENTS` in ``given`` (others are left out) what :func:`current_arguments` returns for the
+    duration of a call, over those of an enclosing call."""
+    token = _arguments.set(MappingProxyType({**_arguments.get(), **{k: v for k, v in given.items() if k in VERL_ARGUMENTS}}))
     try:
         yield
     finally:
-        _gamma.reset(token)
+        _arguments.reset(token)
+
+
+def algorithm_value(key: str, config: Any) -> tuple[Any, str]:
+    """``algorithm.<key>`` when the config has it, else the argument ``key`` of the current call (:func:`current_arguments`),
+    else None; with where it came from. verl's trainers pass both, equal; a call without a config gives only the argument."""
+    if config is not None and config.get(key, None) is not None:
+        return config.get(key), f"algorithm.{key}"
+    if key in current_arguments():
+        return current_arguments()[key], f"the {key} argument of compute_advantage"
+    return None, "the estimator's default"
 
 
 def current_non_tensor_batch(index: Any) -> dict[str, Any] | None:
@@ -84,11 +101,11 @@ def current_tensor(index: Any, key: str) -> Any:
 
 
 @contextlib.contextmanager
-def processing(data: Any, gamma: Any) -> Iterator[None]:
-    """Make ``data`` (the legacy DataProto) and ``gamma`` what this module's readers return for the duration of a call."""
+def processing(data: Any, given: Mapping[str, Any]) -> Iterator[None]:
+    """Make ``data`` (the legacy DataProto) and the arguments ``given`` what this module's readers return for the duration of a call."""
     token = _legacy_batch.set(data)
     try:
-        with gamma_argument(gamma):
+        with verl_arguments(given):
             yield
     finally:
         _legacy_batch.reset(token)

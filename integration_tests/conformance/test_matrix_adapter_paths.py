@@ -6,7 +6,9 @@ hostile option value included; the default is the fast sample.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -113,3 +115,30 @@ def test_an_adapter_path_that_disagrees_with_the_collector_fails_its_cell(adapte
     relation = next(r for r in RELATIONS if r.name == "equals_collector")
     cell = run_cell(entry_of(two_forms), adapter_paths[path], relation, FAST)
     assert cell.status == "FAIL" and "expected" in cell.message
+
+
+# ``rllm-plugins check NAME --paths`` (every installed path, verl's v1 too) on the deliberately wrong plugins of
+# tests/conformance/wrong_plugins.py: each exits 1 naming a failing cell of the relation of its mistake. All of them take
+# minutes (v1 goes through TransferQueue): the fast sample checks one, ``make conformance`` every one;
+# tests/conformance/test_wrong_plugins.py runs them all on the core's paths in every run.
+
+_spec = importlib.util.spec_from_file_location("wrong_plugins", Path(__file__).resolve().parents[2] / "tests" / "conformance" / "wrong_plugins.py")
+wrong_plugins = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(wrong_plugins)
+WRONG = wrong_plugins.WRONG
+WRONG_FAST_SAMPLE = ("wrong_raises",)  # the vacuous "both refuse" of before, on every path
+
+
+@pytest.mark.parametrize("name", sorted(WRONG) if FULL_MATRIX else WRONG_FAST_SAMPLE)
+def test_check_paths_fails_every_wrong_plugin(adapter_paths, name, capsys):
+    from rllm_plugins import cli
+
+    manager.add_user_estimator(manager.Estimator(WRONG[name][0], manager.Provider("wrong-plugins", kind="user")))
+    try:
+        code = cli.main(["check", name, "--paths"])
+    finally:
+        manager.remove_user_estimator(name)
+    out = capsys.readouterr().out
+    assert code == 1, out
+    failing = {line.split(" x ")[1].split(":")[0] for line in out.splitlines() if line.startswith("FAIL: ")}
+    assert set(WRONG[name][1]) <= failing, out

@@ -116,3 +116,16 @@ def test_an_example_without_the_role_column_at_a_step_raises_naming_the_columns(
     with pytest.raises(ValueError) as info:
         trainer._generate_and_score_completions(inputs)
     assert str(info.value) == "role_column='role': completion 0 of the gathered batch has no such column (columns: ['prompt'])"
+
+
+def test_a_step_level_estimator_with_a_state_and_a_dataset_of_two_roles_is_refused_when_the_trainer_is_built(build):
+    """Before: refused only at the first training step, though the trainer knows the dataset's roles when it is built."""
+    terms = [["gigpo", 0.5], ["rae", 0.5]]
+    with pytest.raises(ValueError) as info:
+        build(with_roles(["a", "b", "a", "b"]), role_column="role", adv_estimator="composite", adv_estimator_kwargs={"terms": terms})
+    assert str(info.value) == (
+        "adv_estimator='composite' keeps a state per role, and role_column='role' of train_dataset holds the roles ['a', 'b'], "
+        "which the step-level path computes in one call: drop role_column, or the stateful term"
+    )
+    build(with_roles(["a", "a", "a", "a"]), role_column="role", adv_estimator="composite", adv_estimator_kwargs={"terms": terms})  # one role
+    build(with_roles(["a", "b", "a", "b"]), role_column="role", adv_estimator="composite", adv_estimator_kwargs={"terms": [["gigpo", 0.5], ["grpo", 0.5]]})

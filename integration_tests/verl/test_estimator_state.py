@@ -179,19 +179,40 @@ def test_resume_from_a_path_and_a_checkpoint_without_state(cls, tmp_path):
     assert not verl_estimator_state()  # no saved state: start from nothing, not from a stale one
 
 
+COMPOSITE_WITH_RAE = {"adv_estimator": "rllm_composite", "rllm_estimator_kwargs": {"terms": [["grpo", 0.5], ["rae", 0.5]]}}
+
+
+@pytest.mark.parametrize("algorithm", [{"adv_estimator": "rllm_rae"}, COMPOSITE_WITH_RAE], ids=["rllm_rae", "composite with a rae term"])
 @pytest.mark.parametrize("cls", [RayPPOTrainer, PPOTrainerSync], ids=["legacy", "v1 (PPOTrainerSync)"])
-def test_a_resume_without_the_state_file_warns_naming_the_path_when_rllm_rae_is_configured(cls, tmp_path):
+def test_a_resume_without_the_state_file_warns_naming_the_path_when_a_stateful_estimator_is_configured(cls, algorithm, tmp_path):
+    """Before: a composite with a rae term resumed silently (only a stateful spec was asked, not whether a term keeps state)."""
     advantages([1.0], ["a"])
     first = trainer(cls, tmp_path)
     first.global_steps = 2
     first._save_checkpoint()
     (tmp_path / "global_step_2" / STATE_FILE).unlink()
     resumed = trainer(cls, tmp_path)
-    resumed.config.algorithm = {"adv_estimator": "rllm_rae"}
+    resumed.config.algorithm = OmegaConf.create(algorithm)
     path = tmp_path / "global_step_2" / STATE_FILE
-    with pytest.warns(RuntimeWarning, match=rf"has no {STATE_FILE} \(expected at {path}\); the running baselines of rllm_rae start from 0"):
+    name = algorithm["adv_estimator"]
+    with pytest.warns(RuntimeWarning, match=rf"has no {STATE_FILE} \(expected at {path}\); the running baselines of {name} start from 0"):
         resumed._load_checkpoint()
     assert not verl_estimator_state()
+
+
+def test_a_resume_of_a_composite_without_a_stateful_term_does_not_warn(tmp_path):
+    import warnings
+
+    advantages([1.0], ["a"])
+    first = trainer(RayPPOTrainer, tmp_path)
+    first.global_steps = 2
+    first._save_checkpoint()
+    (tmp_path / "global_step_2" / STATE_FILE).unlink()
+    resumed = trainer(RayPPOTrainer, tmp_path)
+    resumed.config.algorithm = OmegaConf.create({"adv_estimator": "rllm_composite", "rllm_estimator_kwargs": {"terms": [["grpo", 0.5], ["rloo", 0.5]]}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        resumed._load_checkpoint()
 
 
 def test_a_resume_under_another_decay_is_refused_at_the_first_step_unless_accepted(tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -75,18 +76,31 @@ def test_the_command_prints_turns_anchors_and_advantages(in_the_example, capsys)
     printed = capsys.readouterr().out.splitlines()
     rows = rehearse([*LAUNCH, *CORRIDOR], PROMPTS[:1], ["+", "-", "++"], seed=0).rows
     assert printed[0] == "agent loop 'corridor' (anchored_agent_loop.CorridorAgentLoop) against a scripted server (replies '+', '-', '++', seed 0)"
-    assert printed[1] == "1 prompt(s) x 4 rollouts; rllm_gigpo through verl's compute_advantage"
-    for i, (line, row) in enumerate(zip(printed[3:7], rows, strict=True)):
-        *columns, turns = line.split(maxsplit=4)
-        assert columns == [str(i), "0", f"{row.reward:.3f}", str(row.turns)]
+    assert printed[1] == "1 prompt(s) x 4 rollouts, 4 rows; rllm_gigpo through verl's compute_advantage_for_multi_trajectories (v1 trainer)"
+    assert printed[2] == "reward: the agent loop's reward_score"
+    for i, (line, row) in enumerate(zip(printed[4:8], rows, strict=True)):
+        *columns, turns = line.split(maxsplit=6)
+        assert columns == [str(i), "0", str(i), "0", f"{row.reward:.3f}", str(row.turns)]
         assert turns == " | ".join(f"{a} -> {v:+.4f}" for a, v in zip(row.anchors, row.advantages, strict=True))
-    assert printed[7] == f"turns per row: min {min(r.turns for r in rows)}, max {max(r.turns for r in rows)}"
+    assert printed[8] == f"turns per row: min {min(r.turns for r in rows)}, max {max(r.turns for r in rows)}"
+
+
+def test_the_legacy_trainer_gives_the_corridor_the_same_advantages_as_v1(in_the_example):
+    v1 = rehearse([*LAUNCH, *CORRIDOR], PROMPTS, ["+", "-", "++"], seed=0)
+    legacy = rehearse([*LAUNCH, *CORRIDOR, "trainer.use_v1=false"], PROMPTS, ["+", "-", "++"], seed=0)
+    assert (v1.trainer, legacy.trainer) == ("v1", "legacy")
+    assert [r.anchors for r in legacy.rows] == [r.anchors for r in v1.rows]
+    for old, new in zip(legacy.rows, v1.rows, strict=True):
+        assert old.advantages == pytest.approx(new.advantages, abs=1e-6)
 
 
 def test_a_mistake_in_the_agent_loop_config_is_named_and_exits_1(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main([*LAUNCH, "--agent-loop-config", "agent_loops.yaml", "--name", "corridor", "--prompt", "walk"]) == 1
     assert "agent_loop_config_path='agent_loops.yaml': no such file" in capsys.readouterr().err
+    assert main([*LAUNCH, "--agent-loop-config", "agent_loops.yaml", "--name", "corridor", "--prompt", "walk", "--json"]) == 1
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["ok"] is False and "agent_loop_config_path='agent_loops.yaml': no such file" in printed["errors"][0]
 
 
 @pytest.mark.parametrize("prompts, replies, said", [([], ["+"], "at least one prompt"), (["walk"], [""], "the scripted model's replies")])

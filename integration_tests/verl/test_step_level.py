@@ -391,10 +391,14 @@ def test_verl_check_shows_the_discount_and_step_weight_it_resolved_and_where_the
     from_algorithm = verl_check(["algorithm.adv_estimator=rllm_gigpo", "algorithm.gamma=0.9", *multi_turn])
     assert "gamma=0.9 (from algorithm.gamma), step_advantage_w=1.0 (from the default)" in str(from_algorithm)
     assert not from_algorithm.warnings
+    twice = verl_check(["algorithm.adv_estimator=rllm_gigpo", "algorithm.gamma=0.9", *multi_turn, "+algorithm.rllm_estimator_kwargs.gamma=0.5"])
+    assert twice.errors == [
+        "gamma is set twice with different values: algorithm.gamma=0.9 and algorithm.rllm_estimator_kwargs.gamma=0.5 "
+        "(the estimator would take algorithm.rllm_estimator_kwargs.gamma); set it in one place"
+    ]
     overridden = verl_check(
         [
             "algorithm.adv_estimator=rllm_gigpo",
-            "algorithm.gamma=0.9",
             *multi_turn,
             "+algorithm.rllm_estimator_kwargs.gamma=0.5",
             "+algorithm.rllm_estimator_kwargs.step_advantage_w=0.25",

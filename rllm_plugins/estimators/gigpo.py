@@ -20,7 +20,8 @@ torch's unbiased std in both levels, and its default ``mode: mean_norm`` is
 ``anchor_similarity`` (None: equal states only) groups anchors the way verl-agent's
 ``build_step_group(enable_similarity=True, similarity_thresh)`` does: similar states (``SequenceMatcher`` ratio
 at least the threshold against a cluster's first member) share an anchor group, within a task group
-(:mod:`rllm_plugins.similarity`).
+(:mod:`rllm_plugins.steps.similarity`). ``similarity_autojunk`` (default False: exact ratios) turns on difflib's
+autojunk heuristic, as verl-agent's ``SequenceMatcher`` has it, which differs for states of 200+ elements.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def gigpo(
     episode_stats: str = "trajectory",
     std_ddof: int = 0,
     anchor_similarity: float | None = None,
+    similarity_autojunk: bool = False,
     **_: Any,
 ) -> np.ndarray:
     """GiGPO: episode-level GRPO of the outcome plus step_advantage_w times the anchor-group-relative discounted return."""
@@ -82,7 +84,7 @@ def gigpo(
     if anchor_similarity is not None:
         if batch.anchor_states is None:
             raise ValueError("estimator 'gigpo': anchor_similarity compares anchor states, but this StepBatch carries only their ids (anchor_states=None)")
-        anchors = similar_anchor_ids(batch.anchors, batch.anchor_states, batch.step_group, float(anchor_similarity), batch.place)
+        anchors = similar_anchor_ids(batch.anchors, batch.anchor_states, batch.step_group, float(anchor_similarity), batch.place, similarity_autojunk)
     batch.warn_if_steps_carry_nothing("gigpo")
     norm = dict(norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon, ddof=std_ddof)
     if episode_stats == "trajectory":

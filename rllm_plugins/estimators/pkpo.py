@@ -103,7 +103,10 @@ def _pkpo_rows(rows: np.ndarray, k: int) -> np.ndarray:
 def pkpo(values: np.ndarray, offsets: np.ndarray, /, *, k: int | None = None, algorithm_config: Any = None, **_: Any) -> np.ndarray:
     """PKPO (option k, else ``algorithm_config.pass_at_k``, else 1): mean-centred pass@k credit per group."""
     layout = GroupLayout.from_offsets(offsets, len(values))
-    if k is None and getattr(algorithm_config, "pass_at_k", None) is not None:  # rLLM's field: the same rule as option k
+    given = getattr(algorithm_config, "pass_at_k", None)
+    if k is not None and given is not None and k != given:  # as AlgorithmConfig refuses it: alone, as a composite term, by hand
+        raise ValueError(f"estimator 'pkpo': option k={k!r} but algorithm_config.pass_at_k={given!r}; set k in one place")
+    if k is None and given is not None:  # rLLM's field: the same rule as option k
         try:
             k = _check_k(algorithm_config.pass_at_k)
         except ValueError as e:

@@ -37,12 +37,19 @@ def _sequence(state: object) -> Sequence[Hashable] | None:
 
 
 def similar_anchor_ids(
-    anchors: np.ndarray, states: Sequence[Hashable], step_group: np.ndarray, threshold: float, where: Callable[[int], str] = "step {}".format
+    anchors: np.ndarray,
+    states: Sequence[Hashable],
+    step_group: np.ndarray,
+    threshold: float,
+    where: Callable[[int], str] = "step {}".format,
+    autojunk: bool = False,
 ) -> np.ndarray:
     """``(S,)`` int64 cluster ids, dense from 0: ``anchors`` ``(S,)`` (equal-state ids) merged by similarity of ``states`` ``(S,)``.
 
     ``step_group`` ``(S,)`` is each step's task group (clusters never span two); ``threshold`` in (0, 1];
-    ``where(s)`` names step ``s`` in the error raised for a state that is not a sequence.
+    ``where(s)`` names step ``s`` in the error raised for a state that is not a sequence; ``autojunk``: difflib's
+    heuristic (off: exact ratios; on: verl-agent's, which ignores an element of a first member of 200+ elements that
+    makes up more than 1% of it).
     """
     if anchors.size == 0:
         return anchors.copy()
@@ -66,7 +73,7 @@ def similar_anchor_ids(
                 cluster_of[int(ids[k])] = cluster
                 break
         else:
-            group.append((SequenceMatcher(None, b=comparable, autojunk=False), count))
+            group.append((SequenceMatcher(None, b=comparable, autojunk=autojunk), count))
             cluster_of[int(ids[k])] = count
             count += 1
     return cluster_of[anchors]

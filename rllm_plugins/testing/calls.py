@@ -7,6 +7,7 @@ saying why there is none (the estimator raised, or returned something malformed)
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,7 @@ __all__ = [
     "first_difference",
     "list_inputs",
     "non_finite",
+    "option_trials",
     "permutation",
     "short",
     "subject_of",
@@ -87,6 +89,7 @@ class Subject:
     options: Mapping[str, Any] = field(default_factory=dict)  # option name -> default (inspect.Parameter.empty: none)
     check_options: Callable[[Mapping[str, Any]], object] | None = None  # the spec's range / choice check
     needs_values: bool = False  # a value-based step-level estimator: called with a value per step, its batched form returns (advantages, returns)
+    insensitive: tuple[str, ...] = ()  # options the spec declares change nothing on synthetic inputs (breaks["option_sensitivity:NAME"])
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,10 @@ def subject_of(name_or_fn: Any) -> Subject:
         estimator = get_estimator(name_or_fn)
         spec, label, forms = estimator.spec, f"{estimator.spec.name!r} ({estimator.provider})", (estimator.list_form, estimator.batched_form)
     options = dict(spec_options(spec).defaults)
-    return Subject(label, *forms, spec.group_order_invariant, spec.level, spec.needs_anchors, spec.stateful, options, spec.check_options, spec.needs_values)
+    insensitive = tuple(key.partition(":")[2] for key in spec.breaks if key.startswith("option_sensitivity:"))
+    return Subject(
+        label, *forms, spec.group_order_invariant, spec.level, spec.needs_anchors, spec.stateful, options, spec.check_options, spec.needs_values, insensitive
+    )
 
 
 def _traj_groups(case: Case) -> list[TrajectoryGroup]:
@@ -209,3 +215,16 @@ def permutation(rng_key: Sequence[int], n: int) -> np.ndarray:
     """A permutation of ``n`` items that moves something when ``n > 1`` (deterministic in ``rng_key``)."""
     perm = np.random.default_rng(list(rng_key)).permutation(n)
     return np.roll(perm, 1) if n > 1 and np.array_equal(perm, np.arange(n)) else perm
+
+
+def option_trials(default: Any) -> list[Any]:
+    """Values other than ``default`` to try for an option (its type's; none for a str, whose choices are unknown)."""
+    if isinstance(default, (bool, np.bool_)):
+        return [not default]
+    if isinstance(default, (int, np.integer)):
+        return [v for v in (int(default) + 1, 0, 1) if v != default]
+    if isinstance(default, (float, np.floating)):
+        return [v for v in (float(default) / 2 if default else 0.5, 0.0, float(default) + 1.0, 0.9) if v != default]
+    if default is inspect.Parameter.empty:  # declared in AdvEstimatorSpec.options without a default: try numbers
+        return [0.5, 0.0, 2.0]
+    return []

@@ -28,6 +28,7 @@ from .calls import (
     first_difference,
     list_inputs,
     non_finite,
+    option_trials,
     permutation,
     short,
 )
@@ -93,6 +94,11 @@ def one_group(case: Case) -> bool:
 
 def empty(case: Case) -> bool:
     return not case.rewards
+
+
+def has_empty_group(case: Case) -> bool:
+    """An empty group among non-empty ones (GDPO's, where no member of a group has a reward key)."""
+    return 0 in case.sizes and any(case.sizes)
 
 
 def valid_output(subject: Subject, case: Case, seed: int) -> str | None:
@@ -216,6 +222,21 @@ def empty_input(subject: Subject, case: Case, seed: int) -> str | None:
     return None if not output.advantages and not output.returns else "on rewards=[]: returned non-empty output"
 
 
+@rule("empty_group", "an empty group among non-empty ones gets no value and changes no other group's", has_empty_group, compares=True)
+def empty_group(subject: Subject, case: Case, seed: int) -> str | None:
+    try:
+        output = call_list(subject, case)
+    except NoOutputError as e:
+        return f"with an empty group (normalize_then_sum hands one where no member has a reward key): {e}"
+    if not subject.group_order_invariant:  # it may read where a group stands, and an empty group moves the others
+        return non_finite(output)
+    kept = [g for g, size in enumerate(case.sizes) if size]
+    without = Case(tuple(case.rewards[g] for g in kept), tuple(case.lengths[g] for g in kept))
+    base = call_list(subject, without)
+    diff = first_difference([output.advantages[g] for g in kept], base.advantages, COMPARE_TOL)
+    return None if diff is None else f"the empty group changed the other groups' advantages (groups numbered without it): {diff}"
+
+
 @rule(
     "forms_agree",
     "the list form and the batched form agree to 1e-6",
@@ -233,4 +254,43 @@ def forms_agree(subject: Subject, case: Case, seed: int) -> str | None:
     return None if diff is None else f"batched form vs list form (flat index) at {diff}"
 
 
-RULES: dict[str, str] = {r.name: r.description for r in ALL_RULES}
+def options_matter(subject: Subject, cases: list[Case]) -> tuple[str | None, Case | None]:
+    """Every bool or numeric option of the estimator changes its output on some case, for some value its checks accept
+    (options declared insensitive, ``breaks["option_sensitivity:NAME"]``, are left out)."""
+    from functools import partial
+
+    usable = [case for case in cases if general(case)]
+    for name, default in subject.options.items():
+        if name in subject.insensitive:
+            continue
+        trials = []
+        for value in option_trials(default):
+            try:
+                if subject.check_options is not None:
+                    subject.check_options({name: value})
+            except ValueError:
+                continue
+            trials.append(value)
+        if not trials:
+            continue
+        changed = False
+        for case, value in ((c, v) for c in usable for v in trials):
+            try:
+                base = call_list(subject, case)
+                other = call_list(Subject(**{**subject.__dict__, "list_form": partial(subject.list_form, **{name: value})}), case)
+            except NoOutputError:  # a value the estimator refuses (or another rule's failure) changes nothing here
+                continue
+            if first_difference(other.advantages, base.advantages, 0.0, exact=True) is not None:
+                changed = True
+                break
+        if not changed:
+            return (
+                f"option {name!r} never changed the output (tried {trials} against the default {default!r} on {len(usable)} cases); an estimator "
+                "that ignores an option misleads its users: read it, leave it out of the signature, or declare why: "
+                f"AdvEstimatorSpec(breaks={{'option_sensitivity:{name}': ...}})"
+            ), next(iter(usable), None)
+    return None, None
+
+
+OPTIONS_MATTER = "each bool or numeric option the estimator declares can change its output"
+RULES: dict[str, str] = {**{r.name: r.description for r in ALL_RULES}, "options_matter": OPTIONS_MATTER}

@@ -14,7 +14,7 @@ from ..registry import get_estimator
 from ..spec import AdvEstimatorSpec
 from ..trial import step_level_hint
 from .calls import Case, subject_of
-from .rules import ALL_RULES, NOT_APPLICABLE, RULES
+from .rules import ALL_RULES, NOT_APPLICABLE, RULES, options_matter
 from .shrinker import shrink
 
 __all__ = ["ContractReport", "Violation", "assert_estimator_contract", "check_estimator", "synthetic_cases"]
@@ -78,7 +78,7 @@ class ContractReport:
 
 
 def synthetic_cases(seed: int) -> list[Case]:
-    """Synthetic inputs: binary, continuous, constant, extreme-magnitude rewards; groups of one; one group; none."""
+    """Synthetic inputs: binary, continuous, constant, extreme-magnitude rewards; groups of one; one group; an empty group; none."""
     rng = np.random.default_rng(seed)
 
     def case(sizes: Sequence[int], draw: Callable[[int], np.ndarray]) -> Case:
@@ -105,6 +105,7 @@ def synthetic_cases(seed: int) -> list[Case]:
         case([1], lambda n: rng.normal(size=n)),
         case([6], lambda n: rng.normal(size=n)),
         case([5], lambda n: rng.integers(0, 2, n).astype(float)),
+        case([3, 0, 2], lambda n: rng.normal(size=n)),
         Case((), ()),
     ]
 
@@ -121,7 +122,13 @@ def check_estimator(name_or_fn: Any, *, seed: int = 0, options: Mapping[str, Any
     if options:
         bound = dict(options)
         label = f"{subject.label} with {bound!r}"
-        subject = replace(subject, label=label, list_form=partial(subject.list_form, **bound), batched_form=partial(subject.batched_form, **bound))
+        subject = replace(
+            subject,
+            label=label,
+            list_form=partial(subject.list_form, **bound),
+            batched_form=partial(subject.batched_form, **bound),
+            options={**subject.options, **{k: v for k, v in bound.items() if k in subject.options}},  # varied from the values given
+        )
     if subject.level == "step":
         from .step_contract import STEP_RULES, bind_needs, check_step_rules  # only for step-level estimators
 
@@ -165,6 +172,13 @@ def check_estimator(name_or_fn: Any, *, seed: int = 0, options: Mapping[str, Any
                 break
         else:
             report.verdicts[rule.name] = "pass" if applicable else "skipped: no usable output (see the other rules)"
+    if report.verdicts.get("deterministic") == "FAIL":
+        report.verdicts["options_matter"] = "skipped: not deterministic"
+    else:
+        message, example = options_matter(subject, cases)
+        report.verdicts["options_matter"] = "FAIL" if message else "pass"
+        if message:
+            report.violations.append(Violation("options_matter", message, example))
     if stateful:
         report.rules = {**report.rules, **STATE_RULES}
         report.verdicts.update(state_verdicts)

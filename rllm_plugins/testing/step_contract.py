@@ -13,7 +13,6 @@ each counterexample (:mod:`.step_shrinker`).
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from dataclasses import replace as replace_subject
@@ -26,6 +25,7 @@ from ..needs import Needs
 from ..outputs import as_advantages
 from ..steps.batch import StepBatch
 from ..steps.forms import anchor_id_lists, batch_from_lists, split_step_output
+from .calls import option_trials
 from .step_shrinker import shrink_step_case
 
 __all__ = ["STEP_RULES", "StepCase", "bind_needs", "check_step_rules", "option_trials", "step_cases"]
@@ -234,22 +234,11 @@ def empty_input(spec: Any, case: StepCase, seed: int) -> str | None:
     return None if [list(r) for r in result] == [[], []] else f"empty input gave {result!r}, not ([], [])"
 
 
-def option_trials(default: Any) -> list[Any]:
-    """Values other than ``default`` to try for an option (its type's; none for a str, whose choices are unknown)."""
-    if isinstance(default, (bool, np.bool_)):
-        return [not default]
-    if isinstance(default, (int, np.integer)):
-        return [v for v in (int(default) + 1, 0, 1) if v != default]
-    if isinstance(default, (float, np.floating)):
-        return [v for v in (float(default) / 2 if default else 0.5, 0.0, float(default) + 1.0, 0.9) if v != default]
-    if default is inspect.Parameter.empty:  # declared in AdvEstimatorSpec.options without a default: try numbers
-        return [0.5, 0.0, 2.0]
-    return []
-
-
 def options_matter(spec: Any, cases: list[StepCase]) -> tuple[str | None, StepCase | None]:
     """Every option the spec declares can change the output: some value it accepts changes some case's advantages."""
     for name, default in spec.options.items():
+        if name in spec.insensitive:  # declared: it changes nothing on synthetic inputs
+            continue
         trials = []
         for value in option_trials(default):
             try:

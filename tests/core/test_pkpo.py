@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -165,3 +166,28 @@ def test_a_pass_at_k_below_1_is_refused_on_every_path_not_read_as_1(pass_at_k):
     foreign = SimpleNamespace(estimator="pkpo", norm_adv_by_std_in_grpo=True, pass_at_k=pass_at_k)
     with pytest.raises(ValueError, match=r"k must be at least 1, got -?\d \(from algorithm_config.pass_at_k\).*set pass_at_k >= 1"):
         calculate_pkpo_advantages(rewards, foreign)
+
+
+def _group(rewards):
+    return TrajectoryGroup([Trajectory(steps=[Step(response_ids=[1])], reward=r) for r in rewards], group_id="task0")
+
+
+def test_option_k_and_pass_at_k_that_differ_are_refused_on_every_path_naming_both():
+    """Before: pkpo alone was refused, but as a composite term (and in the list form with a config object) the term's k won
+    without a word. Equal values run, as either alone does."""
+    alone = "AlgorithmConfig.pass_at_k=3 but estimator_kwargs['k']=2; set k in one place"
+    term = "estimator 'pkpo': option k=2 but algorithm_config.pass_at_k=3; set k in one place"
+    with pytest.raises(ValueError, match=re.escape(alone)):
+        AlgorithmConfig(estimator="pkpo", estimator_kwargs={"k": 2}, pass_at_k=3)
+    composite = AlgorithmConfig(estimator="composite", estimator_kwargs={"terms": [["pkpo", 1.0, {"k": 2}]]}, pass_at_k=3)
+    with pytest.raises(ValueError, match=re.escape(term)):
+        collect_reward_and_advantage_from_trajectory_groups([_group([1.0, 0.0, 1.0, 0.0])], composite)
+    with pytest.raises(ValueError, match=re.escape(term)):
+        get_rllm_adv_estimator("pkpo")([np.array([1.0, 0.0, 1.0])], algorithm_config=AlgorithmConfig(pass_at_k=3), k=2)
+    with pytest.raises(ValueError, match=re.escape(term)):
+        pkpo(np.array([1.0, 0.0, 1.0]), np.array([0, 3]), k=2, algorithm_config=AlgorithmConfig(pass_at_k=3))
+    agreeing = AlgorithmConfig(estimator="composite", estimator_kwargs={"terms": [["pkpo", 1.0, {"k": 2}]]}, pass_at_k=2)
+    group = _group([1.0, 0.0, 1.0, 0.0])
+    collect_reward_and_advantage_from_trajectory_groups([group], agreeing)
+    want = by_subsets([Fraction(1), Fraction(0), Fraction(1), Fraction(0)], 2)
+    assert [t.steps[0].advantage for t in group.trajectories] == pytest.approx([float(a - sum(want) / 4) for a in want])

@@ -22,7 +22,17 @@ def _stop_transfer_queue():
     close()
 
 
-RELATIONS = ["equals_collector", "no_token_rows", "permutation", "composite_linear", "state_roundtrip", "scale", "hostile_options"]
+RELATIONS = [
+    "equals_collector",
+    "no_token_rows",
+    "permutation",
+    "composite_linear",
+    "state_roundtrip",
+    "state_order",
+    "scale",
+    "hostile_options",
+    "option_sensitivity",
+]
 
 
 def _table(out: str) -> dict[str, dict[str, str]]:
@@ -44,7 +54,17 @@ def test_the_example_plugin_passes_on_every_path_it_takes(capsys):
     out = capsys.readouterr().out
     table = _table(out)
     assert code == 0
-    assert table["verl_legacy"] == table["verl_v1"] == dict.fromkeys(RELATIONS, "PASS") | {"state_roundtrip": "n.a.", "hostile_options": "n.a."}
+    assert (
+        table["verl_legacy"]
+        == table["verl_v1"]
+        == dict.fromkeys(RELATIONS, "PASS")
+        | {
+            "state_roundtrip": "n.a.",
+            "state_order": "n.a.",
+            "hostile_options": "n.a.",
+            "option_sensitivity": "n.a.",
+        }
+    )
     assert table["trl_outcome"]["equals_collector"] == "PASS" and table["trl_turn"]["equals_collector"] == "n.a."  # outcome-level
     assert table["collector"]["equals_collector"] == "n.a."  # the reference
     assert "FAIL" not in out
@@ -81,3 +101,4 @@ def test_a_failing_cell_exits_1_and_says_why(capsys):
     assert code == 1
     assert _table(out)["collector"]["permutation"] == "FAIL"
     assert "FAIL: collector x permutation: seed 0, shuffled: step" in out
+    assert "samples of seed 0 (--seed):" in out

@@ -71,7 +71,7 @@ def test_returning_only_the_advantages_breaks_returns_pair():
         return centred(rewards)
 
     report = check_estimator(advantages_only)
-    assert {"returns_pair", "group_of_one", "single_group", "empty_input"} == violated(report)  # malformed at every size
+    assert {"returns_pair", "group_of_one", "single_group", "empty_group", "empty_input"} == violated(report)  # malformed at every size
     assert "was only one sequence returned?" in report.violations[0].message
 
 
@@ -160,8 +160,9 @@ def test_a_group_index_in_the_advantage_breaks_group_order_invariance():
         advantages = [a + g for g, a in enumerate(centred(rewards))]
         return advantages, advantages
 
-    violation = only_violation(check_estimator(by_position), "group_order_invariant")
-    assert "group_order_invariant=False" in violation.message
+    report = check_estimator(by_position)
+    assert [v.rule for v in report.violations] == ["group_order_invariant", "empty_group"]  # an empty group moves the groups after it
+    assert "group_order_invariant=False" in report.violations[0].message
     declared = check_estimator(AdvEstimatorSpec("by_position", fn=by_position, group_order_invariant=False))
     assert declared.ok
     assert declared.verdicts["group_order_invariant"].startswith("skipped")
@@ -238,7 +239,7 @@ def test_the_report_prints_a_verdict_for_every_rule_and_each_violation():
         return centred(rewards)
 
     text = str(check_estimator(advantages_only))
-    assert "4 violation(s)" in text
+    assert "5 violation(s)" in text
     for rule in RULES:
         assert rule in text
     assert "FAIL" in text and "minimal failing example: rewards=" in text

@@ -103,3 +103,36 @@ def test_a_threshold_outside_0_1_is_refused_at_config_time(value):
 def test_a_state_that_is_not_a_sequence_is_refused_naming_the_step():
     with pytest.raises(ValueError, match=r"task group 1, trajectory 1, step 0: anchor_similarity compares anchor states as sequences .* got int 7"):
         calculate_gigpo_advantages([[1.0], [1.0, 0.0]], [[[0.0, 1.0]], [[1.0], [0.0]]], [[["a", "b"]], [["a"], [7]]], anchor_similarity=0.9)
+
+
+LONG = "You are in a long corridor. " * 12  # 336 characters: difflib's autojunk ignores its popular characters
+
+
+def long_case(rng, num_groups=6):
+    """States of 300+ characters that differ in a few words: where autojunk changes difflib's ratio."""
+    variants = [LONG + "A key lies here.", LONG + "A kez lies here.", LONG.replace("long", "wide") + "A key lies here.", "Nothing"]
+    outcomes, rewards, anchors = [], [], []
+    for _ in range(num_groups):
+        lengths = rng.integers(1, 4, int(rng.integers(2, 5)))
+        outcomes.append(rng.integers(0, 2, lengths.size).astype(float).tolist())
+        rewards.append([rng.choice([0.0, 1.0], int(k)).tolist() for k in lengths])
+        anchors.append([[variants[int(x)] for x in rng.integers(0, len(variants), int(k))] for k in lengths])
+    return outcomes, rewards, anchors
+
+
+def test_similarity_autojunk_reproduces_verl_agents_difflib_default_on_long_states_and_differs_without_it():
+    """verl-agent calls SequenceMatcher(None, obs, first) with difflib's default autojunk=True; exact ratios (the default,
+    similarity_autojunk=False) group long states differently."""
+    assert SequenceMatcher(None, LONG + "A key lies here.", LONG.replace("long", "wide") + "A key lies here.").ratio() < 0.5
+    assert SequenceMatcher(None, LONG + "A key lies here.", LONG.replace("long", "wide") + "A key lies here.", autojunk=False).ratio() > 0.8
+    differs = 0
+    for seed in range(20):
+        outcomes, rewards, anchors = long_case(np.random.default_rng(seed))
+        want, _ = calculate_gigpo_advantages(outcomes, rewards, verl_agent_clusters(anchors, 0.8))
+        got, _ = calculate_gigpo_advantages(outcomes, rewards, anchors, anchor_similarity=0.8, similarity_autojunk=True)
+        for g, w in zip(got, want, strict=True):
+            for a, b in zip(g, w, strict=True):
+                np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+        exact, _ = calculate_gigpo_advantages(outcomes, rewards, anchors, anchor_similarity=0.8)
+        differs += any(not np.allclose(a, b) for g, w in zip(exact, want, strict=True) for a, b in zip(g, w, strict=True))
+    assert differs >= 5

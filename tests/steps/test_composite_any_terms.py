@@ -276,3 +276,16 @@ def test_a_value_based_term_is_refused_naming_why(name):
     """A value-based estimator's returns are a critic's targets: a weighted sum of terms has none, so composite refuses it."""
     with pytest.raises(ValueError, match=rf"term 0 \('{name}'\) reads a critic's value per step and gives the critic's targets"):
         collect(None, config=AlgorithmConfig(estimator="composite", estimator_kwargs={"terms": [[name, 1.0]]}))
+
+
+def test_composite_without_terms_is_refused_at_the_cores_config_step_before_any_group_arrives():
+    """Before: the collector's option check ran only when estimator_kwargs were given, so composite without terms was refused
+    only when a group of its role arrived (TRL's config and verl-check refused it at once)."""
+    message = (
+        "AlgorithmConfig.estimator_kwargs: estimator 'composite' needs options: terms must be a list of [name, weight] or "
+        '[name, weight, {options}], e.g. [["grpo", 0.5], ["rloo", 0.5, {"epsilon": 1e-4}]]; got NoneType None'
+    )
+    for config in (AlgorithmConfig(estimator="composite"), AlgorithmConfig(estimator="grpo", estimator_map={"judge": "composite"})):
+        with pytest.raises(ValueError) as error:
+            collect_reward_and_advantage_from_trajectory_groups([], config)
+        assert str(error.value) == message

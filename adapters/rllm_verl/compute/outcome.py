@@ -7,7 +7,8 @@ and optional extras such as ``reward_baselines``. It returns ``(advantages, retu
 
 Options read from ``config`` (all optional):
 
-- ``norm_adv_by_std_in_grpo`` (bool, verl's own key, default True);
+- ``norm_adv_by_std_in_grpo`` (bool, verl's own key; without it, the argument of verl's ``compute_advantage`` or of the
+  registered function, as verl's ``grpo`` takes it; default True);
 - ``rllm_estimator_kwargs`` (mapping): keyword arguments of the estimator, e.g. ``epsilon``.
   Set on verl's command line with ``+algorithm.rllm_estimator_kwargs.epsilon=1e-4``;
 - ``gdpo_reward_keys``, ``gdpo_reward_weights``, ``rllm_multi_objective_aggregation``: several
@@ -33,7 +34,7 @@ from rllm_verl.compute.multi_objective import reward_key_options, reward_table
 from rllm_verl.compute.order import scan_order
 from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
 from rllm_verl.compute.steps import Episodes, StepSources, compute_rllm_step_advantage, step_sources
-from rllm_verl.context import current_keys, current_non_tensor_batch, current_tensor
+from rllm_verl.context import algorithm_value, current_keys, current_non_tensor_batch, current_tensor, verl_arguments
 
 __all__ = [
     "ESTIMATOR_KWARGS_KEY",
@@ -99,15 +100,15 @@ def in_row_order(grouped: np.ndarray, order: np.ndarray | None) -> np.ndarray:
 
 
 def estimator_options(config: Any, where: str, selected: Mapping[str, Estimator] | None = None) -> dict[str, Any]:
-    """Keyword options of the estimator from verl's ``algorithm`` config (None, DictConfig, AlgoConfig or dict).
+    """Keyword options of the estimator from verl's ``algorithm`` config (None, DictConfig, AlgoConfig or dict) and the
+    arguments of the current call (:func:`rllm_verl.context.algorithm_value`).
 
     With ``selected`` (``{registry name: resolved estimator}``), the ``rllm_estimator_kwargs`` are checked
     against that estimator's options (:func:`rllm_plugins.options.check_estimator_kwargs`).
     """
-    if config is None:
-        return {"norm_adv_by_std_in_grpo": True}
-    norm = config.get("norm_adv_by_std_in_grpo", True)
-    raw = config.get(ESTIMATOR_KWARGS_KEY, None)
+    norm, _ = algorithm_value("norm_adv_by_std_in_grpo", config)
+    norm = True if norm is None else norm
+    raw = None if config is None else config.get(ESTIMATOR_KWARGS_KEY, None)
     if raw is None:
         extra: dict[str, Any] = {}
     elif isinstance(raw, Mapping) or hasattr(raw, "items"):
@@ -225,6 +226,7 @@ def compute_rllm_advantage(
     config: Any = None,
     non_tensor_batch: dict[str, Any] | None = None,
     responses: torch.Tensor | None = None,
+    values: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages of the rLLM estimator ``name`` for a verl batch (a step-level one: :mod:`.step_bridge`).
 
@@ -234,7 +236,8 @@ def compute_rllm_advantage(
     the estimator runs in float64 and row b gets ``advantage[b] * response_mask[b]``; a group without model
     tokens (verl's padding) is in no statistic and gets 0 (:func:`model_rows`). Returns the
     same (B, T) tensor twice (advantages and returns, as verl's outcome estimators do), in the dtype
-    of ``token_level_rewards`` (the default float dtype for integer rewards) and on its device.
+    of ``token_level_rewards`` (the default float dtype for integer rewards) and on its device. ``values`` (B, T): the
+    critic's, for a value-based estimator (else those of the batch verl's ``compute_advantage`` is processing).
     """
     where = f"advantage estimator 'rllm_{name}'"
     check_inputs(where, token_level_rewards, response_mask, index)
@@ -278,7 +281,8 @@ def compute_rllm_advantage(
             if keys is not None:  # v1: a running baseline (a composite's stateful term) scans in an order balancing cannot change
                 order, offsets = scan_order(index, keys, where)
             episodes = Episodes.one_row_each(order, offsets, index.size)
-            values = current_tensor(index, "values") if needs.values else None
+            if needs.values and values is None:  # the critic's (B, T), as verl's gae takes them
+                values = current_tensor(index, "values")
             return compute_rllm_step_advantage(name, call, where, token_level_rewards, response_mask, index, episodes, config, dtype, sources, values)
         rows = model_rows((response_mask != 0).any(dim=-1).cpu().numpy(), order, offsets)
         if rows is not None:  # groups without model tokens (verl's v1 padding): in no statistic, advantage 0
@@ -340,9 +344,11 @@ def verl_estimator(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]
         config: Any = None,
         non_tensor_batch: dict[str, Any] | None = None,
         responses: torch.Tensor | None = None,
-        **_: Any,
+        values: torch.Tensor | None = None,
+        **given: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        return compute_rllm_advantage(name, token_level_rewards, response_mask, index, config, non_tensor_batch, responses)
+        with verl_arguments(given):  # gamma, lam, norm_adv_by_std_in_grpo, as verl's own gae and grpo take them
+            return compute_rllm_advantage(name, token_level_rewards, response_mask, index, config, non_tensor_batch, responses, values)
 
     compute.__name__ = compute.__qualname__ = f"compute_rllm_{name}_advantage"
     compute.__doc__ = f"rLLM estimator {name!r} in verl's calling convention (see rllm_verl.compute.outcome.compute_rllm_advantage)."

@@ -108,13 +108,20 @@ def load_state(folder: str | None, stateful: str | None = None) -> bool:
 
 
 def stateful_estimator(config: Any) -> str | None:
-    """``algorithm.adv_estimator`` when it names a stateful estimator we registered in verl (else None)."""
+    """``algorithm.adv_estimator`` when it names an estimator we registered in verl that keeps a state with its options
+    (``algorithm.rllm_estimator_kwargs``): a stateful one, or a ``composite`` with a stateful term (else None)."""
     from verl.trainer.ppo import core_algos
+
+    from rllm_plugins.needs import needs_of
 
     algorithm = config.get("algorithm") or {}
     name = algorithm.get("adv_estimator")
     rllm_name = getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(name), "rllm_estimator", None) if isinstance(name, str) else None
+    options = algorithm.get("rllm_estimator_kwargs") or {}
     try:
-        return name if rllm_name is not None and get_estimator(rllm_name).spec.stateful else None
-    except ValueError:
+        from omegaconf import OmegaConf
+
+        options = OmegaConf.to_container(options, resolve=True) if OmegaConf.is_config(options) else dict(options)
+        return name if rllm_name is not None and needs_of(get_estimator(rllm_name).spec, options).state else None
+    except (ValueError, TypeError):  # bad options: the advantage step refuses them, naming them
         return None

@@ -7,10 +7,10 @@ first). Rows are grouped by ``uid``; the outcome of a row is its total reward. E
 turn k gets that turn's advantage, every other token 0. A row without model tokens (``response_mask``
 all 0, as the rows verl's v1 ``_balance_batch`` pads a batch with) has no turn: it gets 0 and stays out
 of every statistic. ``gamma``: ``algorithm.rllm_estimator_kwargs.gamma``, else ``algorithm.gamma``, else the
-``gamma`` verl's ``compute_advantage`` was called with (:func:`resolve_gamma`). A value-based estimator
-(``needs_values``, ``rllm_turn_gae``) reads the critic's ``values`` (B, T) at each turn's first model token and
-gives the returns (the critic's targets), spread over the turn's model tokens like the advantages; its ``lam``
-is ``rllm_estimator_kwargs.lam``, else ``algorithm.lam``.
+``gamma`` verl's ``compute_advantage`` (or the registered function) was called with (:func:`resolve_gamma`). A
+value-based estimator (``needs_values``, ``rllm_turn_gae``) reads the critic's ``values`` (B, T) at each turn's first
+model token and gives the returns (the critic's targets), spread over the turn's model tokens like the advantages;
+its ``lam`` is ``rllm_estimator_kwargs.lam``, else ``algorithm.lam``, else the ``lam`` argument, as verl's ``gae``.
 
 verl passes estimators no ``responses``: on the legacy trainer they are read from the DataProto that
 ``compute_advantage`` is processing (the ``reward_keys`` extension makes it visible); on the v1 trainer,
@@ -36,7 +36,7 @@ from rllm_plugins.steps.diagnostics import turn_metrics
 from rllm_plugins.steps.turns import PROMPT_ANCHOR, Turns, find_turns, spread_to_tokens, turn_anchor_states, turn_rewards
 from rllm_verl.compute.order import rollout_order
 from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
-from rllm_verl.context import REWARD_KEYS_ENV, V1_BATCH_ENV, add_turn_metrics, current_gamma, current_keys, fetch_rows
+from rllm_verl.context import REWARD_KEYS_ENV, V1_BATCH_ENV, add_turn_metrics, algorithm_value, current_keys, fetch_rows
 
 __all__ = ["ANCHOR_STATES_KEY", "Episodes", "StepSources", "compute_rllm_step_advantage", "resolve_gamma", "step_sources"]
 
@@ -85,12 +85,7 @@ def resolve_gamma(options: dict[str, Any], config: Any) -> tuple[Any, str]:
     default (None)."""
     if "gamma" in options:
         return options["gamma"], "algorithm.rllm_estimator_kwargs.gamma"
-    if config is not None and config.get("gamma", None) is not None:
-        return config.get("gamma"), "algorithm.gamma"
-    passed = current_gamma()
-    if passed is not None:
-        return passed, "the gamma argument of compute_advantage"
-    return None, "the estimator's default"
+    return algorithm_value("gamma", config)
 
 
 def _anchor_states(where: str, index: np.ndarray, turns: Turns, responses: torch.Tensor | None, override: Any) -> list[Hashable]:
@@ -266,8 +261,9 @@ def compute_rllm_step_advantage(
     if needs.lengths:
         per_step["lengths"] = _episode_lengths(mask, episodes)
     if needs.values:
-        if "lam" not in options and config is not None and config.get("lam", None) is not None:  # GAE's lambda: verl's algorithm.lam
-            added["lam"] = config.get("lam")
+        lam, _ = algorithm_value("lam", config)  # GAE's lambda: verl's algorithm.lam, else its lam argument
+        if "lam" not in options and lam is not None:
+            added["lam"] = lam
         per_step.update(step_values=turn_values(where, index, turns, values)[turn_order], step_tokens=(turns.end - turns.start)[turn_order])
     batch = StepBatch(
         row_totals[episodes.final_rows],

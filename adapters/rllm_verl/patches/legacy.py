@@ -5,7 +5,8 @@ the legacy trainer keeps the extra keys a ``compute_score`` returns, only to the
 ``gdpo``. The extension :data:`REWARD_KEYS` wraps that function so that, while it runs, the
 DataProto it was given is visible to our estimators through a context variable
 (:func:`current_non_tensor_batch`; :func:`current_tensor`, through which step-level estimators read
-``responses``), and so is its ``gamma`` argument (:func:`current_gamma`), which verl gives only to ``gae``.
+``responses``), and so are its ``gamma``, ``lam`` and ``norm_adv_by_std_in_grpo`` arguments (:func:`current_arguments`),
+which verl gives only to its own ``gae`` and ``grpo``.
 The original function is then called with the same arguments,
 so every estimator, ours included, receives exactly the keyword arguments verl gives it. Then, when
 ``algorithm.rllm_advantage_transforms`` lists transforms, they run on the advantages verl's call wrote,
@@ -36,16 +37,12 @@ def extend(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def compute_advantage(data: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            gamma = signature.bind(data, *args, **kwargs).arguments.get("gamma")
+            given = signature.bind(data, *args, **kwargs).arguments  # the arguments passed, not their defaults
         except TypeError:  # verl's own function will say what is wrong with the call
-            gamma = None
-        with processing(data, gamma):
+            given = {}
+        with processing(data, given):
             out = original(data, *args, **kwargs)
-        try:
-            config = signature.bind(data, *args, **kwargs).arguments.get("config")
-        except TypeError:
-            config = None
-        transform_configured(out, config)  # algorithm.rllm_advantage_transforms: after any estimator, verl's own included
+        transform_configured(out, given.get("config"))  # algorithm.rllm_advantage_transforms: after any estimator, verl's own included
         return out
 
     return compute_advantage

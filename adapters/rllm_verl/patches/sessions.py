@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rllm_verl.compute.sessions import Sessions, first_outputs_only, parse_sessions, session_advantages
 from rllm_verl.compute.transforms import transform_configured
-from rllm_verl.context import gamma_argument
+from rllm_verl.context import verl_arguments
 from rllm_verl.extension import ADVANTAGE_PARAMETERS, NO_DEFAULT, Extension
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ def extend(original: Callable[..., Any]) -> Callable[..., Any]:
             from verl.trainer.ppo.ray_trainer import compute_response_mask
 
             data.batch["response_mask"] = compute_response_mask(data)
-        with gamma_argument(gamma):
+        with verl_arguments({"gamma": gamma, "lam": lam, "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo}):
             out = session_compute(name, data, sessions, config, list(batch_keys))
         transform_configured(out, config)  # algorithm.rllm_advantage_transforms, on the output rows (verl's compute_advantage is not called here)
         return out

@@ -32,6 +32,8 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
+from rllm_verl.tools.resolved import table_lines
+
 __all__ = ["ENTRY_POINT_NAME", "VerlCheckReport", "entry_point_policy_error", "main", "verl_check"]
 
 ENTRY_POINT_NAME = "rllm_plugins"  # our entry point in verl's ``verl.plugins`` group (not the distribution name)
@@ -77,6 +79,7 @@ class VerlCheckReport:
     trial_note: str = ""
     step_level: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    resolved: list[list[str]] = field(default_factory=list)  # (what, value, from): the estimator's options, verl, trainer path, agent loop
     session_extension: str = field(default_factory=lambda: extension_status_of("sessions"))
     reward_key_extension: str = field(default_factory=lambda: extension_status_of("reward_keys"))
     v1_batch_extension: str = field(default_factory=lambda: extension_status_of("v1_batch"))
@@ -90,6 +93,7 @@ class VerlCheckReport:
         lines = [f"{head}: {'OK' if self.ok else 'FAILED'}", *(f"  error: {e}" for e in self.errors)]
         if self.provider:
             lines.append(f"  provided by: {self.provider}")
+        lines.extend(f"  {line}" for line in table_lines(self.resolved))
         if self.trial_group_sizes:
             lines.append(f"  trial run: two groups of each size {', '.join(map(str, self.trial_group_sizes))}{self.trial_note}")
         lines.extend(f"  {line}" for line in self.step_level)
@@ -117,6 +121,17 @@ def _installed_entry_points() -> list[tuple[str, str]]:
     from importlib.metadata import entry_points
 
     return [(ep.name, ep.value) for ep in entry_points(group="verl.plugins")]
+
+
+def _verl_and_registration() -> str:
+    """The installed verl's version and how the ``rllm_*`` names reach it, for the resolved table: today the ``verl.plugins``
+    entry point that ``import verl`` loads (verl >= 0.9), whether installed and allowed."""
+    import verl
+
+    installed = (ENTRY_POINT_NAME, PLUGIN_MODULE) in set(_installed_entry_points())
+    how = f"entry point {ENTRY_POINT_NAME!r} = {PLUGIN_MODULE!r} in group verl.plugins, loaded by import verl"
+    state = "in place" if entry_point_policy_error() is None else ("NOT in place" if not installed else "installed but not loaded")
+    return f"verl {getattr(verl, '__version__', '?')}; registration: {how} ({state})"
 
 
 def entry_point_policy_error(environ: Mapping[str, str] | None = None, installed: Sequence[tuple[str, str]] | None = None) -> str | None:
@@ -356,6 +371,13 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     loop_errors = agent_loop_errors(config)  # verl fails on these only on its rollout workers
     if loop_errors:
         return VerlCheckReport(False, name, config_name, rllm_names, loop_errors)
+    from rllm_verl.tools.resolved import algorithm_key_problems, context_rows, explicit_algorithm_keys, resolve_options
+
+    verl_defaults = _compose([], "ppo_trainer", None).algorithm
+    key_errors, key_warnings = algorithm_key_problems(algorithm, verl_defaults)
+    if key_errors:
+        return VerlCheckReport(False, name, config_name, rllm_names, key_errors, warnings=key_warnings)
+    resolved = [list(row) for row in context_rows(config, _verl_and_registration())]
     known = sorted(core_algos.ADV_ESTIMATOR_REGISTRY)
     if name not in core_algos.ADV_ESTIMATOR_REGISTRY:
         because = unavailable_because(name.removeprefix(VERL_PREFIX)) if name.startswith(VERL_PREFIX) else None
@@ -372,7 +394,7 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
         theirs = f"{VERL_PREFIX}{name}"
         if theirs in core_algos.ADV_ESTIMATOR_REGISTRY and entry_point_policy_error() is None:
             provider += f"; rllm-plugins' {name} is {theirs!r}"
-        return VerlCheckReport(True, name, config_name, rllm_names, provider=provider)
+        return VerlCheckReport(True, name, config_name, rllm_names, provider=provider, warnings=key_warnings, resolved=resolved)
     policy_error = entry_point_policy_error()
     if policy_error is not None:
         return VerlCheckReport(False, name, config_name, rllm_names, [policy_error])
@@ -386,6 +408,11 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
         options = estimator_options(algorithm, f"advantage estimator {name!r}", {name.removeprefix(VERL_PREFIX): estimator})
     except ValueError as error:
         return VerlCheckReport(False, name, config_name, rllm_names, [str(error)])
+    given = {k: v for k, v in options.items() if k != "norm_adv_by_std_in_grpo"}
+    option_rows, option_errors = resolve_options(name, estimator, algorithm, given, explicit_algorithm_keys(overrides), verl_defaults)
+    resolved = [*(list(row) for row in option_rows), *resolved]
+    if option_errors:
+        return VerlCheckReport(False, name, config_name, rllm_names, option_errors, provider=provider, warnings=key_warnings, resolved=resolved)
     try:
         check_group_size(estimator.spec, options, group_size)
     except ValueError as error:
@@ -406,8 +433,9 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
                 _dry_run(name, algorithm, size, use_v1)
         except Exception as error:
             message = f"{name!r} fails on a toy batch of two groups of {size} with this config on verl's {trainer}: {type(error).__name__}: {error}"
-            return VerlCheckReport(False, name, config_name, rllm_names, [message], provider, sizes[: sizes.index(size) + 1], note, step_lines, warnings)
-    return VerlCheckReport(True, name, config_name, rllm_names, [], provider, sizes, note, step_lines, warnings)
+            tried = sizes[: sizes.index(size) + 1]
+            return VerlCheckReport(False, name, config_name, rllm_names, [message], provider, tried, note, step_lines, [*key_warnings, *warnings], resolved)
+    return VerlCheckReport(True, name, config_name, rllm_names, [], provider, sizes, note, step_lines, [*key_warnings, *warnings], resolved)
 
 
 @contextlib.contextmanager

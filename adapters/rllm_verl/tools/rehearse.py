@@ -1,20 +1,23 @@
 """Rehearse your verl agent loop on a CPU: turns per row, anchor states and per-turn advantages, before a GPU run.
 
 :func:`rehearse` composes verl's config with the launch overrides, resolves the agent loop as verl's
-rollout workers do (:mod:`rllm_verl.tools.agent_loop`), builds it with Hydra from its ``_target_`` and
-the arguments verl gives it, and runs it against a scripted stand-in for the rollout server: each
-model turn is one of ``replies``, drawn at random (``seed``). Each prompt is run
-``actor_rollout_ref.rollout.n`` times (one group). The outputs are padded as verl's agent loop pads them
-and put into one ``DataProto`` by verl's own ``AgentLoopWorker._postprocess`` (the score on the last
-response token, ``extra_fields`` such as ``anchor_states`` in ``non_tensor_batch``), then verl's
-``compute_advantage`` runs the configured ``algorithm.adv_estimator`` on it, as the legacy trainer calls it.
+rollout workers do (:mod:`rllm_verl.tools.agent_loop`) and runs it ``actor_rollout_ref.rollout.n`` times per
+prompt (one group) on one event loop, as verl's worker does (:mod:`rllm_verl.tools.rollouts`): verl's own
+``single_turn_agent`` and ``tool_agent`` (with the configured tools) or any loop built on ``AgentLoopBase``.
+The GPU parts are stand-ins (:mod:`rllm_verl.tools.stand_ins`): a scripted rollout server (each model turn one
+of ``replies``, drawn at random with ``seed``), the configured ``custom_reward_function`` or a stand-in reward
+for loops that leave ``reward_score`` None, and a stand-in critic (``critic_values``) for value-based estimators.
+What each rollout returns is checked against verl's contract (docs/agent_loops.md); any failure raises
+:class:`RehearsalError` with every message. The rows then go where the configured trainer puts them: on the
+legacy trainer (``trainer.use_v1=false``) into one ``DataProto`` by verl's ``AgentLoopWorker._postprocess`` and
+verl's ``compute_advantage``; on the v1 trainer (the default) one row per output, keyed ``{uid}_{session}_{index}``
+and served as TransferQueue serves them, into ``compute_advantage_for_multi_trajectories``.
 ``rllm-plugins verl-rehearse OVERRIDES... --prompt TEXT`` calls :func:`main`.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import random
 import sys
@@ -22,19 +25,30 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["RehearsedRow", "Rehearsal", "main", "rehearse"]
+__all__ = ["RehearsalError", "RehearsedRow", "Rehearsal", "main", "rehearse"]
 
 AGENT = "actor_rollout_ref.rollout.agent"
 
 
+class RehearsalError(ValueError):
+    """The rehearsal could not run, or a rollout returned what verl would not take: every message in ``errors``."""
+
+    def __init__(self, errors: Sequence[str], warnings: Sequence[str] = ()) -> None:
+        self.errors, self.warnings = list(errors), list(warnings)
+        super().__init__("\n".join(self.errors))
+
+
 @dataclass
 class RehearsedRow:
-    """One rollout: its group (prompt index), score, and per model turn the anchor state and the advantage at its first token."""
+    """One row: its group (prompt index), rollout and output within it, score, and per model turn the anchor state and the
+    advantage at its first token."""
 
     group: int
     reward: float
     anchors: list[str]
     advantages: list[float]
+    rollout: int = 0
+    output: int = 0
 
     @property
     def turns(self) -> int:
@@ -43,7 +57,8 @@ class RehearsedRow:
 
 @dataclass
 class Rehearsal:
-    """What :func:`rehearse` ran and got: the agent loop, the estimator, one :class:`RehearsedRow` per rollout."""
+    """What :func:`rehearse` ran and got: the agent loop, the estimator, the trainer path, the stand-ins used, one
+    :class:`RehearsedRow` per row."""
 
     agent_loop: str
     target: str
@@ -52,18 +67,26 @@ class Rehearsal:
     replies: list[str]
     seed: int
     rows: list[RehearsedRow] = field(default_factory=list)
+    trainer: str = "v1"
+    reward: str = "the agent loop's reward_score"
+    critic: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    ok: bool = True
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
     def __str__(self) -> str:
+        through = "verl's compute_advantage_for_multi_trajectories (v1 trainer)" if self.trainer == "v1" else "verl's compute_advantage (legacy trainer)"
         head = [
             f"agent loop {self.agent_loop!r} ({self.target}) against a scripted server (replies {', '.join(map(repr, self.replies))}, seed {self.seed})",
-            f"{len(self.rows) // self.group_size} prompt(s) x {self.group_size} rollouts; {self.adv_estimator} through verl's compute_advantage",
-            "row  group  reward  turns  anchor state -> advantage, per turn",
+            f"{len({row.group for row in self.rows})} prompt(s) x {self.group_size} rollouts, {len(self.rows)} rows; {self.adv_estimator} through {through}",
+            f"reward: {self.reward}",
+            *([f"critic: {self.critic}"] if self.critic else []),
+            "row  group  rollout  output  reward  turns  anchor state -> advantage, per turn",
         ]
         body = [
-            f"{i:>3}  {row.group:>5}  {row.reward:>6.3f}  {row.turns:>5}  "
+            f"{i:>3}  {row.group:>5}  {row.rollout:>7}  {row.output:>6}  {row.reward:>6.3f}  {row.turns:>5}  "
             + " | ".join(f"{anchor} -> {advantage:+.4f}" for anchor, advantage in zip(row.anchors, row.advantages, strict=True))
             for i, row in enumerate(self.rows)
         ]
@@ -71,22 +94,10 @@ class Rehearsal:
         tail = f"turns per row: min {min(turns)}, max {max(turns)}" + (
             "; every row has one turn: a step-level estimator only rescales an outcome-level one" if max(turns) == 1 else ""
         )
-        return "\n".join([*head, *body, tail])
+        return "\n".join([*head, *body, tail, *(f"warning: {w}" for w in self.warnings)])
 
 
-class ScriptedServer:
-    """A stand-in for verl's rollout server: each ``generate`` answers with one of ``replies`` (tokenized), drawn by ``rng``."""
-
-    def __init__(self, tokenizer: Any, replies: Sequence[str], rng: random.Random) -> None:
-        self.tokenizer, self.replies, self.rng = tokenizer, list(replies), rng
-
-    async def generate(self, *, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any], **_: Any) -> Any:
-        from verl.workers.rollout.replica import TokenOutput
-
-        return TokenOutput(token_ids=self.tokenizer.encode(self.rng.choice(self.replies), add_special_tokens=False))
-
-
-def _batch(outputs: list[Any], tokenizer: Any) -> Any:
+def _padded(outputs: list[Any], tokenizer: Any) -> Any:
     """The ``DataProto`` verl's ``AgentLoopWorker._postprocess`` builds from these outputs (padded here as verl pads them)."""
     from types import SimpleNamespace
 
@@ -119,6 +130,56 @@ def _batch(outputs: list[Any], tokenizer: Any) -> Any:
     return AgentLoopWorker._postprocess(SimpleNamespace(reward_loop_worker_handles=None), padded)
 
 
+def _advantages(name: str, config: Any, outputs: list[Any], uids: list[str], keys: list[str], tokenizer: Any, values: list[float] | None) -> Any:
+    """The rows with their advantages, computed by the function the configured trainer calls (legacy or v1)."""
+    import numpy as np
+    from omegaconf import OmegaConf
+    from verl import DataProto
+
+    from rllm_verl.tools.stand_ins import critic_values
+
+    data = _padded(outputs, tokenizer)
+    data.non_tensor_batch["uid"] = np.array(uids, dtype=object)
+    data.batch["token_level_rewards"] = data.batch["rm_scores"]
+    if values is not None:
+        data.batch["values"] = critic_values(data.batch["response_mask"], values)
+    algorithm = config.algorithm
+    kwargs = {
+        "adv_estimator": name,
+        "gamma": algorithm.get("gamma", 1.0),
+        "lam": algorithm.get("lam", 1.0),
+        "num_repeat": int(config.actor_rollout_ref.rollout.n),
+        "norm_adv_by_std_in_grpo": algorithm.get("norm_adv_by_std_in_grpo", True),
+        "config": algorithm,
+    }
+    if not OmegaConf.select(config, "trainer.use_v1", default=False):
+        from verl.trainer.ppo.ray_trainer import compute_advantage
+
+        return compute_advantage(data, **kwargs)
+    import torch
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    from rllm_verl.context import V1Batch, serving
+    from rllm_verl.extension import extension_status
+    from rllm_verl.patches.v1 import V1_BATCH
+
+    fields = ["token_level_rewards", "response_mask", *(["values"] if values is not None else [])]
+    rows = DataProto.from_dict(tensors={f: data.batch[f] for f in fields}, non_tensors={"uid": data.non_tensor_batch["uid"]})
+    served = {  # what v1 keeps in TransferQueue for each key: unpadded token ids and the loop's extra_fields
+        "uid": uids,
+        "prompts": [torch.tensor(o.prompt_ids) for o in outputs],
+        "responses": [torch.tensor(o.response_ids) for o in outputs],
+        "extra_fields": [dict(o.extra_fields) for o in outputs],
+    }
+    if extension_status().get(V1_BATCH.name, "").startswith("active"):
+        with serving(V1Batch(keys, lambda wanted: {f: served[f] for f in wanted})):
+            rows = compute_advantage_for_multi_trajectories(rows, keys, **kwargs)
+    else:
+        rows = compute_advantage_for_multi_trajectories(rows, keys, **kwargs)
+    data.batch["advantages"] = rows.batch["advantages"]
+    return data
+
+
 def _turns(mask: list[int]) -> list[tuple[int, int]]:
     """``(start, end)`` of each run of 1s in a response mask: the model's turns."""
     runs, start = [], None
@@ -142,6 +203,38 @@ def _tokenizer(path: str | None, texts: Sequence[str]) -> Any:
     return build_tiny_tokenizer(list(texts))
 
 
+def _needs_values(name: str) -> bool:
+    """Whether verl's estimator ``name`` reads the critic's values: verl's ``gae``, or an ``rllm_*`` estimator that ``needs_values``."""
+    from rllm_plugins.registry import get_estimator
+    from rllm_verl.registration import VERL_PREFIX
+
+    if name == "gae":
+        return True
+    if not name.startswith(VERL_PREFIX):
+        return False
+    try:
+        return bool(get_estimator(name.removeprefix(VERL_PREFIX)).spec.needs_values)
+    except ValueError:
+        return False
+
+
+def _tools(config: Any) -> list[Any]:
+    """The tools verl's ``AgentLoopWorker`` loads from ``multi_turn.tool_config_path`` and ``function_tool_path``."""
+    from omegaconf import OmegaConf
+    from verl.tools.tool_registry import load_all_tools
+    from verl.utils.import_utils import resolve_config_path
+
+    multi_turn = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn", default={}) or {}
+    tool_config, function_tools = multi_turn.get("tool_config_path"), multi_turn.get("function_tool_path")
+    try:
+        return load_all_tools(
+            tool_config_path=resolve_config_path(tool_config) if tool_config else None,
+            function_tool_path=resolve_config_path(function_tools) if function_tools else None,
+        )
+    except Exception as error:
+        raise RehearsalError([f"the tools of actor_rollout_ref.rollout.multi_turn do not load ({type(error).__name__}: {error})"]) from None
+
+
 def rehearse(
     overrides: Sequence[str],
     prompts: Sequence[str],
@@ -151,99 +244,115 @@ def rehearse(
     tokenizer_path: str | None = None,
     config_name: str = "ppo_trainer",
     config_dir: str | None = None,
+    ground_truth: str | None = None,
+    critic_values: Sequence[float] | None = None,
 ) -> Rehearsal:
     """Run the configured agent loop ``actor_rollout_ref.rollout.n`` times per prompt on a CPU and compute its advantages.
 
-    Raises ``ValueError`` naming the mistake for an agent-loop configuration verl would not run, an unknown
-    estimator, no prompts or no replies.
+    ``ground_truth`` (default: the first reply) is each prompt's ``reward_model.ground_truth``, for the reward function.
+    ``critic_values`` (default 0.0 everywhere) are the stand-in critic's values for a value-based estimator. Raises
+    :class:`RehearsalError` (a ``ValueError``) naming each mistake: an agent-loop configuration verl would not run, an
+    unknown estimator, no prompts or no replies, and anything a rollout returned that verl would not take.
     """
     import hydra.utils
-    import numpy as np
     from omegaconf import OmegaConf
-    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap, _agent_loop_registry
     from verl.trainer.ppo import core_algos
-    from verl.trainer.ppo.ray_trainer import compute_advantage
 
     from rllm_verl.registration import register_estimators_into_verl
     from rllm_verl.tools.agent_loop import _current_folder_importable, _defined_loops, agent_loop_errors
     from rllm_verl.tools.check import _compose, extension_status_of
+    from rllm_verl.tools.rollouts import run_rollouts
+    from rllm_verl.tools.stand_ins import Scorer, ScriptedServer
 
     if not prompts:
-        raise ValueError("verl-rehearse needs at least one prompt (--prompt TEXT)")
+        raise RehearsalError(["verl-rehearse needs at least one prompt (--prompt TEXT)"])
     if not replies or not all(isinstance(r, str) and r for r in replies):
-        raise ValueError(f"verl-rehearse needs the scripted model's replies, non-empty texts (--replies '+,-'), got {list(replies)!r}")
+        raise RehearsalError([f"verl-rehearse needs the scripted model's replies, non-empty texts (--replies '+,-'), got {list(replies)!r}"])
     register_estimators_into_verl()
-    extension_status_of("reward_keys")  # anchors from the rows' tokens on the legacy path
-    config = _compose(overrides, config_name, config_dir)
+    try:
+        config = _compose(overrides, config_name, config_dir)
+    except Exception as error:  # Hydra's own errors name the override
+        raise RehearsalError([f"Hydra could not compose the config: {type(error).__name__}: {error}"]) from None
+    use_v1 = bool(OmegaConf.select(config, "trainer.use_v1", default=False))
+    extension_status_of("v1_batch" if use_v1 else "reward_keys")  # anchors from the rows' tokens
     errors = agent_loop_errors(config)
     if errors:
-        raise ValueError("; ".join(errors))
+        raise RehearsalError(errors)
     name = str(config.algorithm.adv_estimator)
     if name not in core_algos.ADV_ESTIMATOR_REGISTRY:
-        raise ValueError(f"algorithm.adv_estimator={name!r} is no estimator verl knows (rllm-plugins verl-check says more)")
+        raise RehearsalError([f"algorithm.adv_estimator={name!r} is no estimator verl knows (rllm-plugins verl-check says more)"])
     loop_name = str(OmegaConf.select(config, f"{AGENT}.default_agent_loop"))
     path = OmegaConf.select(config, f"{AGENT}.agent_loop_config_path", default=None)
-    defined = _defined_loops(str(path))[0] if path else {}
-    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
-
-    entry = defined.get(loop_name) or _agent_loop_registry[loop_name]
-    group_size = int(config.actor_rollout_ref.rollout.n)
+    entry = (_defined_loops(str(path))[0] if path else {}).get(loop_name) or _agent_loop_registry[loop_name]
+    rollout = config.actor_rollout_ref.rollout
+    group_size = int(rollout.n)
+    values = None
+    critic = None
+    if _needs_values(name):
+        values = list(critic_values) if critic_values else [0.0]
+        given = f"{values[0]} on every token" if len(values) == 1 else f"{', '.join(map(str, values))} on model turns 0, 1, ... (the last repeated)"
+        launch = "" if OmegaConf.select(config, "critic.enable", default=None) is True else "; the GPU run needs critic.enable=true"
+        critic = f"a stand-in: {name} reads a critic's values, here {given} (--critic-values){launch}"
     tokenizer = _tokenizer(tokenizer_path, [*prompts, *replies])
     server = ScriptedServer(tokenizer, replies, random.Random(seed))
-    with _current_folder_importable():
-        loop = hydra.utils.instantiate(
-            config=entry,
-            trainer_config=DictConfigWrap(config=config),
-            server_manager=server,
-            tokenizer=tokenizer,
-            processor=None,
-            hf_model_type=None,
-            dataset_cls=None,
-            data_config=DictConfigWrap(config.data),
-            tools=ToolListWrap([]),
-        )
-    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
-    outputs, groups = [], []
-    for group, prompt in enumerate(prompts):
-        for _ in range(group_size):
-            raw_prompt = [{"role": "user", "content": prompt}]
-            outputs.append(asyncio.run(loop.run(dict(sampling), raw_prompt=raw_prompt)))
-            groups.append(group)
-    data = _batch(outputs, tokenizer)
-    data.non_tensor_batch["uid"] = np.array([f"prompt{g}" for g in groups], dtype=object)
-    data.batch["token_level_rewards"] = data.batch["rm_scores"]
-    algorithm = config.algorithm
-    data = compute_advantage(
-        data,
-        adv_estimator=name,
-        gamma=algorithm.get("gamma", 1.0),
-        lam=algorithm.get("lam", 1.0),
-        num_repeat=group_size,
-        norm_adv_by_std_in_grpo=algorithm.get("norm_adv_by_std_in_grpo", True),
-        config=algorithm,
-    )
+    scorer = Scorer(config, tokenizer)
+    tools = _tools(config)
+
+    def build() -> Any:  # as verl's worker: one object per rollout, built inside the running event loop
+        with _current_folder_importable():
+            return hydra.utils.instantiate(
+                config=entry,
+                trainer_config=DictConfigWrap(config=config),
+                server_manager=server,
+                tokenizer=tokenizer,
+                processor=None,
+                hf_model_type=None,
+                dataset_cls=None,
+                data_config=DictConfigWrap(config.data),
+                tools=ToolListWrap(tools),
+            )
+
+    limits = {
+        "vocab_size": len(tokenizer),
+        "response_length": int(rollout.response_length),
+        "prompt_length": None if use_v1 else int(rollout.prompt_length),
+        "decode": tokenizer.decode,
+    }
+    truth = replies[0] if ground_truth is None else ground_truth
+    results = run_rollouts(build, prompts, group_size, server=server, scorer=scorer, ground_truth=truth, loop_name=loop_name, use_v1=use_v1, limits=limits)
+    if results.errors:
+        raise RehearsalError(results.errors, results.warnings)
+    placed = [(r.group, r.session, i, o) for r in results.rollouts for i, o in enumerate(r.outputs)]
+    if not placed:
+        raise RehearsalError(["no rollout gave an output, so there is no row to compute advantages on"], results.warnings)
+    outputs = [o for *_, o in placed]
+    keys = [f"prompt{g}_{s}_{i}" for g, s, i, _ in placed]
+    data = _advantages(name, config, outputs, [f"prompt{g}" for g, *_ in placed], keys, tokenizer, values)
     rows = []
-    for i, output in enumerate(outputs):
-        mask = data.batch["response_mask"][i].tolist()
-        turns = _turns(mask)
+    for k, (group, session, index, output) in enumerate(placed):
+        turns = _turns(data.batch["response_mask"][k].tolist())
         given = output.extra_fields.get("anchor_states")
         if given is not None:
             anchors = [str(state) for state in given]
         else:  # the environment tokens before each turn; turn 0 at the prompt
-            response = data.batch["responses"][i].tolist()
-            anchors = ["prompt"] + [repr(tokenizer.decode(response[turns[k - 1][1] : turns[k][0]])) for k in range(1, len(turns))]
-        advantages = [float(data.batch["advantages"][i][start]) for start, _ in turns]
-        rows.append(RehearsedRow(groups[i], float(output.reward_score or 0.0), anchors, advantages))
+            response = data.batch["responses"][k].tolist()
+            anchors = ["prompt"] + [repr(tokenizer.decode(response[turns[t - 1][1] : turns[t][0]])) for t in range(1, len(turns))]
+        advantages = [float(data.batch["advantages"][k][start]) for start, _ in turns]
+        rows.append(RehearsedRow(group, float(output.reward_score), anchors, advantages, session, index))
+    reward = scorer.described if scorer.used else "the agent loop's reward_score"
     target = str(entry["_target_"])
-    return Rehearsal(loop_name, target, name, group_size, list(replies), seed, rows)
+    trainer = "v1" if use_v1 else "legacy"
+    return Rehearsal(loop_name, target, name, group_size, list(replies), seed, rows, trainer, reward, critic, results.warnings)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``rllm-plugins verl-rehearse [--agent-loop-config FILE] [--name LOOP] --prompt TEXT [--replies A,B] OVERRIDES...``; exit 1 on a mistake."""
+    """``rllm-plugins verl-rehearse [--agent-loop-config FILE] [--name LOOP] --prompt TEXT [--replies A,B] [--json] OVERRIDES...``;
+    exit 1 on any failure (with ``--json`` too: ``{"ok": false, "errors": [...]}``)."""
     parser = argparse.ArgumentParser(
         prog="rllm-plugins verl-rehearse",
-        description="Run your verl agent loop on a CPU against a scripted stand-in for the rollout server, build the rows as verl's agent "
-        "loop does and print turns per row, anchor states and per-turn advantages of the configured algorithm.adv_estimator.",
+        description="Run your verl agent loop on a CPU against a scripted stand-in for the rollout server, check what it returns, build "
+        "the rows as verl does and print turns per row, anchor states and per-turn advantages of the configured algorithm.adv_estimator.",
     )
     parser.add_argument("overrides", nargs="*", help="verl's Hydra overrides, as for the launch (algorithm.adv_estimator=rllm_gigpo ...)")
     parser.add_argument("--agent-loop-config", help=f"shortcut for {AGENT}.agent_loop_config_path=FILE")
@@ -252,10 +361,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--replies", default="+,-", help="comma-separated texts the scripted model answers with, drawn at random each turn")
     parser.add_argument("--seed", type=int, default=0, help="seed of the scripted replies")
     parser.add_argument("--tokenizer", help="a local Hugging Face tokenizer folder (default: a tiny one trained on the prompts and replies)")
+    parser.add_argument(
+        "--ground-truth", help="each prompt's reward_model.ground_truth, for custom_reward_function or the stand-in reward (default: the first reply)"
+    )
+    parser.add_argument("--critic-values", help="the stand-in critic of a value-based estimator: a number for every token, or one per model turn (default 0)")
     parser.add_argument("--json", action="store_true", help="print the rehearsal as JSON")
     parser.add_argument("--verbose", action="store_true", help="also show what verl prints meanwhile (held back by default)")
     args = parser.parse_args(argv)
     from rllm_verl.tools.check import _held_output
+    from rllm_verl.tools.stand_ins import parse_critic_values
 
     overrides = list(args.overrides)
     if args.agent_loop_config:
@@ -264,13 +378,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides.append(f"{AGENT}.default_agent_loop={args.name}")
     with _held_output() as held:  # verl's import warnings and log lines
         try:
-            rehearsal: Rehearsal | str = rehearse(overrides, args.prompt, args.replies.split(","), seed=args.seed, tokenizer_path=args.tokenizer)
+            values = parse_critic_values(args.critic_values) if args.critic_values else None
+            rehearsal: Rehearsal | RehearsalError = rehearse(
+                overrides, args.prompt, args.replies.split(","), seed=args.seed, tokenizer_path=args.tokenizer, ground_truth=args.ground_truth,
+                critic_values=values,
+            )  # fmt: skip
+        except RehearsalError as error:
+            rehearsal = error
         except ValueError as error:
-            rehearsal = f"rllm-plugins verl-rehearse: {error}"
+            rehearsal = RehearsalError([str(error)])
     if args.verbose and held[0].strip():
         print(f"printed by verl and its imports:\n{held[0].strip()}", file=sys.stderr)
-    if isinstance(rehearsal, str):
-        print(rehearsal, file=sys.stderr)
+    if isinstance(rehearsal, RehearsalError):
+        if args.json:
+            print(json.dumps({"ok": False, "errors": rehearsal.errors, "warnings": rehearsal.warnings}, indent=2), flush=True)
+        else:
+            print("\n".join(f"rllm-plugins verl-rehearse: {e}" for e in rehearsal.errors), file=sys.stderr)
+            for warning in rehearsal.warnings:
+                print(f"rllm-plugins verl-rehearse: warning: {warning}", file=sys.stderr)
         return 1
     print(json.dumps(rehearsal.as_dict(), indent=2) if args.json else rehearsal, flush=True)
     return 0

@@ -19,7 +19,7 @@ from .known import KNOWN_FAILURES
 from .paths import PATHS_GROUP, Call, Output, Path, core_paths, installed_paths, path_table
 from .relations import FAST, FULL, RELATIONS, Budget, Relation
 from .run import Cell, run_cell, run_matrix, summary
-from .samples import Sample, Traj, generate
+from .samples import Sample, Traj, derangement, generate
 
 __all__ = [
     "FAST",
@@ -38,6 +38,7 @@ __all__ = [
     "Sample",
     "Traj",
     "core_paths",
+    "derangement",
     "entry_of",
     "estimator_table",
     "generate",

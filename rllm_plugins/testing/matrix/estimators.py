@@ -21,7 +21,7 @@ from .samples import Sample, generate
 
 __all__ = ["SAMPLES", "EstimatorEntry", "SampleSettings", "entry_of", "estimator_table"]
 
-GROUP_SIZES = (1, 2, 3, 4, 5)
+GROUP_SIZES = (0, 1, 2, 3, 4, 5, 6, 7, 8)  # 0: an empty group (GDPO's, where no member has a reward key), where the spec allows it
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class SampleSettings:
 
 SAMPLES: Mapping[str, SampleSettings] = MappingProxyType(
     {
-        "composite": SampleSettings({"terms": [["grpo", 0.5], ["rloo", 0.5]]}, numeric=("gamma",)),
+        "composite": SampleSettings({"terms": [["grpo", 0.5], ["gigpo", 0.5]]}, numeric=("gamma",)),  # gigpo: a term that discounts (gamma)
         "gigpo": SampleSettings(numeric=("anchor_similarity",)),
         "grpo_passk": SampleSettings(binary=True),
         "maxrl": SampleSettings(binary=True),
@@ -69,7 +69,7 @@ class EstimatorEntry:
         return self.spec.breaks
 
     def sample(self, seed: int) -> Sample:
-        """The sample inputs of ``seed`` (group sizes the estimator accepts with its options)."""
+        """The sample inputs of ``seed``: one task group of every size the estimator accepts with its options, in an order of ``seed``."""
         return generate(seed, self.level, self.sizes, binary=self.binary)
 
 
@@ -79,7 +79,7 @@ def _numeric(defaults: Mapping[str, Any], extra: tuple[str, ...]) -> tuple[str, 
 
 
 def _sizes(spec: AdvEstimatorSpec, options: Mapping[str, Any]) -> tuple[int, ...]:
-    """The group sizes ``check_group_size`` accepts with ``options`` (all of :data:`GROUP_SIZES` without one)."""
+    """The group sizes ``check_group_size`` accepts with ``options`` (all of :data:`GROUP_SIZES` without one; 0 is an empty group)."""
     if spec.check_group_size is None:
         return GROUP_SIZES
     accepted = []
@@ -99,7 +99,7 @@ def entry_of(name: str) -> EstimatorEntry:
     settings = SAMPLES.get(spec.name, SampleSettings()) if estimator.provider.kind == "builtin" else SampleSettings()
     options = dict(settings.options)
     sizes = _sizes(spec, options)
-    if not sizes:
+    if not [size for size in sizes if size]:
         raise ValueError(f"estimator {spec.name!r} accepts no group size of {list(GROUP_SIZES)} with options {options}; give sample options")
     numeric = _numeric(spec_options(spec).defaults, settings.numeric)
     return EstimatorEntry(spec.name, spec, str(estimator.provider), MappingProxyType(options), settings.binary, numeric, sizes)

@@ -12,4 +12,12 @@ from types import MappingProxyType
 
 __all__ = ["KNOWN_FAILURES"]
 
-KNOWN_FAILURES: Mapping[tuple[str, str, str], str] = MappingProxyType({})
+KNOWN_FAILURES: Mapping[tuple[str, str, str], str] = MappingProxyType(
+    {
+        ("gigpo", "verl_step_bridge", "option_sensitivity"): (
+            "with anchor_similarity, verl's legacy trainer visits a task group's episodes in the order of their anchor states "
+            "(rllm_verl.compute.order: its rows carry no rollout index), the collector in trajectory order; greedy similarity "
+            "clusters depend on that order"
+        ),
+    }
+)

@@ -27,6 +27,7 @@ from ...config import AlgorithmConfig
 from ...needs import needs_of
 from ...registry import get_estimator
 from ...segments import offsets_from_sizes
+from ...state.store import check_state
 from ...steps.forms import batch_from_lists, split_step_output
 from ...types import Step, Trajectory, TrajectoryGroup
 from .samples import MODEL_TOKEN, Sample
@@ -102,6 +103,10 @@ class Path:
     fast_configure: bool = True  # False: ``configure`` takes seconds (the fast sample skips it)
     run_composite: Runner | None = None  # how this framework runs a composite (step-level) of the estimators this path takes
     critic_values: str | None = "this path's sample carries no critic values yet (value-based estimators: their own tests)"  # None: it hands them over
+    # False where the path's own output breaks the scale law by design (a clip saturates: an unnormalised estimator's
+    # rounding noise at rewards x 1e150, 1e-16 relative, becomes the clip's bound); the scale relation then checks
+    # finiteness and refusals only, and the law itself on the paths without the wrapper
+    scale_law: bool = True
 
     def not_applicable(self, call: Call) -> str | None:
         """Why this path does not take ``call``'s estimator (None: it does)."""
@@ -192,6 +197,12 @@ def _per_step(sample: Sample, per_trajectory: np.ndarray) -> np.ndarray:
     return np.repeat(per_trajectory, [len(t.step_rewards) for group in sample.groups for t in group])
 
 
+def _as_owners_keep(call: Call, state: Any) -> dict[str, Any]:
+    """A form's new state as every owner keeps it (numpy scalars as Python numbers; ``ValueError`` for what is not plain data),
+    so the forms' state is what a checkpoint saves."""
+    return check_state(state, f"estimator {call.name!r}", "the new state")
+
+
 def _list_form(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
     spec = get_estimator(call.name).spec
     options = dict(call.options)
@@ -203,7 +214,7 @@ def _list_form(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> O
         if needs_of(spec, options).state:
             kwargs.update(state=dict(state or {}), task_ids=_outcome_inputs(sample)[2])
             (advantages, _), new_state = call_with_accepted_kwargs(spec.list_form, rewards, step_rewards, anchors, **kwargs, **options)
-            return Output(_flat([a for group in advantages for a in group]), dict(new_state))
+            return Output(_flat([a for group in advantages for a in group]), _as_owners_keep(call, new_state))
         advantages, returns = call_with_accepted_kwargs(spec.list_form, rewards, step_rewards, anchors, **kwargs, **options)
         by_step = _flat([r for group in returns for r in group]) if needs_of(spec, options).values else None
         return Output(_flat([a for group in advantages for a in group]), returns=by_step)
@@ -212,7 +223,7 @@ def _list_form(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> O
     kwargs = {"rewards": rewards, "algorithm_config": AlgorithmConfig(estimator=call.name), "traj_groups": groups, "norm_adv_by_std_in_grpo": True}
     if spec.stateful:
         (advantages, _), new_state = call_with_accepted_kwargs(spec.list_form, state=dict(state or {}), task_ids=task_ids, **kwargs, **options)
-        return Output(_per_step(sample, _flat(advantages)), dict(new_state))
+        return Output(_per_step(sample, _flat(advantages)), _as_owners_keep(call, new_state))
     advantages, _ = call_with_accepted_kwargs(spec.list_form, **kwargs, **options)
     return Output(_per_step(sample, _flat(advantages)))
 
@@ -230,7 +241,7 @@ def _batched_form(call: Call, sample: Sample, state: Mapping[str, Any] | None) -
             advantages, new_state = call_with_accepted_kwargs(
                 spec.batched_form, batch, algorithm_config=config, state=dict(state or {}), task_ids=task_ids, **options
             )
-            return Output(np.asarray(advantages, dtype=np.float64), dict(new_state))
+            return Output(np.asarray(advantages, dtype=np.float64), _as_owners_keep(call, new_state))
         result = call_with_accepted_kwargs(spec.batched_form, batch, algorithm_config=config, **options)
         advantages, returns = split_step_output(result, needs.values, batch.num_steps, f"estimator {call.name!r}")
         return Output(advantages, returns=returns if needs.values else None)
@@ -241,7 +252,7 @@ def _batched_form(call: Call, sample: Sample, state: Mapping[str, Any] | None) -
         advantages, new_state = call_with_accepted_kwargs(
             spec.batched_form, values, offsets, state=dict(state or {}), lengths=lengths, task_ids=task_ids, **options
         )
-        return Output(_per_step(sample, np.asarray(advantages, dtype=np.float64)), dict(new_state))
+        return Output(_per_step(sample, np.asarray(advantages, dtype=np.float64)), _as_owners_keep(call, new_state))
     return Output(_per_step(sample, np.asarray(call_with_accepted_kwargs(spec.batched_form, values, offsets, lengths=lengths, **options), dtype=np.float64)))
 
 
@@ -282,7 +293,7 @@ OTHER_ROLE, ROLE = "judge", "solver"
 
 def _per_role_map(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
     mine = trajectory_groups(sample, ROLE)
-    other = trajectory_groups(Sample(tuple((g[0],) * 2 for g in sample.groups), sample.level), OTHER_ROLE)
+    other = trajectory_groups(Sample(tuple((g[0],) * 2 if g else () for g in sample.groups), sample.level), OTHER_ROLE)
     config = AlgorithmConfig(estimator="grpo", estimator_map={ROLE: call.name}, estimator_kwargs=dict(call.options))
     if state is not None:
         config.estimator_state.load_state_dict(state)
@@ -354,6 +365,7 @@ def core_paths() -> list[Path]:
             keeps_state=True,
             reference=clipped_and_scaled,
             critic_values=None,
+            scale_law=False,
         ),
         Path("per_role_map", "wrapper", "core", "estimator_map={role: e} beside a role running grpo", _per_role_map, keeps_state=True, critic_values=None),
     ]

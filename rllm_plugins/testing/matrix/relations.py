@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from ...options import spec_options
 from ...registry import get_estimator
+from ...state.schema import MapOf
 from .estimators import EstimatorEntry
 from .paths import COLLECTOR, Call, Output, Path, batched_returns
-from .samples import Sample
+from .samples import Sample, groups_deranged
 
 __all__ = ["FAST", "FULL", "PLACE_WORDS", "RELATIONS", "Budget", "NotApplicable", "Relation"]
 
@@ -67,7 +71,8 @@ def _tolerance(path: Path, scale: float) -> tuple[float, float]:
 def _difference(got: np.ndarray, want: np.ndarray, path: Path, what: str) -> str:
     if got.shape != want.shape:
         return f"{what}: {got.size} values for {want.size} steps"
-    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    finite = np.abs(want[np.isfinite(want)])
+    scale = float(finite.max()) if finite.size else 0.0
     rtol, atol = _tolerance(path, scale)
     bad = ~np.isclose(got, want, rtol=rtol, atol=atol)
     if not bad.any():
@@ -80,8 +85,19 @@ def _reference(entry: EstimatorEntry, sample: Sample) -> Output | str:
     return _run(COLLECTOR, _call(entry), sample)
 
 
+def _refused(seed: int, sample: Sample, runs: Sequence[tuple[str, Output | str]]) -> str:
+    """The verdict when a run refused the sample, else ``""``. A sample's group sizes are those the spec accepts, so a refusal
+    is a finding, never agreement: a relation that held because every side refused would hold for an estimator that refuses
+    everything."""
+    for what, out in runs:
+        if isinstance(out, str):
+            sizes = sorted(len(g) for g in sample.groups)
+            return f"seed {seed}: {what} refused a sample the spec accepts (group sizes {sizes}): {out}"
+    return ""
+
+
 def equals_collector(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
-    """The path gives the collector's advantages on the same trajectories (to its dtype's tolerance), or both refuse.
+    """The path gives the collector's advantages on the same trajectories (to its dtype's tolerance); neither refuses them.
 
     A path that gives a value-based estimator's returns (the critic's targets) gives those of the spec's batched form.
     """
@@ -90,10 +106,10 @@ def equals_collector(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
     for seed in budget.seeds:
         sample = entry.sample(seed)
         want, got = _reference(entry, sample), _run(path, _call(entry), sample)
-        if isinstance(want, str) or isinstance(got, str):
-            if isinstance(want, str) and isinstance(got, str):
-                continue
-            return f"seed {seed}: collector {want if isinstance(want, str) else 'ran'}, {path.name} {got if isinstance(got, str) else 'ran'}"
+        refused = _refused(seed, sample, [("the collector", want), (path.name, got)])
+        if refused:
+            return refused
+        assert not isinstance(want, str) and not isinstance(got, str)
         expected = path.reference(want.advantages, sample) if path.reference else want.advantages
         message = _difference(got.advantages, expected, path, f"seed {seed}")
         if not message and got.returns is not None:
@@ -118,11 +134,10 @@ def no_token_rows(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
             padded: Output | str = path.pad(_call(entry), sample, PAD_ROWS)
         except ValueError as e:
             padded = f"raised ValueError: {e}"
-        if isinstance(base, str) or isinstance(padded, str):
-            if isinstance(base, str) and isinstance(padded, str):
-                continue
-            with_padding = padded if isinstance(padded, str) else "ran"
-            return f"seed {seed}: without padding {base if isinstance(base, str) else 'ran'}, with {PAD_ROWS} padding rows {with_padding}"
+        refused = _refused(seed, sample, [(f"{path.name} without padding", base), (f"{path.name} with {PAD_ROWS} padding rows", padded)])
+        if refused:
+            return refused
+        assert not isinstance(base, str) and not isinstance(padded, str)
         message = _difference(padded.advantages, base.advantages, path, f"seed {seed}, real rows beside {PAD_ROWS} padding rows")
         if message:
             return message
@@ -134,15 +149,15 @@ def no_token_rows(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
 
 
 def permutation(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
-    """Shuffling the trajectories of each group (and the groups, where ``group_order_invariant``) shuffles the advantages alike."""
+    """Deranging the trajectories of each group (and the groups, where ``group_order_invariant``) permutes the advantages alike."""
     for seed in budget.seeds:
         sample = entry.sample(seed)
         shuffled, order = sample.permuted(np.random.default_rng(seed + 1000), groups=entry.spec.group_order_invariant)
         base, got = _run(path, _call(entry), sample), _run(path, _call(entry), shuffled)
-        if isinstance(base, str) or isinstance(got, str):
-            if isinstance(base, str) and isinstance(got, str):
-                continue
-            return f"seed {seed}: in order {base if isinstance(base, str) else 'ran'}, shuffled {got if isinstance(got, str) else 'ran'}"
+        refused = _refused(seed, sample, [(f"{path.name} in order", base), (f"{path.name} shuffled", got)])
+        if refused:
+            return refused
+        assert not isinstance(base, str) and not isinstance(got, str)
         message = _difference(got.advantages, base.advantages[order], path, f"seed {seed}, shuffled")
         if message:
             return message
@@ -172,10 +187,10 @@ def composite_linear(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
     for seed in budget.seeds:
         sample = entry.sample(seed)
         alone, second, both = _run(path, _call(entry), sample), _run(path, other, sample), _run(on_composite, composite, sample)
-        if isinstance(alone, str) or isinstance(both, str) or isinstance(second, str):
-            if isinstance(alone, str) and isinstance(both, str):
-                continue
-            return f"seed {seed}: e alone {alone if isinstance(alone, str) else 'ran'}, in composite {both if isinstance(both, str) else 'ran'}"
+        refused = _refused(seed, sample, [(f"{entry.name} alone", alone), (f"{other.name} alone", second), ("the composite", both)])
+        if refused:
+            return refused
+        assert not isinstance(alone, str) and not isinstance(both, str) and not isinstance(second, str)
         expected = TERM_WEIGHTS[0] * alone.advantages + TERM_WEIGHTS[1] * second.advantages
         message = _difference(both.advantages, expected, path, f"seed {seed}, composite of weights {TERM_WEIGHTS}")
         if message:
@@ -211,6 +226,121 @@ def state_roundtrip(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
     return ""
 
 
+_TASK = re.compile(r"^(.*task)(\d+)$")
+
+
+def _renamed(state: Any, group_order: np.ndarray) -> Any:
+    """``state`` with every mapping key ``...task<p>`` renamed ``...task<group_order[p]>`` (the matrix's task ids follow group positions)."""
+    if not isinstance(state, dict):
+        return state
+    out = {}
+    for key, value in state.items():
+        found = _TASK.match(key) if isinstance(key, str) else None
+        if found and int(found[2]) < group_order.size:
+            key = f"{found[1]}{int(group_order[int(found[2])]):0{len(found[2])}d}"
+        out[key] = _renamed(value, group_order)
+    return out
+
+
+def state_order(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
+    """A state keyed by task (every key a ``MapOf`` in the spec's ``state_schema``) after a batch is the same for any order of its groups."""
+    if not entry.spec.stateful:
+        raise NotApplicable("not stateful")
+    if not path.keeps_state:
+        raise NotApplicable(f"{path.name} keeps no state")
+    schema = entry.spec.state_schema
+    if schema is None:
+        raise NotApplicable("the spec declares no state_schema: whether its state is keyed by task is unknown")
+    for seed in budget.seeds:
+        sample = entry.sample(seed)
+        moved, group_order = groups_deranged(sample, np.random.default_rng(seed + 2000))
+        base, got = _run(path, _call(entry), sample), _run(path, _call(entry), moved)
+        refused = _refused(seed, sample, [(f"{path.name} in order", base), (f"{path.name} with the groups deranged", got)])
+        if refused:
+            return refused
+        assert not isinstance(base, str) and not isinstance(got, str)
+        flat = [key for key in (base.state or {}) if not isinstance(schema.get(key), MapOf)]
+        if flat:
+            raise NotApplicable(f"with these options the state's {flat[0]!r} is one value for the whole role (scanned in order), not keyed by task")
+        if json.dumps(_renamed(got.state, group_order), sort_keys=True) != json.dumps(base.state, sort_keys=True):
+            return f"seed {seed}: the groups in the order {group_order.tolist()} left the state {_renamed(got.state, group_order)}, in order {base.state}"
+    return ""
+
+
+ALTERNATIVES_FLOAT = (0.5, 0.25, 0.9, 0.1, 2.0, 3.0)
+ALTERNATIVES_INT = (1, 2, 3, 0, 4)
+
+
+def _alternatives(value: Any) -> list[Any]:
+    """Other values to try for an option now at ``value``: the other bool; nearby ints; halves, doubles and common floats."""
+    if isinstance(value, (bool, np.bool_)):
+        return [not value]
+    if isinstance(value, numbers.Integral):
+        return [v for v in dict.fromkeys([value + 1, value + 2, value - 1, *ALTERNATIVES_INT]) if v != value]
+    if isinstance(value, numbers.Real):
+        return [v for v in dict.fromkeys([value * 0.5, value * 2, value + 0.5, *ALTERNATIVES_FLOAT]) if v != value]
+    return [*ALTERNATIVES_FLOAT, *ALTERNATIVES_INT]  # a numeric option that defaults to None
+
+
+def _scalar_options(entry: EstimatorEntry) -> dict[str, Any]:
+    """The options a relation can vary: bool and numeric ones (their sample value, else default; None for numeric ones without)."""
+    defaults = spec_options(entry.spec).defaults
+    out = {k: entry.options.get(k, v) for k, v in defaults.items() if isinstance(v, (bool, np.bool_, numbers.Real))}
+    out.update({k: entry.options.get(k) for k in entry.numeric_options if k not in out})
+    return out
+
+
+def _changing_value(entry: EstimatorEntry, option: str, value: Any, sample: Sample, base: Output) -> tuple[Call, Output] | None:
+    """The first other value of ``option`` the core's config step accepts that changes the collector's advantages on ``sample``."""
+    for other in _alternatives(value):
+        call = Call(entry.name, {**entry.options, option: other})
+        try:
+            COLLECTOR.configure(entry.name, dict(call.options))  # type: ignore[misc]
+        except ValueError:
+            continue
+        want = _run(COLLECTOR, call, sample)
+        if not isinstance(want, str) and (want.advantages.shape != base.advantages.shape or not np.array_equal(want.advantages, base.advantages)):
+            return call, want
+    return None
+
+
+def option_sensitivity(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
+    """Each bool or numeric option changes the collector's output for some value the config accepts, and the path gives that output too."""
+    options = {k: v for k, v in _scalar_options(entry).items() if f"option_sensitivity:{k}" not in entry.breaks}  # declared: no effect on samples
+    if not options:
+        raise NotApplicable("no bool or numeric option (or each declared to change nothing on the samples)")
+    samples = {}
+    for seed in budget.seeds:
+        sample = entry.sample(seed)
+        base = _reference(entry, sample)
+        refused = _refused(seed, sample, [("the collector", base)])
+        if refused:
+            return refused
+        assert not isinstance(base, str)
+        samples[seed] = (sample, base)
+    for option, value in options.items():
+        found = next(((seed, hit) for seed, (sample, base) in samples.items() for hit in [_changing_value(entry, option, value, sample, base)] if hit), None)
+        if found is None:
+            return (
+                f"seeds {list(budget.seeds)}: option {option!r} changes no advantage for any of {_alternatives(value)} (from {value!r}); an option "
+                f"that is read changes the output on some sample: read it, or declare why not: AdvEstimatorSpec(breaks={{'option_sensitivity:{option}': ...}})"
+            )
+        if path.name == COLLECTOR.name:
+            continue
+        seed, (call, want) = found
+        sample = samples[seed][0]
+        got = _run(path, call, sample)
+        refused = _refused(seed, sample, [(f"{path.name} with {option}={call.options[option]!r}", got)])
+        if refused:
+            return refused
+        assert not isinstance(got, str)
+        expected = path.reference(want.advantages, sample) if path.reference else want.advantages
+        message = _difference(got.advantages, expected, path, f"seed {seed}, {option}={call.options[option]!r} (the collector's output changes with it)")
+        if message:
+            return message
+    return ""
+
+
 def _names_a_place(message: str) -> bool:
     return any(word in message for word in PLACE_WORDS)
 
@@ -218,10 +348,14 @@ def _names_a_place(message: str) -> bool:
 def scale(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
     """Rewards x 10^k give the advantages of rewards x 1e10, or those times 10^(k-10) (scale-equivariant), or a ValueError naming the place.
 
-    For k < 10 (an epsilon may matter there) the advantages must be finite, or a ValueError naming the place.
+    For k < 10 (an epsilon may matter there) the advantages must be finite, or a ValueError naming the place. The sample
+    itself (k = 0) must run: a refusal of every scale would hold vacuously.
     """
     for seed in budget.seeds:
         sample = entry.sample(seed)
+        refused = _refused(seed, sample, [(f"{path.name} (rewards x 1)", _run(path, _call(entry), sample))])
+        if refused:
+            return refused
         if sample.max_abs_reward == 0:
             continue
         base_sample = sample.scaled(10.0**BASE_SCALE)
@@ -240,7 +374,7 @@ def scale(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
             got = out.advantages
             if not np.isfinite(got).all():
                 return f"seed {seed}, rewards x 1e{k}: non-finite advantage {got[~np.isfinite(got)][0]} without a ValueError"
-            if k < BASE_SCALE or isinstance(base, str):
+            if k < BASE_SCALE or isinstance(base, str) or not path.scale_law:
                 continue
             same = _difference(got, base.advantages, path, "")
             scaled_too = _difference(got, base.advantages * 10.0 ** (k - BASE_SCALE), path, "")
@@ -298,6 +432,8 @@ RELATIONS: Sequence[Relation] = (
     Relation("permutation", permutation),
     Relation("composite_linear", composite_linear),
     Relation("state_roundtrip", state_roundtrip),
+    Relation("state_order", state_order),
     Relation("scale", scale),
     Relation("hostile_options", hostile_options),
+    Relation("option_sensitivity", option_sensitivity),
 )

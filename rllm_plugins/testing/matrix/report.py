@@ -16,9 +16,12 @@ from .run import Cell, run_matrix, summary
 __all__ = ["check_paths", "cells_as_dicts", "cells_table"]
 
 
-def check_paths(name: str, *, options: Mapping[str, Any] | None = None, budget: Budget = FAST) -> list[Cell]:
-    """Every cell of the registered estimator ``name`` (with ``options``, else its sample options) on every installed path."""
+def check_paths(name: str, *, options: Mapping[str, Any] | None = None, budget: Budget = FAST, seed: int | None = None) -> list[Cell]:
+    """Every cell of the registered estimator ``name`` (with ``options``, else its sample options) on every installed path;
+    ``seed``: the samples' seed instead of the budget's."""
     entry = entry_of(name)
+    if seed is not None:
+        budget = replace(budget, seeds=(seed,))
     if options is not None:
         entry = replace(entry, options=MappingProxyType(dict(options)))
     return run_matrix([entry], path_table(), budget)

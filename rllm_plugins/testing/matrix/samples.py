@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-__all__ = ["ENV_TOKENS", "Sample", "Traj", "generate"]
+__all__ = ["ENV_TOKENS", "Sample", "Traj", "derangement", "generate", "groups_deranged"]
 
 ENV_TOKENS = (3, 4)  # the vocabulary of environment segments: small, so anchor states repeat
 MODEL_TOKEN = 10  # model token ids are MODEL_TOKEN + the step's index (never an environment token)
@@ -73,17 +73,33 @@ class Sample:
         return out
 
     def permuted(self, rng: np.random.Generator, *, groups: bool) -> tuple[Sample, np.ndarray]:
-        """The trajectories of every group shuffled (and the groups too when ``groups``), with ``order``:
-        the permuted sample's flat step ``s`` is the original's step ``order[s]``."""
+        """Every group's trajectories deranged (each one moves, in a group of two or more), and the groups too when
+        ``groups`` (each one moves); with ``order``: the permuted sample's flat step ``s`` is the original's step ``order[s]``."""
         positions = self.step_positions()
-        group_order = rng.permutation(len(self.groups)) if groups else np.arange(len(self.groups))
+        group_order = derangement(rng, len(self.groups)) if groups else np.arange(len(self.groups))
         new_groups, order = [], []
         for g in group_order.tolist():
-            traj_order = rng.permutation(len(self.groups[g])).tolist()
+            traj_order = derangement(rng, len(self.groups[g])).tolist()
             new_groups.append(tuple(self.groups[g][i] for i in traj_order))
             for i in traj_order:
                 order.extend(positions[g][i])
         return replace(self, groups=tuple(new_groups)), np.array(order, dtype=np.int64)
+
+
+def groups_deranged(sample: Sample, rng: np.random.Generator) -> tuple[Sample, np.ndarray]:
+    """The sample's groups deranged, each group's trajectories in their order; with ``group_order``: group ``p`` of the
+    result is the sample's group ``group_order[p]``."""
+    group_order = derangement(rng, len(sample.groups))
+    return replace(sample, groups=tuple(sample.groups[g] for g in group_order.tolist())), group_order
+
+
+def derangement(rng: np.random.Generator, n: int) -> np.ndarray:
+    """A random permutation of ``range(n)`` that moves every element (a random ``n``-cycle, Sattolo's algorithm); the identity for n < 2."""
+    p = np.arange(n)
+    for i in range(n - 1, 0, -1):
+        j = int(rng.integers(0, i))
+        p[i], p[j] = p[j], p[i]
+    return p
 
 
 def _reward(rng: np.random.Generator, binary: bool) -> float:
@@ -91,7 +107,8 @@ def _reward(rng: np.random.Generator, binary: bool) -> float:
 
 
 def generate(seed: int, level: str, sizes: Sequence[int], *, binary: bool = False) -> Sample:
-    """A sample of 2-4 task groups with sizes drawn from ``sizes``; rewards 0/1 when ``binary``, else multiples of 1/8 in [-2, 3].
+    """A sample of one task group of each size in ``sizes`` (0: an empty group), in an order drawn from ``seed``; rewards 0/1
+    when ``binary``, else multiples of 1/8 in [-2, 3].
 
     Outcome level: one step per trajectory. Step level: 1-3 steps, step rewards in {0, 1/2, 1} (0/1 when
     ``binary``), anchors drawn from :data:`ENV_TOKENS` (so some steps share an anchor group).
@@ -99,9 +116,9 @@ def generate(seed: int, level: str, sizes: Sequence[int], *, binary: bool = Fals
     rng = np.random.default_rng(seed)
     critic = np.random.default_rng([seed, 1])  # the critic's values: a stream of their own, so the rewards are as without them
     groups = []
-    for _ in range(int(rng.integers(2, 5))):
+    for size in rng.permutation(np.asarray(sizes, dtype=np.int64)).tolist():
         trajs = []
-        for _ in range(int(rng.choice(list(sizes)))):
+        for _ in range(size):
             if level == "outcome":
                 reward = _reward(rng, binary)
                 trajs.append(Traj(reward, (reward,), (int(rng.integers(1, 6)),), ((),)))
