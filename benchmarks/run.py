@@ -35,7 +35,7 @@ def _run_one(name: str, quick: bool) -> Report:
         return BENCHMARKS[name](quick)
     except ImportError as error:
         report = Report(name)
-        report.targets.append(Target(f"{name} benchmark", f"not available ({error})", "runs", None))
+        report.targets.append(Target.unavailable(f"{name} benchmark", f"not available ({error})", "runs"))
         return report
 
 

@@ -135,7 +135,7 @@ def run(quick: bool = False) -> Report:
             continue
         table.add(label, installed, format_time(imp), format_time(disc), *cells, int(samples[i][0]["estimators"]))
         name = f"import rllm_plugins + discovery, {installed} plugins, vs import numpy"
-        report.targets.append(Target(name, format_ratio(ratio), f"≤ {TARGET_RATIO:g}x", ratio <= TARGET_RATIO))
+        report.targets.append(Target.check(name, ratio, TARGET_RATIO))
     report.tables.append(table)
     return report
 
