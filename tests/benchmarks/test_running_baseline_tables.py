@@ -2,8 +2,8 @@
 
 Timings cannot be re-measured in a test, so what is checked is what can be wrong by hand: the tables have the
 benchmark's titles, columns and row labels (its full-run sizes), each ratio is the quotient of the times in its
-row, each verdict follows from its number and target, and the README and docs/running_baselines.md quote the
-numbers of docs/benchmarks.md.
+row, and the README and docs/running_baselines.md quote the numbers of docs/benchmarks.md (whose tables and
+verdicts are generated: ``test_docs_generated.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ def table(text: str, title: str) -> list[list[str]]:
 
 @pytest.fixture(scope="module")
 def report():
+    if "Not stored yet" in SECTION:
+        pytest.skip("benchmarks/results.json holds no running_baseline report yet (make bench ARGS=--only=running_baseline)")
     return running_baseline.run(quick=True)  # titles and columns (quick sizes differ only in the rows)
 
 
@@ -64,17 +66,6 @@ def test_every_ratio_is_the_quotient_of_its_rows_times(report):
     rows = table(SECTION, report.tables[1].title)
     for _, call, growth in rows:
         assert ratio(growth) == pytest.approx(seconds(call) / seconds(rows[0][1]), rel=0.015)
-
-
-def test_the_verdicts_follow_from_the_numbers(report):
-    loop = table(SECTION, report.tables[0].title)
-    role_1m = ratio(loop[len(running_baseline.BATCH_SIZES) - 1][4])
-    task_worst = min(ratio(r[4]) for r in loop if r[0] == "task")
-    growth = ratio(table(SECTION, report.tables[1].title)[-1][2])
-    verdict = {True: "met", False: "MISSED"}
-    assert f"{role_1m:.3g}x (target >= {running_baseline.TARGET_VS_LOOP}x) — {verdict[role_1m >= running_baseline.TARGET_VS_LOOP]}" in SECTION
-    assert f"{task_worst:.3g}x (slowest) (target >= {running_baseline.TARGET_TASK_VS_LOOP}x) — {verdict[task_worst >= 1.0]}" in SECTION
-    assert f"{growth:.3g}x (target <= {running_baseline.TARGET_STATE_SIZE}x) — {verdict[growth <= running_baseline.TARGET_STATE_SIZE]}" in SECTION
 
 
 def test_the_readme_and_the_running_baselines_page_quote_these_numbers(report):
@@ -103,12 +94,3 @@ def test_the_trl_two_process_table_is_the_benchmarks_and_its_ratio_its_times():
     assert [r[0] for r in rows] == ["64", "200,000"] and all(r[5] == "yes" for r in rows)
     steps = [seconds(r[1]) + seconds(r[2]) for r in rows]
     assert ratio(rows[1][3]) == pytest.approx(steps[1] / steps[0], rel=0.015)
-
-
-def test_the_targets_table_of_the_benchmarks_page_quotes_section_7(report):
-    loop = table(SECTION, report.tables[0].title)
-    task = [r[4] for r in loop if r[0] == "task"]
-    role_1m = loop[len(running_baseline.BATCH_SIZES) - 1][4]
-    targets = BENCHMARKS.split("## Targets", 1)[1].split("\n## ", 1)[0]
-    assert f"| role {role_1m}; task {min(task, key=ratio)}{DASH}{max(task, key=ratio)} |" in targets
-    assert f"| {table(SECTION, report.tables[1].title)[-1][2]} | met |" in targets
