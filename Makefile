@@ -35,8 +35,9 @@ conformance: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/demo/rllm_demo.py $(ARGS)
 
+# stores the results (benchmarks/results.json) and regenerates docs/benchmarks.md; ARGS=--check fails on a missed target
 bench: $(STAMP)
-	$(PY) -m benchmarks.run $(ARGS)
+	$(PY) -m benchmarks.run --store benchmarks/results.json $(ARGS)
 
 docs: $(STAMP)
 	$(PY) -m mkdocs build --strict --quiet

@@ -1,21 +1,25 @@
-"""Run every benchmark and print its tables: ``python -m benchmarks.run [--quick] [--only core,verl] [--json F] [--plot F]``.
+"""Run every benchmark and print its tables: ``python -m benchmarks.run [--quick] [--only core,verl] [--json F] [--store F] [--check] [--plot F]``.
 
 A benchmark whose framework is not installed (verl, TRL's adapter) reports "not available"
-instead of failing.
+instead of failing. ``--store FILE`` merges the reports of this run into FILE (each with its machine, versions and
+date; reports not run stay as they were) and regenerates docs/benchmarks.md from it (:mod:`benchmarks.docs`);
+``make bench`` stores into :data:`benchmarks.docs.RESULTS`. ``--check`` exits with status 1 when a target of this run
+is missed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import core_estimators, multi_objective, running_baseline, startup, step_level, trl_advantage, verl_advantage
+from . import core_estimators, docs, multi_objective, running_baseline, startup, step_level, trl_advantage, verl_advantage
 from .plot import save_plot
 from .report import Report, Target
-from .timing import machine_description
+from .timing import describe_machine, machine_info
 
 __all__ = ["BENCHMARKS", "main"]
 
@@ -35,7 +39,7 @@ def _run_one(name: str, quick: bool) -> Report:
         return BENCHMARKS[name](quick)
     except ImportError as error:
         report = Report(name)
-        report.targets.append(Target(f"{name} benchmark", f"not available ({error})", "runs", None))
+        report.targets.append(Target.unavailable(f"{name} benchmark", f"not available ({error})", "runs"))
         return report
 
 
@@ -52,6 +56,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one run each: a smoke test, not a measurement")
     parser.add_argument("--only", default=",".join(BENCHMARKS), help=f"comma-separated subset of {', '.join(BENCHMARKS)}")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    parser.add_argument("--store", type=Path, help="merge the reports into this results file and regenerate docs/benchmarks.md from it (not with --quick)")
+    parser.add_argument("--check", action="store_true", help="exit with status 1 when a target is missed")
     parser.add_argument("--plot", type=Path, help="also save the log-log plot (PNG) here")
     parser.add_argument(
         "--torch-threads",
@@ -64,21 +70,31 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(names) - set(BENCHMARKS))
     if unknown:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
+    if args.store and args.quick:
+        parser.error("--quick runs are smoke tests: they are not stored (drop --store)")
     if args.torch_threads > 0:
         _set_torch_threads(args.torch_threads)
-    machine = machine_description()
-    print(f"Machine: {machine}\n", flush=True)
-    reports = []
+    machine = machine_info()
+    print(f"Machine: {describe_machine(machine)}\n", flush=True)
+    reports, stored = [], {}
     for name in names:
         start = time.perf_counter()
         report = _run_one(name, args.quick)
         reports.append(report)
+        stored[name] = {"machine": machine_info(), "seconds": round(time.perf_counter() - start), **report.as_dict()}
         print(report.markdown(), flush=True)
         print(f"({name}: {time.perf_counter() - start:.0f} s)\n", flush=True)
     if args.json:
         args.json.write_text(json.dumps({"machine": machine, "quick": args.quick, "reports": [r.as_dict() for r in reports]}, indent=1, ensure_ascii=False))
+    if args.store:
+        docs.store(stored, args.store)
+        docs.write(args.store)
     if args.plot:
         save_plot(reports, args.plot)
+    missed = [t for r in reports for t in r.targets if t.met is False]
+    if args.check and missed:
+        print("Missed targets:\n" + "\n".join(f"- {t.line()}" for t in missed), file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -88,20 +88,17 @@ def _vs_loop(report: Report, quick: bool, rng: np.random.Generator) -> dict[str,
     )
     report.tables.append(table)
     report.targets.append(
-        Target(
-            f"rae (key_by='role') vs the loop at {sizes[-1]:,} trajectories",
-            format_ratio(ratios["role"][-1]),
-            f">= {TARGET_VS_LOOP}x",
-            None if quick else ratios["role"][-1] >= TARGET_VS_LOOP,
-        )
+        Target.check(f"rae (key_by='role') vs the loop at {sizes[-1]:,} trajectories", ratios["role"][-1], TARGET_VS_LOOP, at_most=False, quick=quick)
     )
     worst = min(ratios["task"])
     report.targets.append(
-        Target(
+        Target.check(
             "rae (key_by='task') vs the loop, every batch size",
-            f"{format_ratio(worst)} (slowest)",
-            f">= {TARGET_TASK_VS_LOOP}x",
-            None if quick else worst >= TARGET_TASK_VS_LOOP,
+            worst,
+            TARGET_TASK_VS_LOOP,
+            at_most=False,
+            measured=f"{format_ratio(worst)} (slowest)",
+            quick=quick,
         )
     )
     return ratios
@@ -153,14 +150,7 @@ def _state_size(report: Report, quick: bool, rng: np.random.Generator) -> float:
     )
     report.tables.append(table)
     growth = report.series["state size"]["collector call (rae, key_by='task')"][-1][1] / first
-    report.targets.append(
-        Target(
-            f"a collector call with {sizes[-1]:,} tasks in state vs with 64",
-            format_ratio(growth),
-            f"<= {TARGET_STATE_SIZE}x",
-            None if quick else growth <= TARGET_STATE_SIZE,
-        )
-    )
+    report.targets.append(Target.check(f"a collector call with {sizes[-1]:,} tasks in state vs with 64", growth, TARGET_STATE_SIZE, quick=quick))
     return growth
 
 

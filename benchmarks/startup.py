@@ -27,7 +27,7 @@ from .timing import Table, format_ratio, format_time
 
 __all__ = ["build_plugin_wheel", "run"]
 
-TARGET_RATIO = 1.5
+TARGET_RATIO = 1.5  # vs the floor: import numpy and pluggy and scan the entry points, no module of ours
 
 PROBES = {
     "numpy": "import numpy",
@@ -134,8 +134,8 @@ def run(quick: bool = False) -> Report:
             table.add(label, "—", format_time(imp), "—", *cells, "—")
             continue
         table.add(label, installed, format_time(imp), format_time(disc), *cells, int(samples[i][0]["estimators"]))
-        name = f"import rllm_plugins + discovery, {installed} plugins, vs import numpy"
-        report.targets.append(Target(name, format_ratio(ratio), f"≤ {TARGET_RATIO:g}x", ratio <= TARGET_RATIO))
+        name = f"import rllm_plugins + discovery, {installed} plugins, vs the floor (numpy + pluggy + entry-point scan)"
+        report.targets.append(Target.check(name, totals[i] / floor_total, TARGET_RATIO, quick=quick))
     report.tables.append(table)
     return report
 

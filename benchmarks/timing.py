@@ -7,6 +7,9 @@ on a busy machine.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import importlib.metadata
 import math
 import os
 import platform
@@ -15,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Measurement", "Table", "machine_description", "measure", "measure_interleaved"]
+__all__ = ["Measurement", "Table", "describe_machine", "machine_description", "machine_info", "measure", "measure_interleaved"]
 
 
 @dataclass(frozen=True)
@@ -113,8 +116,9 @@ class Table:
         return "\n".join(lines) + "\n"
 
 
-def machine_description() -> str:
-    """CPU model, core count, Python and library versions, and the load average when measured."""
+def machine_info() -> dict[str, Any]:
+    """The machine and the versions a measurement depends on: CPU model, cores, Python, numpy, torch (and its threads),
+    verl and TRL where installed, the load average and the date (UTC)."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -126,13 +130,35 @@ def machine_description() -> str:
         pass
     import numpy
 
-    parts = [cpu, f"{os.cpu_count()} logical cores", f"Python {platform.python_version()}", f"numpy {numpy.__version__}"]
+    info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "numpy": numpy.__version__}
     try:
         import torch
 
-        parts.append(f"torch {torch.__version__} ({torch.get_num_threads()} threads)")
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
     except ImportError:
         pass
+    for package in ("verl", "trl"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            info[package] = importlib.metadata.version(package)
     if hasattr(os, "getloadavg"):
-        parts.append("load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+        info["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    info["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return info
+
+
+def describe_machine(info: dict[str, Any]) -> str:
+    """:func:`machine_info` as one line."""
+    parts = [info["cpu"], f"{info['cores']} logical cores", f"Python {info['python']}", f"numpy {info['numpy']}"]
+    if "torch" in info:
+        parts.append(f"torch {info['torch']} ({info['torch_threads']} threads)")
+    parts += [f"{package} {info[package]}" for package in ("verl", "trl") if package in info]
+    if "load_average" in info:
+        parts.append("load average {:.2f} {:.2f} {:.2f}".format(*info["load_average"]))
+    parts.append(info["date"])
     return ", ".join(parts)
+
+
+def machine_description() -> str:
+    """CPU model, core count, Python and library versions, the load average and the date when measured."""
+    return describe_machine(machine_info())

@@ -121,9 +121,9 @@ def run(quick: bool = False) -> Report:
             )  # fmt: skip
     report.tables.append(table)
     if step is None:
-        report.targets.append(Target("TRL adapter step vs TRL inline", "rllm_trl.outcome not available", f"≤ {TARGET_RATIO:g}x", None))
+        report.targets.append(Target.unavailable("TRL adapter step vs TRL inline", "rllm_trl.outcome not available", f"≤ {TARGET_RATIO:g}x"))
     else:
-        report.targets.append(Target("TRL adapter step vs TRL inline (worst N)", format_ratio(worst), f"≤ {TARGET_RATIO:g}x", worst <= TARGET_RATIO))
+        report.targets.append(Target.check("TRL adapter step vs TRL inline (worst N)", worst, TARGET_RATIO, quick=quick))
     return report
 
 

@@ -119,9 +119,12 @@ def turn_anchor_states(tokens: np.ndarray, turns: Turns) -> list[Hashable]:
     for row, (first, last) in enumerate(itertools.pairwise(bounds)):
         if first == last:
             continue
-        line = tokens[row].tobytes()  # one copy per row; turns slice it
         states.append(PROMPT_ANCHOR)
-        states.extend(TokenIds(line[ends[j - 1] * width : starts[j] * width]) for j in range(first + 1, last))
+        if last - first == 1:
+            continue
+        begin = ends[first]
+        line = tokens[row, begin : starts[last - 1]].tobytes()  # one copy per row, of the span between its turns only; turns slice it
+        states.extend(TokenIds(line[(ends[j - 1] - begin) * width : (starts[j] - begin) * width]) for j in range(first + 1, last))
     return states
 
 

@@ -2,8 +2,8 @@
 
 Timings cannot be re-measured in a test, so what is checked is what can be wrong by hand: the tables have the
 benchmark's titles, columns and row labels (its full-run sizes), each ratio is the quotient of the times in its
-row, each verdict follows from its number and target, and the summary table of docs/benchmarks.md (At a glance) and
-docs/running_baselines.md quote the numbers of its section 7.
+row, and docs/running_baselines.md quotes the numbers of docs/benchmarks.md (whose tables and
+verdicts are generated: ``test_docs_generated.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from benchmarks import running_baseline
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = (ROOT / "docs" / "benchmarks.md").read_text()
 SECTION = BENCHMARKS.split("## 7. Running baseline", 1)[1].split("\n## ", 1)[0]
-DASH = "\u2013"  # the summary table's range dash
+DASH = "\u2013"  # the README's range dash
 UNITS = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}
 
 
@@ -43,6 +43,8 @@ def table(text: str, title: str) -> list[list[str]]:
 
 @pytest.fixture(scope="module")
 def report():
+    if "Not stored yet" in SECTION:
+        pytest.skip("benchmarks/results.json holds no running_baseline report yet (make bench ARGS=--only=running_baseline)")
     return running_baseline.run(quick=True)  # titles and columns (quick sizes differ only in the rows)
 
 
@@ -66,27 +68,7 @@ def test_every_ratio_is_the_quotient_of_its_rows_times(report):
         assert ratio(growth) == pytest.approx(seconds(call) / seconds(rows[0][1]), rel=0.015)
 
 
-def test_the_verdicts_follow_from_the_numbers(report):
-    loop = table(SECTION, report.tables[0].title)
-    role_1m = ratio(loop[len(running_baseline.BATCH_SIZES) - 1][4])
-    task_worst = min(ratio(r[4]) for r in loop if r[0] == "task")
-    growth = ratio(table(SECTION, report.tables[1].title)[-1][2])
-    verdict = {True: "met", False: "MISSED"}
-    assert f"{role_1m:.3g}x (target >= {running_baseline.TARGET_VS_LOOP}x) — {verdict[role_1m >= running_baseline.TARGET_VS_LOOP]}" in SECTION
-    assert f"{task_worst:.3g}x (slowest) (target >= {running_baseline.TARGET_TASK_VS_LOOP}x) — {verdict[task_worst >= 1.0]}" in SECTION
-    assert f"{growth:.3g}x (target <= {running_baseline.TARGET_STATE_SIZE}x) — {verdict[growth <= running_baseline.TARGET_STATE_SIZE]}" in SECTION
-
-
-def test_the_summary_table_and_the_running_baselines_page_quote_these_numbers(report):
-    glance = BENCHMARKS.split("## At a glance\n", 1)[1].split("\n## ", 1)[0]
-    loop = table(SECTION, report.tables[0].title)
-    role = [r[4] for r in loop if r[0] == "role"]
-    task = [r[4] for r in loop if r[0] == "task"]
-    growth = table(SECTION, report.tables[1].title)[-1][2]
-    line = next(line for line in glance.splitlines() if line.startswith("| running baseline: `rae` vs prime-rl"))
-    assert f"role {min(role, key=ratio)}{DASH}{max(role, key=ratio)}; task {min(task, key=ratio)}{DASH}{max(task, key=ratio)}" in line
-    line = next(line for line in glance.splitlines() if line.startswith("| running baseline: a collector call"))
-    assert f"| {growth} |" in line
+def test_the_running_baselines_page_quotes_these_numbers(report):
     page = (ROOT / "docs" / "running_baselines.md").read_text()
     for bench in report.tables[1:]:
         title = re.sub(r"[\d,]+ task baselines", f"{running_baseline.CHECKPOINT_TASKS:,} task baselines", bench.title)
@@ -103,12 +85,3 @@ def test_the_trl_two_process_table_is_the_benchmarks_and_its_ratio_its_times():
     assert [r[0] for r in rows] == ["64", "200,000"] and all(r[5] == "yes" for r in rows)
     steps = [seconds(r[1]) + seconds(r[2]) for r in rows]
     assert ratio(rows[1][3]) == pytest.approx(steps[1] / steps[0], rel=0.015)
-
-
-def test_the_targets_table_of_the_benchmarks_page_quotes_section_7(report):
-    loop = table(SECTION, report.tables[0].title)
-    task = [r[4] for r in loop if r[0] == "task"]
-    role_1m = loop[len(running_baseline.BATCH_SIZES) - 1][4]
-    targets = BENCHMARKS.split("## Targets", 1)[1].split("\n## ", 1)[0]
-    assert f"| role {role_1m}; task {min(task, key=ratio)}{DASH}{max(task, key=ratio)} |" in targets
-    assert f"| {table(SECTION, report.tables[1].title)[-1][2]} | met |" in targets

@@ -34,10 +34,12 @@ from rllm_verl.compute.multi_objective import reward_key_options, reward_table
 from rllm_verl.compute.order import scan_order
 from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
 from rllm_verl.compute.steps import Episodes, StepSources, compute_rllm_step_advantage, step_sources
+from rllm_verl.compute.tokens import mask_lengths, reward_sums, rows_with_tokens, write_advantages
 from rllm_verl.context import algorithm_value, current_keys, current_non_tensor_batch, current_tensor, verl_arguments
 
 __all__ = [
     "ESTIMATOR_KWARGS_KEY",
+    "check_has_tokens",
     "check_inputs",
     "check_representable",
     "compute_rllm_advantage",
@@ -132,18 +134,6 @@ def estimator_options(config: Any, where: str, selected: Mapping[str, Estimator]
 _HALF = (torch.float16, torch.bfloat16)
 
 
-def _row_sums(x: torch.Tensor) -> np.ndarray:
-    """``x.sum(-1)`` (B,) as float64 numpy, exact to the input's precision.
-
-    16-bit floats are summed in float64 (in their own dtype, bf16 rows 10.0098 and 10.0198 both
-    round to 10.0, and fp16 overflows past 65504). float32 is summed in float32 by torch's
-    cascade summation (relative error ~1e-7 · log2(T), the inputs' own precision; float64
-    accumulation would cost 5-25x the whole estimator on CPU); integers and float64 exactly.
-    """
-    summed = x.sum(dim=-1, dtype=torch.float64) if x.dtype in _HALF else x.sum(dim=-1)
-    return summed.to(device="cpu", dtype=torch.float64).numpy()
-
-
 def output_dtype(token_level_rewards: torch.Tensor) -> torch.dtype:
     """The dtype advantages are written in: the rewards' float dtype, the default float dtype for integer (or bool) rewards."""
     return token_level_rewards.dtype if token_level_rewards.is_floating_point() else torch.get_default_dtype()
@@ -166,14 +156,6 @@ def check_representable(advantages: np.ndarray, dtype: torch.dtype, where: str, 
         f"{where}: advantage {advantages[row]} of row {row} ({id_name} {index[row]!r}) overflows {dtype} (largest {limit:g}), the dtype of "
         f"token_level_rewards; compute rewards in {wider}, or scale them down"
     )
-
-
-def _has_tokens(mask: torch.Tensor) -> bool:
-    """Whether ``mask`` has any non-zero entry (first row checked first: the usual case costs nothing)."""
-    if mask.device.type == "cpu" and mask.dtype in (torch.bool, torch.uint8, torch.int32, torch.int64, torch.float32, torch.float64):
-        flat = mask.detach().numpy()
-        return bool(flat[0].any()) or np.count_nonzero(flat) > 0
-    return bool(mask.any())
 
 
 def model_rows(has_tokens: np.ndarray, order: np.ndarray | None, offsets: np.ndarray) -> np.ndarray | None:
@@ -200,7 +182,7 @@ def placed(values: np.ndarray, rows: np.ndarray, size: int) -> np.ndarray:
 
 
 def check_inputs(where: str, token_level_rewards: Any, response_mask: Any, index: Any) -> None:
-    """Raise ``ValueError`` unless rewards and mask are matching 2-D (B, T) tensors, ``index`` has B ids and the mask has a token."""
+    """Raise ``ValueError`` unless rewards and mask are matching 2-D (B, T) tensors and ``index`` has B ids (reads no token)."""
     if not isinstance(token_level_rewards, torch.Tensor) or token_level_rewards.dim() != 2:
         shape = tuple(token_level_rewards.shape) if hasattr(token_level_rewards, "shape") else type(token_level_rewards).__name__
         raise ValueError(f"{where}: token_level_rewards must be a 2-D (batch, response_length) tensor, got {shape}")
@@ -214,8 +196,12 @@ def check_inputs(where: str, token_level_rewards: Any, response_mask: Any, index
         )
     if len(index) != token_level_rewards.shape[0]:
         raise ValueError(f"{where}: index (uid) has {len(index)} entries for {token_level_rewards.shape[0]} rows")
-    if token_level_rewards.shape[0] > 0 and not _has_tokens(response_mask):
-        raise ValueError(f"{where}: response_mask is all zero over {token_level_rewards.shape[0]} rows; every advantage would be masked out")
+
+
+def check_has_tokens(where: str, has_tokens: np.ndarray) -> None:
+    """Raise ``ValueError`` when no row has a model token (``has_tokens`` (B,) bool, :func:`~rllm_verl.compute.tokens.rows_with_tokens`)."""
+    if has_tokens.size > 0 and not has_tokens.any():
+        raise ValueError(f"{where}: response_mask is all zero over {has_tokens.size} rows; every advantage would be masked out")
 
 
 def compute_rllm_advantage(
@@ -257,13 +243,8 @@ def compute_rllm_advantage(
             "(one score per row and key) cannot apply; remove gdpo_reward_keys or choose an outcome-level rllm_* estimator"
         )
     with torch.no_grad():
-        if keyed is None:
-            scores = _row_sums(token_level_rewards)
-            if not np.isfinite(scores).all():
-                row = int(np.flatnonzero(~np.isfinite(scores))[0])
-                raise ValueError(f"{where}: row {row} (uid {index[row]!r}) has reward {scores[row]}; token_level_rewards must be finite")
-        else:
-            scores = reward_table(non_tensor_batch, keyed.keys, index, where)
+        has_tokens = rows_with_tokens(response_mask)
+        check_has_tokens(where, has_tokens)
         try:
             order, offsets = group_rows(index)
         except ValueError as error:  # a NaN uid
@@ -284,7 +265,14 @@ def compute_rllm_advantage(
             if needs.values and values is None:  # the critic's (B, T), as verl's gae takes them
                 values = current_tensor(index, "values")
             return compute_rllm_step_advantage(name, call, where, token_level_rewards, response_mask, index, episodes, config, dtype, sources, values)
-        rows = model_rows((response_mask != 0).any(dim=-1).cpu().numpy(), order, offsets)
+        if keyed is None:  # step level reads the rewards per turn instead
+            scores = reward_sums(token_level_rewards)
+            if not np.isfinite(scores).all():
+                row = int(np.flatnonzero(~np.isfinite(scores))[0])
+                raise ValueError(f"{where}: row {row} (uid {index[row]!r}) has reward {scores[row]}; token_level_rewards must be finite")
+        else:
+            scores = reward_table(non_tensor_batch, keyed.keys, index, where)
+        rows = model_rows(has_tokens, order, offsets)
         if rows is not None:  # groups without model tokens (verl's v1 padding): in no statistic, advantage 0
             scores = scores[rows]
             order, offsets = group_rows(index[rows])
@@ -294,15 +282,14 @@ def compute_rllm_advantage(
             order, offsets = scan_order(index[kept], [keys[r] for r in kept.tolist()], where)
         lengths = None
         if needs.lengths:
-            lengths = _row_sums(response_mask) if rows is None else _row_sums(response_mask)[rows]
+            lengths = mask_lengths(response_mask) if rows is None else mask_lengths(response_mask)[rows]
             lengths = lengths if order is None else lengths[order]
         values = scores if order is None else scores[order]
         live, combine = None, None
         if needs.state:  # the scan order: v1 by uid and session (above), legacy the rows' (groups by first appearance); padding left out
             if keyed is not None:
                 raise ValueError(f"{where} is stateful (a running baseline over one reward per row): remove algorithm.gdpo_reward_keys")
-            live = _row_sums(response_mask) > 0  # a row without model tokens never touches the state
-            live = live if rows is None else live[rows]
+            live = has_tokens if rows is None else has_tokens[rows]  # a row without model tokens never touches the state
             live = live if order is None else live[order]
         elif keyed is not None:
             combine = functools.partial(_combined, aggregation=keyed.aggregation, weights=keyed.weights, names=keyed.keys, where=where)
@@ -322,9 +309,7 @@ def compute_rllm_advantage(
         advantages = placed_in_rows(grouped)
         check_representable(advantages, dtype, where, index)
         commit()  # every check passed
-        per_row = torch.from_numpy(advantages).to(device=token_level_rewards.device, dtype=dtype)
-        out = torch.empty(token_level_rewards.shape, dtype=dtype, device=token_level_rewards.device)
-        torch.mul(per_row.unsqueeze(-1), response_mask, out=out)
+        out = write_advantages(advantages, response_mask.to(token_level_rewards.device), dtype)
     return out, out
 
 

@@ -332,7 +332,7 @@ def turn_values(where: str, index: np.ndarray, turns: Turns, values: torch.Tenso
             f"{where}: values has shape {tuple(values.shape)} but response_mask {(turns.row_offsets.size - 1, turns.length)}; "
             "the critic's values are read at each turn's first model token, so they must match"
         )
-    per_turn = _numpy(values).astype(np.float64, copy=False)[turns.row, turns.start]
+    per_turn = _numpy(values)[turns.row, turns.start].astype(np.float64)  # gathered first: (K,) converted, not (B, T)
     if not np.isfinite(per_turn).all():
         j = int(np.flatnonzero(~np.isfinite(per_turn))[0])
         row = int(turns.row[j])

@@ -51,12 +51,15 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any, keys:
     from rllm_plugins.run import Call, Wording, run_outcome
     from rllm_verl.compute.multi_objective import reward_key_options, reward_table
     from rllm_verl.compute.order import scan_order
-    from rllm_verl.compute.outcome import check_inputs, check_representable, estimator_options, group_rows, model_rows, output_dtype
+    from rllm_verl.compute.outcome import check_has_tokens, check_inputs, check_representable, estimator_options, group_rows, model_rows, output_dtype
     from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
+    from rllm_verl.compute.tokens import mask_lengths, rows_with_tokens, write_advantages
 
     where = f"advantage estimator 'rllm_{name}' (sessions of compute_advantage_for_multi_trajectories)"
     rewards, mask, uids = data.batch["token_level_rewards"], data.batch["response_mask"], data.non_tensor_batch["uid"]
     check_inputs(where, rewards, mask, uids)
+    row_has = rows_with_tokens(mask)
+    check_has_tokens(where, row_has)
     estimator = get_estimator(name)  # resolved once: every check and call below uses it
     options = estimator_options(config, where, {name: estimator})
     keyed = reward_key_options(config, where)
@@ -80,9 +83,7 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any, keys:
 
         lengths = None
         if call.needs.lengths:  # a session's length: its response tokens over all its outputs
-            row_lengths = mask.sum(dim=-1).to(device="cpu", dtype=torch.float64).numpy()
-            lengths = np.bincount(sessions.session_of_row, weights=row_lengths, minlength=len(sessions.final_rows))
-        row_has = (mask != 0).any(dim=-1).cpu().numpy()
+            lengths = np.bincount(sessions.session_of_row, weights=mask_lengths(mask), minlength=len(sessions.final_rows))
         session_has = np.bincount(sessions.session_of_row, weights=row_has, minlength=len(sessions.final_rows)) > 0
         real = model_rows(session_has, *group_rows(sessions.uids))  # uids of verl's padding (no model token): in no statistic, 0
         commits = []
@@ -112,7 +113,7 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any, keys:
         check_representable(per_row, dtype, where, uids)
         for commit in commits:  # every check passed
             commit()
-        scores = torch.from_numpy(per_row).to(device=rewards.device, dtype=dtype).unsqueeze(-1) * mask
+        scores = write_advantages(per_row, mask, dtype)
     data.batch["advantages"] = scores
     data.batch["returns"] = scores
     return data

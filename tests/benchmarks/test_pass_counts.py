@@ -1,0 +1,258 @@
+"""The common advantage paths pass over (B, T) tensors only as often as the work needs: counted, not timed.
+
+torch side: every aten operation of a call is recorded by a ``TorchDispatchMode`` (views excluded): the elements it
+reads from and writes to each storage, and each new storage of B * T elements or more. Divided by B * T, that is
+the number of passes over the token rewards, the mask and the output. An outcome estimator in verl needs one read
+of the rewards (their row sums), one read of the mask and the output (``advantage[:, None] * mask``), which is
+written in blocks of rows that stay in cache (the mask block cast into it, then scaled in place: one pass to
+memory, counted here as two writes and one read); an estimator that takes ``lengths`` reads the mask once more.
+numpy side: ``tracemalloc`` peaks (numpy reports its buffers to it) are held to what the output and per-row
+vectors need, so a (B, T) numpy temporary fails as well.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("verl")
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils._pytree import tree_leaves  # noqa: E402
+
+B, T, N_PER_UID = 64, 4099, 8
+
+FACTORIES = (torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default)  # allocate, write nothing
+GATHERS = (torch.ops.aten.index_select.default, torch.ops.aten.index.Tensor)  # read only the rows they return
+
+
+def _storage(t: Any) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+class Passes(TorchDispatchMode):
+    """Elements read from and written to each storage during a call, and the operations that made a storage of ``numel`` elements or more."""
+
+    def __init__(self, numel: int) -> None:
+        super().__init__()
+        self.numel = numel
+        self.read: Counter[int] = Counter()
+        self.written: Counter[int] = Counter()
+        self.allocations: list[str] = []
+        self.kept: list[Any] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if func.is_view:
+            return out
+        inputs = [t for t in tree_leaves((args, kwargs or {})) if isinstance(t, torch.Tensor)]
+        outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        in_place = func._schema.name.endswith("_") and func is not torch.ops.aten.copy_.default  # mul_ reads what it overwrites
+        if func in GATHERS:
+            self.read[_storage(inputs[0])] += sum(o.numel() for o in outputs)
+        else:
+            for t in inputs:
+                if in_place or not any(t is o for o in outputs):
+                    self.read[_storage(t)] += t.numel()
+        self.kept.extend(outputs)  # alive until the end: no later tensor reuses a storage address
+        sources = {_storage(t) for t in inputs}
+        for o in outputs:
+            if func not in FACTORIES:
+                self.written[_storage(o)] += o.numel()
+            if o.untyped_storage().nbytes() // o.element_size() >= self.numel and _storage(o) not in sources:
+                self.allocations.append(str(func))
+        return out
+
+    def passes(self, **tensors: Any) -> dict[str, Any]:
+        """``{"<name> read": passes, "<name> written": passes, ..., "allocations": [op, ...]}`` for each named (B, T) tensor."""
+        out: dict[str, Any] = {}
+        for name, t in tensors.items():
+            out[f"{name} read"] = round(self.read[_storage(t)] / self.numel, 3)
+            out[f"{name} written"] = round(self.written[_storage(t)] / self.numel, 3)
+        out["allocations"] = self.allocations
+        return out
+
+
+def outcome_passes(data: Any, call: Callable[[], object]) -> dict[str, Any]:
+    """The passes of ``call()`` over ``data``'s token rewards and mask and the advantages it leaves in ``data``."""
+    rewards, mask = data.batch["token_level_rewards"], data.batch["response_mask"]
+    with torch.no_grad(), Passes(B * T) as mode:
+        call()
+    return mode.passes(rewards=rewards, mask=mask, output=data.batch["advantages"])
+
+
+def numpy_peak(fn: Callable[[], object]) -> int:
+    """Peak bytes traced by ``tracemalloc`` during ``fn()`` (numpy's buffers and Python objects)."""
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _dataproto(padding_rows: int = 0, mask_dtype: Any = None) -> Any:
+    """B rows, N_PER_UID per uid, each row's reward on its last token; the last ``padding_rows`` (one uid) are verl v1's padding (mask all 0)."""
+    from verl import DataProto
+
+    rng = np.random.default_rng(0)
+    lengths = torch.from_numpy(rng.integers(1, T + 1, size=B))
+    mask = (torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)).to(mask_dtype or torch.int64)
+    if padding_rows:
+        mask[B - padding_rows :] = 0
+    rewards = torch.zeros(B, T, dtype=torch.float32)
+    rewards[torch.arange(B), lengths - 1] = torch.from_numpy(rng.integers(0, 2, size=B).astype(np.float32))
+    uid = np.repeat(np.array([f"prompt-{i}" for i in range(B // N_PER_UID)], dtype=object), N_PER_UID)
+    if padding_rows:
+        uid[B - padding_rows :] = "pad-0"
+    return DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": uid})
+
+
+def _config(name: str) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create({"adv_estimator": f"rllm_{name}", "norm_adv_by_std_in_grpo": True, "gamma": 1.0, "lam": 1.0})
+
+
+def _outcome_estimators() -> list[str]:
+    from rllm_plugins.estimators.builtin import rllm_adv_estimators
+
+    return sorted(spec.name for spec in rllm_adv_estimators() if spec.level == "outcome")
+
+
+def _expected(name: str, padding_rows: int = 0) -> dict[str, Any]:
+    """What the work needs: the rewards' row sums, the mask once (and the rows of a padding group, and once more for
+    ``lengths``), the output allocated once and written blockwise (cast, then scaled in place)."""
+    from rllm_plugins.needs import needs_of
+    from rllm_plugins.registry import get_estimator
+
+    mask = 1 + needs_of(get_estimator(name).spec, {}).lengths + padding_rows / B
+    return {
+        "rewards read": 1.0,
+        "rewards written": 0.0,
+        "mask read": round(mask, 3),
+        "mask written": 0.0,
+        "output read": 1.0,
+        "output written": 2.0,
+        "allocations": ["aten.empty.memory_format"],
+    }
+
+
+def _fresh_state() -> None:
+    from rllm_verl.compute.state import verl_estimator_state
+
+    verl_estimator_state().clear()
+
+
+@pytest.fixture(scope="module")
+def verl_ready() -> None:
+    from rllm_verl.registration import register_estimators_into_verl
+
+    register_estimators_into_verl()
+
+
+@pytest.mark.parametrize("name", _outcome_estimators())
+@pytest.mark.parametrize("padding_rows", [0, N_PER_UID], ids=["no padding", "a padding group"])
+def test_legacy_compute_advantage_reads_rewards_once_the_mask_once_and_writes_once(verl_ready: None, name: str, padding_rows: int) -> None:
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    data = _dataproto(padding_rows)
+    _fresh_state()
+    passes = outcome_passes(data, lambda: compute_advantage(data, adv_estimator=f"rllm_{name}", config=_config(name)))
+    assert passes == _expected(name, padding_rows), f"rllm_{name}"
+
+
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.float32, torch.int64])
+def test_every_mask_dtype_is_read_once(verl_ready: None, mask_dtype: Any) -> None:
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    data = _dataproto(mask_dtype=mask_dtype)
+    passes = outcome_passes(data, lambda: compute_advantage(data, adv_estimator="rllm_grpo", config=_config("grpo")))
+    assert passes == _expected("grpo")
+
+
+def test_v1_one_output_per_session_reads_rewards_once_the_mask_once_and_writes_once(verl_ready: None) -> None:
+    pytest.importorskip("transfer_queue")
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    data = _dataproto()
+    keys = [f"{uid}_{row}_0" for row, uid in enumerate(data.non_tensor_batch["uid"].tolist())]
+    passes = outcome_passes(data, lambda: compute_advantage_for_multi_trajectories(data, keys, adv_estimator="rllm_grpo", config=_config("grpo")))
+    assert passes == _expected("grpo")
+
+
+def test_the_outcome_path_holds_no_numpy_array_of_b_by_t(verl_ready: None) -> None:
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    data = _dataproto(N_PER_UID)
+    compute_advantage(data, adv_estimator="rllm_grpo", config=_config("grpo"))  # imports and caches outside the measurement
+    peak = numpy_peak(lambda: compute_advantage(data, adv_estimator="rllm_grpo", config=_config("grpo")))
+    assert peak < B * T // 4, f"tracemalloc peak {peak} bytes: a numpy temporary of (B, T) bytes or more ({B * T})"
+
+
+def test_trl_outcome_step_reads_the_reward_table_a_fixed_number_of_times_and_allocates_per_row_vectors_only() -> None:
+    """TRL's outcome step never sees a (B, T) tensor: its input is the gathered (N, F) reward table, its output (N,)."""
+    from rllm_trl.outcome import compute_advantages, prepare_batch
+
+    n, f = 4096, 3
+    rng = np.random.default_rng(0)
+    rewards_per_func = torch.from_numpy(rng.integers(0, 2, size=(n, f)).astype(np.float32))
+    weights = torch.ones(f)
+
+    def step() -> object:
+        batch = prepare_batch(rewards_per_func, weights, 8)
+        return torch.as_tensor(compute_advantages(batch, "grpo"), dtype=torch.float32)
+
+    with Passes(n * f) as mode:
+        step()
+    passes = mode.passes(table=rewards_per_func)
+    # TRL's combination in float32 (weighted product, the all-None test: its numbers exactly) and one float64 copy per-function table
+    assert passes == {"table read": 3.0, "table written": 0.0, "allocations": ["aten.mul.Tensor", "aten.isnan.default", "aten._to_copy.default"]}
+    step()
+    peak = numpy_peak(step)
+    table, per_row = n * f * 8, n * 8
+    assert peak <= table + 12 * per_row, f"tracemalloc peak {peak} bytes; the (N, F) float64 table is {table}, a (N,) vector {per_row}"
+
+
+def _multi_turn_dataproto() -> Any:
+    """B rows of 3 turns: model tokens 0-99, 150-299 and 400 up to the row's length, environment tokens between; a reward at each turn's end."""
+    from verl import DataProto
+
+    data = _dataproto()
+    mask = data.batch["response_mask"]
+    rewards = torch.zeros(B, T, dtype=torch.float32)
+    lengths = torch.randint(401, T + 1, (B,), generator=torch.Generator().manual_seed(0))
+    mask.zero_()
+    for row, end in enumerate(lengths.tolist()):
+        for start, stop in ((0, 100), (150, 300), (400, end)):
+            mask[row, start:stop] = 1
+            rewards[row, stop - 1] = float((row + stop) % 2)
+    responses = torch.randint(0, 1000, (B, T), generator=torch.Generator().manual_seed(1))
+    return DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask, "responses": responses}, non_tensors={"uid": data.non_tensor_batch["uid"]}
+    )
+
+
+@pytest.mark.parametrize("name", ["gigpo", "turn_grpo", "step_reinforce"])
+def test_step_level_path_allocates_the_output_and_the_turn_boundaries_only(verl_ready: None, name: str) -> None:
+    """Step level: numpy finds the turns in one (B, T + 1) bool change mask and writes one (B, T) float32 output."""
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    data = _multi_turn_dataproto()
+    config = _config(name)
+    compute_advantage(data, adv_estimator=f"rllm_{name}", config=config)
+    with Passes(B * T) as mode:
+        compute_advantage(data, adv_estimator=f"rllm_{name}", config=config)
+    # torch: the mask, rewards and responses are read as numpy views, the output is handed over without a copy
+    tensors = {key: data.batch[key] for key in ("token_level_rewards", "response_mask", "responses", "advantages")}
+    passes = mode.passes(**tensors)
+    assert passes == {**dict.fromkeys(passes, 0.0), "allocations": []}, passes
+    peak = numpy_peak(lambda: compute_advantage(data, adv_estimator=f"rllm_{name}", config=config))
+    output, boundaries = B * T * 4, B * (T + 1)
+    assert peak <= output + 2 * boundaries + 64 * B * 8, f"tracemalloc peak {peak} bytes; output {output}, bool change mask {boundaries}"
