@@ -25,7 +25,7 @@ from rllm_plugins.registry import Estimator, available_estimators, get_estimator
 from rllm_plugins.spec import normalize_name
 from rllm_plugins.trial import trial_run
 from rllm_trl.outcome import role_name, takes_keyword
-from rllm_trl.versions import check_config_fields, check_hooks
+from rllm_trl.versions import check_config_fields, check_hooks, check_logprobs
 
 __all__ = ["AdvantageSettings", "RLLMGRPOConfig", "advantage_settings", "check_adv_estimator_kwargs", "check_no_per_role_loss", "check_trainer_setup"]
 
@@ -242,6 +242,7 @@ def advantage_settings(args: Any) -> AdvantageSettings:
     step_level = _check_step_level(estimator, estimator_map, aggregation, selected)
     stateful = [name for name, e in selected.items() if e.spec.stateful]
     check_hooks(state=bool(stateful), where=type(args).__name__)  # what TRL lacks for these settings, said before training
+    check_logprobs(args, where=type(args).__name__)
     if stateful and aggregation == "normalize_then_sum":
         raise ValueError(
             f"estimator {stateful[0]!r} is stateful (a running baseline over the combined reward): "

@@ -15,6 +15,9 @@ later, 4.x and 5.x). What it relies on, each checked here and pinned by ``integr
   (TRL's tool loop parses tool calls with transformers 5 APIs). :func:`check_tool_paths` refuses a path the
   installed versions lack, by name, before TRL builds anything.
 
+- :data:`TRITON_ONLY_LOGPROBS`: the TRL releases that compute every log-probability with a Triton kernel and have
+  no torch fallback (1.15: without Triton each step fails inside TRL); :func:`logprob_problem` says so at config time.
+
 A TRL outside :data:`SUPPORTED_TRL` whose hooks still match runs, with one ``UserWarning``.
 """
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -40,6 +44,7 @@ __all__ = [
     "HOOKS",
     "OUTPUT_KEYS",
     "PARSER_WITHOUT_JMESPATH",
+    "TRITON_ONLY_LOGPROBS",
     "SUPPORTED_TRL",
     "TOOL_PATHS",
     "TRAINER_ATTRIBUTES",
@@ -49,12 +54,14 @@ __all__ = [
     "ToolPath",
     "check_config_fields",
     "check_hooks",
+    "check_logprobs",
     "check_output",
     "check_tool_paths",
     "check_trainer_attributes",
     "check_trl_compatibility",
     "describe",
     "hook_problem",
+    "logprob_problem",
     "tool_path_problem",
 ]
 
@@ -119,6 +126,12 @@ TOOL_PATHS: tuple[ToolPath, ...] = (
     ToolPath("rollout_func", "rollout_func", None, False, "a rollout function returning env_mask"),
 )
 PARSER_WITHOUT_JMESPATH = Version("5.13.0.dev0")  # transformers' response_template parser; before it, TRL's response_schema parser needs jmespath
+
+
+# TRL 1.15 runs its fused LM head (every log-probability, in every step) through a Triton kernel without a torch
+# fallback: without Triton, or on a device Triton has no driver for, each step fails; 1.16 folds the tiles in torch there
+TRITON_ONLY_LOGPROBS = SpecifierSet(">=1.15,<1.16")
+TRITON_DEVICES = ("cuda", "xpu")
 
 
 def _versions() -> str:
@@ -232,6 +245,31 @@ def check_tool_paths(init: Callable[..., Any], args: tuple[Any, ...], kwargs: Ma
             problem = tool_path_problem(path)
             if problem is not None:
                 raise ValueError(f"{where}: {problem}")
+
+
+def logprob_problem(device_type: str) -> str | None:
+    """Why the installed TRL cannot compute log-probabilities on a ``device_type`` device (``"cpu"``, ``"cuda"``), with the fix; None when it can."""
+    if TRL_VERSION not in TRITON_ONLY_LOGPROBS:
+        return None
+    fix = 'install trl 1.14 or 1.16 (pip install "trl>=1.16,<1.17")'
+    if find_spec("triton") is None:
+        return f"{_versions()} computes every log-probability with a Triton kernel and Triton is not installed (each step would fail inside TRL); {fix}"
+    if device_type in TRITON_DEVICES or os.environ.get("TRITON_INTERPRET") == "1":
+        return None
+    return (
+        f"{_versions()} computes every log-probability with a Triton kernel, which has no {device_type} driver (each step would fail inside TRL); "
+        f"{fix}, train on a GPU, or set TRITON_INTERPRET=1 (Triton's interpreter: slow)"
+    )
+
+
+def check_logprobs(args: Any, where: str) -> None:
+    """Raise ``ValueError`` when the installed TRL cannot compute log-probabilities on the device of ``args`` (a ``GRPOConfig``)."""
+    if TRL_VERSION not in TRITON_ONLY_LOGPROBS:
+        return
+    device = getattr(args, "device", None)
+    problem = logprob_problem(getattr(device, "type", "cpu"))
+    if problem is not None:
+        raise ValueError(f"{where}: {problem}")
 
 
 def describe() -> dict[str, Any]:

@@ -231,6 +231,29 @@ def test_the_multi_turn_path_is_read_from_the_attributes_trl_sets(tool_tokenizer
     assert (path.tools, path.environment_factory, path.rollout_func) == (False, False, True)
 
 
+def test_the_releases_that_need_triton_for_every_log_probability_are_the_ones_whose_source_says_so():
+    """TRL 1.15 patches a fused LM head into every model and its kernel imports Triton unconditionally (1.16 has a torch fallback)."""
+    import trl.trainer.utils as trl_utils
+
+    kernel = Path(trl.__file__).parent / "kernels" / "chunked_logprob.py"
+    unconditional = kernel.exists() and re.search(r"^import triton$", kernel.read_text(), re.M) is not None
+    assert (hasattr(trl_utils, "add_fused_lm_head") and unconditional) == (versions.TRL_VERSION in versions.TRITON_ONLY_LOGPROBS)
+
+
+def test_a_trl_that_needs_triton_is_refused_at_config_time_on_a_cpu_naming_the_fix(monkeypatch, tmp_path):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(versions, "TRL_VERSION", Version("1.15.0"))
+    installed = f"TRL 1.15.0 (transformers {transformers.__version__})"
+    with pytest.raises(ValueError, match=rf"^RLLMGRPOConfig: {re.escape(installed)} computes every log-probability with a Triton kernel"):
+        RLLMGRPOConfig(output_dir=str(tmp_path), use_cpu=True, num_generations=4)
+    assert versions.logprob_problem("cuda") is None or "Triton is not installed" in versions.logprob_problem("cuda")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert versions.logprob_problem("cpu") is None or "Triton is not installed" in versions.logprob_problem("cpu")
+    monkeypatch.setattr(versions, "TRL_VERSION", Version("1.16.0"))
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert versions.logprob_problem("cpu") is None
+
+
 def test_describe_names_the_versions_and_the_paths():
     described = versions.describe()
     assert described["trl"] == trl.__version__ and described["transformers"] == transformers.__version__ and described["supported"]
