@@ -15,9 +15,10 @@ keep_old_paths(__name__, OLD_PATHS)
 
 from rllm_trl.config import AdvantageSettings, RLLMGRPOConfig, advantage_settings, check_trainer_setup
 from rllm_trl.groups import advantages_from_trajectory_groups, compute_advantages_via_groups, to_trajectory_groups
-from rllm_trl.mixin import RLLMAdvantageMixin, check_trl_compatibility
+from rllm_trl.mixin import RLLMAdvantageMixin
 from rllm_trl.outcome import RewardBatch, combine_rewards, compute_advantages, compute_metrics, prepare_batch
 from rllm_trl.trainer import RLLMGRPOTrainer
+from rllm_trl.versions import check_trl_compatibility
 
 __all__ = [
     "AdvantageSettings",

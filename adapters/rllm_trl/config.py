@@ -27,6 +27,7 @@ from rllm_plugins.spec import normalize_name
 from rllm_plugins.trial import trial_run
 from rllm_trl.outcome import role_name
 from rllm_trl.transforms import check_trl_transforms
+from rllm_trl.versions import check_config_fields, check_hooks, check_logprobs
 
 __all__ = ["AdvantageSettings", "RLLMGRPOConfig", "advantage_settings", "check_adv_estimator_kwargs", "check_no_per_role_loss", "check_trainer_setup"]
 
@@ -223,6 +224,7 @@ def advantage_settings(args: Any) -> AdvantageSettings:
     ``"none"``) and an unknown ``multi_objective_aggregation``. Under ``"normalize_then_sum"``
     ``scale_rewards`` has no effect (as in TRL).
     """
+    check_config_fields(type(args).__name__)
     selected: dict[str, Estimator] = {}  # every name in use, resolved once: the checks below read these
     estimator = _check_estimator(getattr(args, "adv_estimator", TRL_ESTIMATOR), "adv_estimator", selected)
     raw_map = _as_dict(args, "adv_estimator_map")
@@ -253,6 +255,8 @@ def advantage_settings(args: Any) -> AdvantageSettings:
     aggregation = check_aggregation(getattr(args, "multi_objective_aggregation", "sum_then_normalize"))
     step_level = _check_step_level(estimator, estimator_map, aggregation, selected)
     stateful = [name for name, e in selected.items() if e.spec.stateful]
+    check_hooks(state=bool(stateful), where=type(args).__name__)  # what TRL lacks for these settings, said before training
+    check_logprobs(args, where=type(args).__name__)
     if stateful and aggregation == "normalize_then_sum":
         raise ValueError(
             f"estimator {stateful[0]!r} is stateful (a running baseline over the combined reward): "

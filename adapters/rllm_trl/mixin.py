@@ -1,6 +1,6 @@
 """``RLLMAdvantageMixin``: rLLM advantages inside any ``GRPOTrainer`` (TRL has no advantage hook).
 
-Two private TRL methods are overridden (pinned by :func:`check_trl_compatibility`):
+Two private TRL methods are overridden (their parameters checked by :mod:`rllm_trl.versions` when the trainer is built):
 
 - ``_calculate_rewards`` returns the rewards of every process, ``(N_global, F)``; the mixin keeps
   them with the gathered completion lengths and roles;
@@ -11,23 +11,21 @@ Two private TRL methods are overridden (pinned by :func:`check_trl_compatibility
 
 A stateful estimator (``rae``) keeps its state in ``estimator_state``, the same on every process, saved
 with each checkpoint and restored on resume (``_save_checkpoint``, ``_load_optimizer_and_scheduler``;
-:mod:`.estimator_state`); evaluation does not change it.
+:mod:`.state`); evaluation does not change it.
 
 A step-level estimator (``gigpo``, ``step_reinforce``) gives one advantage per turn of a multi-turn
-completion instead, and ``output["advantages"]`` becomes ``(B, T)``: see :mod:`.turn_advantages`.
+completion instead, and ``output["advantages"]`` becomes ``(B, T)``: see :mod:`.turns`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import os
 from typing import Any
 
 import numpy as np
 import torch
-import trl
 from accelerate.utils import gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
@@ -53,30 +51,11 @@ from rllm_trl.turns import (
     step_advantages,
     without_rows,
 )
+from rllm_trl.versions import check_hooks, check_output, check_tool_paths, check_trainer_attributes
 
-__all__ = ["OVERRIDDEN_METHODS", "RLLMAdvantageMixin", "check_trl_compatibility"]
+__all__ = ["RLLMAdvantageMixin"]
 
 logger = logging.getLogger(__name__)
-
-# method name -> parameter names it has in TRL 1.16 (and since 0.29)
-OVERRIDDEN_METHODS: dict[str, tuple[str, ...]] = {
-    "_calculate_rewards": ("self", "inputs", "prompts", "completions", "completion_ids_list"),
-    "_generate_and_score_completions": ("self", "inputs"),
-    "_save_checkpoint": ("self", "model", "trial"),
-    "_load_optimizer_and_scheduler": ("self", "checkpoint"),
-}
-
-
-def check_trl_compatibility(trainer_class: type = GRPOTrainer) -> None:
-    """Raise ``RuntimeError`` if a private TRL method the mixin overrides changed its signature."""
-    for name, expected in OVERRIDDEN_METHODS.items():
-        method = getattr(trainer_class, name, None)
-        found = tuple(inspect.signature(method).parameters) if method is not None else None
-        if found != expected:
-            raise RuntimeError(
-                f"rllm_trl supports TRL whose {trainer_class.__name__}.{name} takes {expected}, but TRL {trl.__version__} has {found}; "
-                "install a TRL version in the range rllm-plugins[trl] pins"
-            )
 
 
 class RLLMAdvantageMixin:
@@ -96,8 +75,12 @@ class RLLMAdvantageMixin:
     last_step_advantages: StepAdvantages | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        check_trl_compatibility(next((c for c in type(self).__mro__[1:] if "_calculate_rewards" in c.__dict__ and c is not RLLMAdvantageMixin), GRPOTrainer))
+        hooked = next((c for c in type(self).__mro__[1:] if "_calculate_rewards" in c.__dict__ and c is not RLLMAdvantageMixin), GRPOTrainer)
+        where = type(self).__name__
+        check_hooks(hooked, state=False, where=where)  # before TRL builds anything
+        check_tool_paths(GRPOTrainer.__init__, args, kwargs, where=where)
         super().__init__(*args, **kwargs)
+        check_trainer_attributes(self)
         self._rllm_pending: dict[str, Any] | None = None
         self._rllm_single_turn_noted = False
         self._rllm_turn_sources_logged = False
@@ -109,6 +92,8 @@ class RLLMAdvantageMixin:
             unread = unread_step_keys(settings.estimator, step_level=settings.step_level, anchors=anchors)
             self.rollout_func = checked_rollout_func(self.rollout_func, step_level=settings.step_level, unread=unread)
         self._rllm_stateful = any(needs_of(estimator.spec, settings.estimator_kwargs).state for estimator in settings.selected.values())
+        if self._rllm_stateful:  # its state is saved with each checkpoint
+            check_hooks(hooked, where=where)
         self.estimator_state = EstimatorState()  # stateful estimators' state: the same on every process
         logger.info("%s: %s", type(self).__name__, self.advantage_settings.describe())
 
@@ -136,6 +121,7 @@ class RLLMAdvantageMixin:
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
+        check_output(output)
         pending, self._rllm_pending = self._rllm_pending, None
         if pending is None:
             raise RuntimeError("GRPOTrainer._generate_and_score_completions did not call _calculate_rewards; this TRL version is not supported")

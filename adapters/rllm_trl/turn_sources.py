@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rllm_trl.turns import ANCHOR_STATES_KEY, TURN_REWARDS_KEY, RowTurns
+from rllm_trl.versions import TOOL_PATHS
 
 __all__ = ["MultiTurnPath", "multi_turn_path", "single_turn_warning", "turn_sources"]
 
@@ -49,11 +50,12 @@ class MultiTurnPath:
 
 
 def multi_turn_path(trainer: Any) -> MultiTurnPath:
-    """The multi-turn path of a built ``GRPOTrainer`` (TRL 1.16's attributes ``tools``, ``environment_factories``, ``rollout_func``)."""
+    """The multi-turn path of a built ``GRPOTrainer``, read from the attributes TRL leaves (:data:`rllm_trl.versions.TOOL_PATHS`)."""
+    found = {path.argument: getattr(trainer, path.attribute, None) for path in TOOL_PATHS}
     return MultiTurnPath(
-        tools=bool(getattr(trainer, "tools", None)),
-        environment_factory=getattr(trainer, "environment_factories", None) is not None,
-        rollout_func=getattr(trainer, "rollout_func", None) is not None,
+        tools=bool(found["tools"]),
+        environment_factory=found["environment_factory"] is not None,
+        rollout_func=found["rollout_func"] is not None,
     )
 
 

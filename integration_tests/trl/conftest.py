@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer  # noqa: E402
+from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer, versions  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from rllm_plugins.registry import get_rllm_adv_estimator  # noqa: E402
@@ -31,6 +31,13 @@ from rllm_plugins.tiny import build_tiny_model, build_tiny_tokenizer  # noqa: E4
 
 PROMPTS = ["1+1=", "2+3=", "the cat", "a b c", "hello", "7*6=", "so far", "abcab"]
 CORPUS = [*PROMPTS, "the quick brown fox jumps over the lazy dog 0123456789 + - * = ?", "abc abc aab bba cab"]
+
+
+def tool_path(argument: str) -> pytest.MarkDecorator:
+    """Skip where the installed TRL and transformers lack the multi-turn path ``argument`` (``tools``, ``environment_factory``,
+    ``rollout_func``); the reason is ``rllm_trl.versions``' (what is missing and what to install)."""
+    problem = versions.tool_path_problem(next(path for path in versions.TOOL_PATHS if path.argument == argument))
+    return pytest.mark.skipif(problem is not None, reason=problem or "")
 
 
 def reward_length(completions: list[str], **_: Any) -> list[float]:

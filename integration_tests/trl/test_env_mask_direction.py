@@ -31,7 +31,7 @@ from trl.chat_template_utils import qwen2_5_chat_template
 
 from rllm_plugins.tiny import build_tiny_model, build_tiny_tokenizer
 
-from .conftest import Calculator, multiply
+from .conftest import Calculator, multiply, tool_path
 
 pytest.importorskip("jmespath", reason="TRL's tool loop parses tool calls with jmespath on transformers < 5.13")
 
@@ -83,7 +83,7 @@ class RowRecorder(GRPOTrainer):
         return result
 
 
-@pytest.fixture(scope="module", params=["tools", "environment_factory"])
+@pytest.fixture(scope="module", params=[pytest.param(path, marks=tool_path(path)) for path in ("tools", "environment_factory")])
 def trl_rows(
     request: pytest.FixtureRequest, tool_tokenizer: Any, tmp_path_factory: pytest.TempPathFactory, make_config: Callable[..., Any]
 ) -> tuple[RowRecorder, list[Any]]:

@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 import torch
 
+from .conftest import tool_path
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "trl_multi_turn"
 
 
@@ -62,7 +64,7 @@ def z_scores(values: list[float]) -> list[float]:
     return [(v - mean) / (std + 1e-6) for v in values]
 
 
-@pytest.mark.parametrize("script", ["environment_factory.py", "tools.py"])
+@pytest.mark.parametrize("script", [pytest.param(f"{path}.py", marks=tool_path(path)) for path in ("environment_factory", "tools")])
 def test_the_tool_recipe_prints_multi_turn_advantages_its_readme_quotes(tmp_path, script):
     """The warm-started tiny model calls the tool: episodes of several turns, gigpo's per-turn advantages are not grpo's, and the README quotes the run."""
     printed = "".join(line + "\n" for line in run_script(tmp_path, script).splitlines() if not line.startswith(("{", "[")))
@@ -112,6 +114,7 @@ def test_the_rollout_func_contract_its_docstring_states(tmp_path, monkeypatch):
             assert all(lp == 0.0 for lp, m in zip(logprobs, mask, strict=True) if m == 0)
 
 
+@tool_path("environment_factory")
 def test_the_environment_factory_recipe_gives_per_turn_advantages_when_the_model_calls_the_tool(tmp_path):
     """As in test_tool_loops.py, generate is scripted (here without the warm start): the turns are the script's."""
     example = load("environment_factory")
@@ -148,6 +151,7 @@ def test_the_environment_factory_recipe_gives_per_turn_advantages_when_the_model
     assert np.abs(result.values).max() > 0
 
 
+@tool_path("environment_factory")  # the environment's unbound method as a tool: transformers 4 asks a type hint of self
 def test_the_short_tool_template_makes_an_18_token_prompt_and_renders_calls_as_the_model_writes_them():
     """The README's claim (a prompt is 18 tokens), and a call rendered by the template is the text the warm start teaches."""
     example = load("environment_factory")

@@ -20,6 +20,8 @@ from trl.chat_template_utils import qwen2_5_chat_template
 
 from rllm_plugins.tiny import build_tiny_model, build_tiny_tokenizer
 
+from .conftest import tool_path
+
 LOGGER = "rllm_trl.mixin"
 
 
@@ -194,6 +196,7 @@ def lookup(word: str) -> str:
     return word
 
 
+@tool_path("tools")
 def test_an_env_mask_next_to_trl_tools_is_refused_since_trl_replaces_it(trainer_with):
     template_tokenizer = build_tiny_tokenizer(["go run"])
     template_tokenizer.chat_template = qwen2_5_chat_template
@@ -242,7 +245,11 @@ def single_turn_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     [
         ("plain", "the trainer has no tools, environment_factory or rollout_func"),
         ("rollout_func", "the rollout_func returns no env_mask"),
-        ("environment_factory", "the environment_factory's environments have no tools (no public method besides reset and get_reward)"),
+        pytest.param(
+            "environment_factory",
+            "the environment_factory's environments have no tools (no public method besides reset and get_reward)",
+            marks=tool_path("environment_factory"),
+        ),
     ],
 )
 def test_the_single_turn_warning_names_what_the_run_has_and_what_gigpo_computes(trainer_with, tokenizer, caplog, path, has):

@@ -32,7 +32,7 @@ from trl.chat_template_utils import qwen2_5_chat_template
 
 from rllm_plugins.tiny import build_tiny_model, build_tiny_tokenizer
 
-from .conftest import Calculator, multiply
+from .conftest import Calculator, multiply, tool_path
 
 pytest.importorskip("jmespath", reason="TRL's tool loop parses tool calls with jmespath on transformers < 5.13")
 
@@ -138,7 +138,7 @@ def tool_trainer(tool_tokenizer: Any, tmp_path: Path, make_config: Callable[...,
     return make
 
 
-@pytest.mark.parametrize("path", ["tools", "environment_factory"])
+@pytest.mark.parametrize("path", [pytest.param(path, marks=tool_path(path)) for path in ("tools", "environment_factory")])
 def test_trls_tool_loop_gives_per_turn_advantages_on_the_model_tokens(tool_trainer, tool_tokenizer, snapshot, path):
     trainer = tool_trainer(tools=[multiply]) if path == "tools" else tool_trainer(environment_factory=Calculator)
     before = snapshot(trainer.model)
