@@ -52,11 +52,12 @@ TRL_TESTS = [
 ]
 CORE_TESTS = ["tests/core", "tests/steps"]
 
+EXAMPLE_PLUGIN = "./examples/rllm-median-baseline"  # an installed third-party plugin: rllm_median_baseline in verl's registry
 # cell -> (interpreter, requirements after torch, with torch, tests, environment)
 CELLS: dict[str, tuple[str, list[str], bool, list[str], dict[str, str]]] = {
-    "verl-0.7.1": (PY311, ["-e", ".[verl]", "verl==0.7.1", *OLD_VERL_PINS], True, VERL_TESTS, OLD_VERL_ENV),
-    "verl-0.8.0": (PY311, ["-e", ".[verl]", "verl==0.8.0", *OLD_VERL_PINS], True, VERL_TESTS, OLD_VERL_ENV),
-    "verl-0.9.1": (PY311, ["-e", ".[verl]", "verl==0.9.1"], True, VERL_TESTS + VERL_V1_TESTS, {}),
+    "verl-0.7.1": (PY311, ["-e", ".[verl]", "verl==0.7.1", *OLD_VERL_PINS, EXAMPLE_PLUGIN], True, VERL_TESTS, OLD_VERL_ENV),
+    "verl-0.8.0": (PY311, ["-e", ".[verl]", "verl==0.8.0", *OLD_VERL_PINS, EXAMPLE_PLUGIN], True, VERL_TESTS, OLD_VERL_ENV),
+    "verl-0.9.1": (PY311, ["-e", ".[verl]", "verl==0.9.1", EXAMPLE_PLUGIN], True, VERL_TESTS + VERL_V1_TESTS, {}),
     "trl-1.14.2": (PY311, ["-e", ".[trl]", "trl==1.14.2", "transformers<5"], True, TRL_TESTS, {}),
     "trl-1.15.0": (PY311, ["-e", ".[trl]", "trl==1.15.0"], True, TRL_TESTS, {}),
     "trl-1.16.0": (PY311, ["-e", ".[trl]", "trl==1.16.0"], True, TRL_TESTS, {}),
@@ -106,7 +107,7 @@ def _make(cell: str) -> None:
     def run(session: nox.Session) -> None:
         _run_cell(session, cell)
 
-    run.__doc__ = f"{cell}: {' '.join(CELLS[cell][1][2:]) or 'the core'}; tests: {' '.join(CELLS[cell][3])}"
+    run.__doc__ = f"{cell}: {' '.join(CELLS[cell][1][2:]) or 'the core'}"
 
 
 for _cell in CELLS:

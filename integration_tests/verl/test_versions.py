@@ -153,3 +153,12 @@ def test_features_of_each_release(version, entry_points, v1, sync, unsupported, 
 def test_an_unreadable_version_is_refused_naming_it(text):
     with pytest.raises(ValueError, match=f"cannot read verl's version {text!r}: expected MAJOR.MINOR"):
         parse_version(text)
+
+
+def test_docs_verl_quotes_the_line_to_add_the_refusal_and_the_absent_status_as_the_program_says_them():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "verl.md").read_text(encoding="utf-8")
+    assert f"```text\n{MODULES_LINE}\n```" in page
+    refusal = SYNC_TRAINER_REFUSAL.format(name="rllm_grpo", version="0.8.0", module="verl.trainer.main_ppo_sync")
+    assert refusal.split(": ", 1)[1].split(" (its")[0] in " ".join(page.split())
+    assert f"absent: verl 0.8.0 has no {FEATURE_TEXT['v1_trainer'].split(' (')[0]} ..." in page
+    assert "registration in every process that imports verl: ... in place" in page

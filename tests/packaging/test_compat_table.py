@@ -92,7 +92,7 @@ def test_the_core_ran_on_numpy_1_and_2_and_on_the_oldest_and_newest_python():
 
 
 def test_the_rllm_users_install_line_is_the_one_the_verl_080_cell_installs():
-    requirements = [ast.literal_eval(e) for e in _cells()["verl-0.8.0"].elts[1].elts if not isinstance(e, ast.Starred)]
+    requirements = [ast.literal_eval(e) for e in _cells()["verl-0.8.0"].elts[1].elts if isinstance(e, ast.Constant)]
     pins = [p for p in requirements if p not in ("-e", ".[verl]")]
     body = ast.parse((ROOT / "noxfile.py").read_text()).body
     pins += ast.literal_eval(next(n.value for n in body if isinstance(n, ast.Assign) and n.targets[0].id == "OLD_VERL_PINS"))
