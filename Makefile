@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install test conformance compat demo bench lint clean
+.PHONY: install test conformance compat compat-ci demo bench lint clean
 
 install: $(STAMP)
 
@@ -31,6 +31,10 @@ conformance: $(STAMP)
 # the version matrix (noxfile.py): each cell in its own venv under .nox/; writes compat/last_run.json, then the README's table
 compat: $(STAMP)
 	$(VENV)/bin/nox $(ARGS); status=$$?; $(PY) compat/table.py; exit $$status
+
+# CI's share of the matrix: the oldest and the newest cell of each framework and of the core's Python range
+compat-ci: $(STAMP)
+	$(VENV)/bin/nox -t ci
 
 demo: $(STAMP)
 	$(PY) examples/demo/rllm_demo.py $(ARGS)

@@ -67,7 +67,7 @@ CELLS: dict[str, tuple[str, list[str], bool, list[str], dict[str, str]]] = {
     "core-py3.12": (PY312, ["-e", "."], False, CORE_TESTS, {}),
 }
 CI_CELLS = ["verl-0.7.1", "verl-0.9.1", "trl-1.14.2", "trl-1.16.0", "core-py3.10", "core-py3.12"]
-"""The oldest and the newest cell of each framework (and of the core's Python range), run by ``.ci/run``."""
+"""The oldest and the newest cell of each framework (and of the core's Python range): ``nox -t ci``, run by ``.ci/run``."""
 
 
 def _record(cell: str, result: str, seconds: float, versions: dict[str, str]) -> None:
@@ -103,7 +103,9 @@ def _run_cell(session: nox.Session, cell: str) -> None:
 
 
 def _make(cell: str) -> None:
-    @nox.session(name=cell, python=CELLS[cell][0], reuse_venv="yes" if os.environ.get("RLLM_COMPAT_REUSE") else "no")
+    reuse = "yes" if os.environ.get("RLLM_COMPAT_REUSE") else "no"
+
+    @nox.session(name=cell, python=CELLS[cell][0], reuse_venv=reuse, tags=["ci"] if cell in CI_CELLS else [])
     def run(session: nox.Session) -> None:
         _run_cell(session, cell)
 
