@@ -112,6 +112,20 @@ def test_a_fresh_interpreter_registers_the_names_by_the_mechanism_of_this_releas
     assert with_line.stdout.split()[-2:] == ["True", "True"]
 
 
+def test_verl_check_without_the_variable_passes_on_a_release_with_entry_points_and_refuses_naming_the_line_elsewhere():
+    env = {k: v for k, v in os.environ.items() if k != "VERL_USE_EXTERNAL_MODULES"}
+    command = [str(Path(sys.executable).parent / "rllm-plugins"), "verl-check", "algorithm.adv_estimator=rllm_grpo"]  # the user's command
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False)
+    if FEATURES.entry_points:
+        assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+        assert f"verl {FEATURES.version} loads the verl.plugins entry point 'rllm_plugins' (rllm_verl.plugin) in import verl: in place" in done.stdout
+    else:
+        assert done.returncode == 1, done.stdout + done.stderr[-2000:]
+        assert f"error: verl {FEATURES.version} has no verl.plugins entry points (they came with verl 0.9.0)" in done.stdout
+        assert "Fix: export VERL_USE_EXTERNAL_MODULES=rllm_verl.plugin in the shell that starts the driver" in done.stdout
+        assert "NOT in place" in done.stdout
+
+
 @pytest.mark.skipif(not FEATURES.sync_trainer, reason=f"verl {FEATURES.version} has no verl.trainer.main_ppo_sync")
 def test_verl_08_sync_trainer_refuses_rllm_names_before_computing_and_leaves_verl_names_alone():
     install(SYNC_TRAINER)

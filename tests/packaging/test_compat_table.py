@@ -103,3 +103,15 @@ def test_the_rllm_users_install_line_is_the_one_the_verl_080_cell_installs():
         quoted = set(re.findall(r'"([^"]+)"|\b(verl==[\d.]+)', lines[0]))
         found = {a or b for a, b in quoted}
         assert set(pins) <= found, f"{page}: {lines[0]!r} lacks {sorted(set(pins) - found)}"
+
+
+def test_docs_compat_names_every_cell_and_the_ci_cells_are_the_ends_of_each_range():
+    page = (ROOT / "docs" / "compat.md").read_text()
+    named = set(re.findall(r"`((?:verl|trl|core)-[\w.]+)`", page))
+    assert named == set(_cells())
+    body = ast.parse((ROOT / "noxfile.py").read_text()).body
+    ci = set(ast.literal_eval(next(n.value for n in body if isinstance(n, ast.Assign) and n.targets[0].id == "CI_CELLS")))
+    for framework in ("verl", "trl"):
+        versions = sorted((Version(c.split("-", 1)[1]), c) for c in _cells() if c.startswith(f"{framework}-"))
+        assert {versions[0][1], versions[-1][1]} == {c for c in ci if c.startswith(f"{framework}-")}
+    assert {c for c in ci if c.startswith("core-")} == {"core-py3.10", "core-py3.12"}

@@ -34,8 +34,9 @@ from dataclasses import asdict, dataclass, field
 
 __all__ = ["ENTRY_POINT_NAME", "VerlCheckReport", "entry_point_policy_error", "main", "registration_mechanism", "verl_check"]
 
+from rllm_verl.versions import PLUGIN_MODULE
+
 ENTRY_POINT_NAME = "rllm_plugins"  # our entry point in verl's ``verl.plugins`` group (not the distribution name)
-PLUGIN_MODULE = "rllm_verl.plugin"
 TRIAL_GROUP_SIZES = (1, 2, 3, 4, 8)  # tried whatever rollout.n says, with rollout.n itself
 
 
