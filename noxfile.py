@@ -61,10 +61,10 @@ CELLS: dict[str, tuple[str, list[str], bool, list[str], dict[str, str]]] = {
     "trl-1.14.2": (PY311, ["-e", ".[trl]", "trl==1.14.2", "transformers<5"], True, TRL_TESTS, {}),
     "trl-1.15.0": (PY311, ["-e", ".[trl]", "trl==1.15.0"], True, TRL_TESTS, {}),
     "trl-1.16.0": (PY311, ["-e", ".[trl]", "trl==1.16.0"], True, TRL_TESTS, {}),
-    "core-numpy1": (PY311, ["-e", ".", "numpy==1.26.4"], True, CORE_TESTS, {}),
-    "core-numpy2": (PY311, ["-e", ".", "numpy>=2"], True, CORE_TESTS, {}),
-    "core-py3.10": (PY310, ["-e", "."], False, CORE_TESTS, {}),
-    "core-py3.12": (PY312, ["-e", "."], False, CORE_TESTS, {}),
+    "core-numpy1": (PY311, ["-e", ".", "numpy==1.26.4", EXAMPLE_PLUGIN], True, CORE_TESTS, {}),
+    "core-numpy2": (PY311, ["-e", ".", "numpy>=2", EXAMPLE_PLUGIN], True, CORE_TESTS, {}),
+    "core-py3.10": (PY310, ["-e", ".", EXAMPLE_PLUGIN], False, CORE_TESTS, {}),
+    "core-py3.12": (PY312, ["-e", ".", EXAMPLE_PLUGIN], False, CORE_TESTS, {}),
 }
 CI_CELLS = ["verl-0.7.1", "verl-0.9.1", "trl-1.14.2", "trl-1.16.0", "core-py3.10", "core-py3.12"]
 """The oldest and the newest cell of each framework (and of the core's Python range): ``nox -t ci``, run by ``.ci/run``."""
