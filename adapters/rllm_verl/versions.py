@@ -28,6 +28,7 @@ __all__ = [
     "MODULES_LINE",
     "NEWEST_TESTED",
     "OLDEST",
+    "PLUGIN_MODULE",
     "SYNC_TRAINER",
     "SYNC_TRAINER_REFUSAL",
     "VerlFeatures",
