@@ -70,11 +70,12 @@ CI_CELLS = ["verl-0.7.1", "verl-0.9.1", "trl-1.14.2", "trl-1.16.0", "core-py3.10
 """The oldest and the newest cell of each framework (and of the core's Python range): ``nox -t ci``, run by ``.ci/run``."""
 
 
-def _record(cell: str, result: str, seconds: float, versions: dict[str, str]) -> None:
-    """Merge one cell's outcome into :data:`LAST_RUN` (other cells' entries are kept)."""
+def _record(cell: str, result: str, seconds: float, test_seconds: float | None, versions: dict[str, str]) -> None:
+    """Merge one cell's outcome into :data:`LAST_RUN` (other cells' entries are kept): ``seconds`` in all, ``test_seconds`` of pytest."""
     LAST_RUN.parent.mkdir(exist_ok=True)
     runs = json.loads(LAST_RUN.read_text()) if LAST_RUN.exists() else {}
-    runs[cell] = {"result": result, "seconds": round(seconds, 1), "versions": versions, "python": versions.pop("python", "")}
+    tests = None if test_seconds is None else round(test_seconds, 1)
+    runs[cell] = {"result": result, "seconds": round(seconds, 1), "test_seconds": tests, "versions": versions, "python": versions.pop("python", "")}
     LAST_RUN.write_text(json.dumps(dict(sorted(runs.items())), indent=2) + "\n")
 
 
@@ -89,17 +90,21 @@ def _installed(session: nox.Session) -> dict[str, str]:
 
 def _run_cell(session: nox.Session, cell: str) -> None:
     _, requirements, with_torch, tests, env = CELLS[cell]
-    start, versions, result = time.monotonic(), {}, "failed"
+    start, versions, result, test_seconds = time.monotonic(), {}, "failed", None
     try:
         session.run("python", "-m", "pip", "install", "--quiet", "pip>=25.1")
         if with_torch:  # from local disk, before anything that depends on torch
             session.run("python", "-m", "pip", "install", "--quiet", TORCH)
         session.run("python", "-m", "pip", "install", "--quiet", *requirements, *DEV)
         versions = _installed(session)
-        session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, *session.posargs, env=env)
+        tests_start = time.monotonic()
+        try:
+            session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, *session.posargs, env=env)
+        finally:
+            test_seconds = time.monotonic() - tests_start
         result = "passed"
     finally:
-        _record(cell, result, time.monotonic() - start, versions)
+        _record(cell, result, time.monotonic() - start, test_seconds, versions)
 
 
 def _make(cell: str) -> None:

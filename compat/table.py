@@ -20,11 +20,12 @@ COLUMNS = ("python", "verl", "trl", "transformers", "numpy", "torch")
 
 def render(runs: dict[str, dict]) -> str:
     """The markdown table of ``runs`` (cell -> {result, seconds, python, versions}), cells in name order."""
-    lines = ["| cell | " + " | ".join(COLUMNS) + " | result | seconds |", "|---" * (len(COLUMNS) + 3) + "|"]
+    lines = ["| cell | " + " | ".join(COLUMNS) + " | result | seconds (install + tests) | of which tests |", "|---" * (len(COLUMNS) + 4) + "|"]
     for cell, run in sorted(runs.items()):
         versions = {**run.get("versions", {}), "python": run.get("python", "")}
         row = [versions.get(column, "—") or "—" for column in COLUMNS]
-        lines.append(f"| {cell} | " + " | ".join(row) + f" | {run['result']} | {run['seconds']:.0f} |")
+        tests = "—" if run.get("test_seconds") is None else f"{run['test_seconds']:.0f}"
+        lines.append(f"| {cell} | " + " | ".join(row) + f" | {run['result']} | {run['seconds']:.0f} | {tests} |")
     return "\n".join(lines)
 
 
