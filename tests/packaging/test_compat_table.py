@@ -40,6 +40,13 @@ def _cells() -> dict[str, tuple]:
     return {ast.literal_eval(k): v for k, v in zip(node.value.keys, node.value.values, strict=True)}
 
 
+def _constant(name: str):
+    """The literal value of noxfile.py's top-level ``NAME = [...]``."""
+    body = ast.parse((ROOT / "noxfile.py").read_text()).body
+    (node,) = [n for n in body if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)]
+    return ast.literal_eval(node.value)
+
+
 def _extra_range(extra: str, name: str) -> SpecifierSet:
     (requirement,) = [r for r in map(Requirement, PYPROJECT["project"]["optional-dependencies"][extra]) if r.name == name]
     return requirement.specifier
@@ -94,8 +101,7 @@ def test_the_core_ran_on_numpy_1_and_2_and_on_the_oldest_and_newest_python():
 def test_the_rllm_users_install_line_is_the_one_the_verl_080_cell_installs():
     requirements = [ast.literal_eval(e) for e in _cells()["verl-0.8.0"].elts[1].elts if isinstance(e, ast.Constant)]
     pins = [p for p in requirements if p not in ("-e", ".[verl]")]
-    body = ast.parse((ROOT / "noxfile.py").read_text()).body
-    pins += ast.literal_eval(next(n.value for n in body if isinstance(n, ast.Assign) and n.targets[0].id == "OLD_VERL_PINS"))
+    pins += _constant("OLD_VERL_PINS")
     for page in ("README.md", "docs/verl.md"):
         text = (ROOT / page).read_text()
         lines = [line for line in text.splitlines() if "verl==0.8.0" in line]
@@ -109,8 +115,7 @@ def test_docs_compat_names_every_cell_and_the_ci_cells_are_the_ends_of_each_rang
     page = (ROOT / "docs" / "compat.md").read_text()
     named = set(re.findall(r"`((?:verl|trl|core)-[\w.]+)`", page))
     assert named == set(_cells())
-    body = ast.parse((ROOT / "noxfile.py").read_text()).body
-    ci = set(ast.literal_eval(next(n.value for n in body if isinstance(n, ast.Assign) and n.targets[0].id == "CI_CELLS")))
+    ci = set(_constant("CI_CELLS"))
     for framework in ("verl", "trl"):
         versions = sorted((Version(c.split("-", 1)[1]), c) for c in _cells() if c.startswith(f"{framework}-"))
         assert {versions[0][1], versions[-1][1]} == {c for c in ci if c.startswith(f"{framework}-")}
