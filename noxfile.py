@@ -52,6 +52,9 @@ TRL_TESTS = [
 ]
 CORE_TESTS = ["tests/core", "tests/steps"]
 
+# TRL 1.15 and 1.16 with the newest transformers (5.25.0) take a Triton-only log-prob path that torch's CPU build lacks
+# (trl.trainer.utils: _ChunkedLogProbFunction is None); transformers 5.10.4, the one verl 0.9.1 allows, trains on CPU
+CPU_TRANSFORMERS = ["transformers<5.11"]
 EXAMPLE_PLUGIN = "./examples/rllm-median-baseline"  # an installed third-party plugin: rllm_median_baseline in verl's registry
 # cell -> (interpreter, requirements after torch, with torch, tests, environment)
 CELLS: dict[str, tuple[str, list[str], bool, list[str], dict[str, str]]] = {
@@ -59,8 +62,8 @@ CELLS: dict[str, tuple[str, list[str], bool, list[str], dict[str, str]]] = {
     "verl-0.8.0": (PY311, ["-e", ".[verl]", "verl==0.8.0", *OLD_VERL_PINS, EXAMPLE_PLUGIN], True, VERL_TESTS, OLD_VERL_ENV),
     "verl-0.9.1": (PY311, ["-e", ".[verl]", "verl==0.9.1", EXAMPLE_PLUGIN], True, VERL_TESTS + VERL_V1_TESTS, {}),
     "trl-1.14.2": (PY311, ["-e", ".[trl]", "trl==1.14.2", "transformers<5"], True, TRL_TESTS, {}),
-    "trl-1.15.0": (PY311, ["-e", ".[trl]", "trl==1.15.0"], True, TRL_TESTS, {}),
-    "trl-1.16.0": (PY311, ["-e", ".[trl]", "trl==1.16.0"], True, TRL_TESTS, {}),
+    "trl-1.15.0": (PY311, ["-e", ".[trl]", "trl==1.15.0", *CPU_TRANSFORMERS], True, TRL_TESTS, {}),
+    "trl-1.16.0": (PY311, ["-e", ".[trl]", "trl==1.16.0", *CPU_TRANSFORMERS], True, TRL_TESTS, {}),
     "core-numpy1": (PY311, ["-e", ".", "numpy==1.26.4", EXAMPLE_PLUGIN], True, CORE_TESTS, {}),
     "core-numpy2": (PY311, ["-e", ".", "numpy>=2", EXAMPLE_PLUGIN], True, CORE_TESTS, {}),
     "core-py3.10": (PY310, ["-e", ".", EXAMPLE_PLUGIN], False, CORE_TESTS, {}),
