@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install test conformance demo bench lint docs clean
+.PHONY: install test conformance compat compat-ci demo bench lint docs clean
 
 install: $(STAMP)
 
@@ -32,6 +32,14 @@ test: $(STAMP)
 conformance: $(STAMP)
 	RLLM_CONFORMANCE=full $(PY) -m pytest -q tests/conformance integration_tests/conformance
 
+# the version matrix (noxfile.py): each cell in its own venv under .nox/; writes compat/last_run.json, then the README's table
+compat: $(STAMP)
+	$(VENV)/bin/nox $(ARGS); status=$$?; $(PY) compat/table.py; exit $$status
+
+# CI's share of the matrix: the oldest and the newest cell of each framework and of the core's Python range
+compat-ci: $(STAMP)
+	$(VENV)/bin/nox -t ci
+
 demo: $(STAMP)
 	$(PY) examples/demo/rllm_demo.py $(ARGS)
 
@@ -48,6 +56,6 @@ lint: $(STAMP)
 
 # everything a build, an install or a test run leaves in the tree (the example plugin's and the fixtures' too)
 clean:
-	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .ruff_cache .hypothesis demo_output outputs
+	rm -rf $(VENV) .nox build dist site *.egg-info .pytest_cache .ruff_cache .hypothesis demo_output outputs
 	rm -rf examples/*/build examples/*/dist examples/*/*.egg-info tests/plugins/fixtures/*/build tests/plugins/fixtures/*/*.egg-info tests/plugins/mistakes/*/build tests/plugins/mistakes/*/*.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

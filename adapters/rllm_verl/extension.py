@@ -1,10 +1,12 @@
 """Guarded extension of one verl function where verl offers no hook.
 
 An :class:`Extension` names a function (``module.attribute``; ``Class.method`` for a method), the exact
-signature it was written for, the modules that bound the name by ``from module import attribute``, an opt-out environment
-variable (``RLLM_PLUGINS_VERL_<NAME>``), and ``make(original) -> replacement``. The extensions:
-``multi_trajectories.SESSIONS``, ``reward_keys.REWARD_KEYS``, ``v1_batch.V1_BATCH`` and ``estimator_state.CHECKPOINTS``,
-installed by ``verl_plugin``. :func:`install` applies it:
+signature it was written for, the feature of verl it relies on (``requires``: a flag of
+:class:`rllm_verl.versions.VerlFeatures`, e.g. ``v1_trainer``; on a release without it the extension is not
+installed), the modules that bound the name by ``from module import attribute``, an opt-out environment
+variable (``RLLM_PLUGINS_VERL_<NAME>``), and ``make(original) -> replacement``. The extensions (in
+:mod:`rllm_verl.patches`): ``sessions.SESSIONS``, ``legacy.REWARD_KEYS``, ``v1.V1_BATCH``, ``sync_trainer.SYNC_TRAINER``
+and ``checkpoints.CHECKPOINTS``, installed by :mod:`rllm_verl.plugin`. :func:`install` applies it:
 
 - lazily: if the module is not imported yet, a finder on ``sys.meta_path`` applies it right after
   the module first executes (so ``import verl`` stays as cheap as before, and a later
@@ -12,7 +14,8 @@ installed by ``verl_plugin``. :func:`install` applies it:
 - once and idempotently (the replacement carries ``rllm_extension``; applying again is a no-op);
 - only when the function's signature is the expected one, checked at run time; otherwise it
   warns once and leaves verl untouched;
-- never raising: a failure is logged as one warning, and verl keeps its own function.
+- never raising: a failure is logged as one warning, and verl keeps its own function;
+- only on a verl release that has what it ``requires`` (:mod:`rllm_verl.versions`), else its status says which release lacks what.
 
 :func:`extension_status` says, per extension, whether it is active.
 """
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-__all__ = ["ADVANTAGE_PARAMETERS", "NO_DEFAULT", "Extension", "extension_status", "install", "is_opted_out"]
+__all__ = ["ADVANTAGE_PARAMETERS", "NO_DEFAULT", "Extension", "extension_status", "install", "is_opted_out", "missing_feature"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,10 +67,23 @@ class Extension:
     make: Callable[[Callable[..., Any]], Callable[..., Any]]
     env: str
     bound_in: tuple[str, ...] = ()
+    requires: str | None = None
 
     @property
     def target(self) -> str:
         return f"{self.module}.{self.attribute}"
+
+
+def missing_feature(extension: Extension) -> str | None:
+    """Why the installed verl lacks what ``extension.requires`` (None when it has it, or when nothing is required)."""
+    if extension.requires is None:
+        return None
+    from rllm_verl.versions import FEATURE_TEXT, verl_features
+
+    features = verl_features()
+    if getattr(features, extension.requires):
+        return None
+    return f"absent: verl {features.version} has no {FEATURE_TEXT[extension.requires]}"
 
 
 def is_opted_out(extension: Extension) -> bool:
@@ -203,6 +219,10 @@ def install(extension: Extension) -> str:
     """Apply ``extension`` now if its module is imported, else when it is; returns its status. Never raises."""
     with _lock:
         try:
+            missing = missing_feature(extension)
+            if missing is not None:
+                _status[extension.name] = missing
+                return missing
             if is_opted_out(extension):
                 _status[extension.name] = f"off ({extension.env}={os.environ.get(extension.env)})"
                 return _status[extension.name]

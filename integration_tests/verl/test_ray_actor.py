@@ -80,6 +80,10 @@ def test_an_actor_that_only_imports_verl_computes_with_rllm_rloo(ray_cluster):
 def test_an_actor_that_only_imports_verl_computes_session_advantages(ray_cluster, ref):
     """Where verl's v1 TaskRunner computes advantages: the session extension is active there too."""
     pytest.importorskip("transfer_queue", reason="verl's v1 trainer needs TransferQueue")
+    from rllm_verl.versions import verl_features
+
+    if not verl_features().v1_trainer:  # test_versions.py checks that the sessions extension is absent there
+        pytest.skip(f"verl {verl_features().version} has no v1 trainer")
     names = sorted(ref.session_estimators)
     data, keys = ref.make_session_batch(np.random.default_rng(7))
     rewards, mask, uids = data.batch["token_level_rewards"], data.batch["response_mask"], list(data.non_tensor_batch["uid"])

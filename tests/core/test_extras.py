@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from importlib.util import find_spec
 
 import pytest
 
@@ -19,23 +20,30 @@ def import_without(blocked: str, statement: str) -> subprocess.CompletedProcess[
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
 
 
+VERL, TRL = 'pip install "rllm-plugins[verl]"', 'pip install "rllm-plugins[trl]"'
+
+
+def listed(names: list[str]) -> str:
+    """English: ``a``, ``a and b``, ``a, b and c`` (written out here, independently of the module under test)."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 @pytest.mark.parametrize(
-    ("blocked", "module", "message"),
+    ("blocked", "module", "needs", "install"),
     [
-        ("verl", "rllm_verl", 'rllm_verl needs verl and torch, and verl is not installed. Install: pip install "rllm-plugins[verl]"'),
-        ("torch", "rllm_verl", 'rllm_verl needs verl and torch, and torch is not installed. Install: pip install "rllm-plugins[verl]"'),
-        ("trl", "rllm_trl", 'rllm_trl needs trl and torch, and trl is not installed. Install: pip install "rllm-plugins[trl]"'),
-        (
-            "transformers",
-            "rllm_plugins.tiny",
-            "rllm_plugins.tiny needs torch, transformers and tokenizers, and transformers is not installed. "
-            'Install: pip install "rllm-plugins[trl]" or pip install "rllm-plugins[verl]"',
-        ),
+        ("verl", "rllm_verl", ["verl", "torch"], VERL),
+        ("torch", "rllm_verl", ["verl", "torch"], VERL),
+        ("trl", "rllm_trl", ["trl", "torch"], TRL),
+        ("transformers", "rllm_plugins.tiny", ["torch", "transformers", "tokenizers"], f"{TRL} or {VERL}"),
     ],
 )
-def test_importing_an_adapter_without_its_extra_names_the_extra(blocked, module, message):
+def test_importing_an_adapter_without_its_extra_names_the_extra(blocked, module, needs, install):
+    """The message names the blocked module and every other one this environment lacks (the core cells of make compat lack verl)."""
+    missing = [name for name in needs if name == blocked or find_spec(name) is None]
     done = import_without(blocked, f"import {module}")
     assert done.returncode == 1
+    verb = "is" if len(missing) == 1 else "are"
+    message = f"{module} needs {listed(needs)}, and {listed(missing)} {verb} not installed. Install: {install}"
     assert done.stderr.splitlines()[-1] == f"ModuleNotFoundError: {message}"
 
 

@@ -256,7 +256,11 @@ def _pad(call: Call, sample: Sample, n: int) -> Output:
 
 
 def paths() -> list[Path]:
-    """verl's v1 path (slow: every call goes through TransferQueue)."""
+    """verl's v1 path (slow: every call goes through TransferQueue); none on a verl release without the v1 trainer (< 0.9)."""
+    from rllm_verl.versions import verl_features
+
+    if not verl_features().v1_trainer:
+        return []
     return [
         Path(
             "verl_v1",

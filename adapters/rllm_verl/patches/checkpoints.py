@@ -51,7 +51,11 @@ def _after_load(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _SELF = (("self", inspect.Parameter.empty),)
-_TRAINERS = {"legacy": ("verl.trainer.ppo.ray_trainer", "RayPPOTrainer"), "v1": ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer")}
+# trainer -> (module, class, the verl feature it needs: rllm_verl.versions.VerlFeatures)
+_TRAINERS = {
+    "legacy": ("verl.trainer.ppo.ray_trainer", "RayPPOTrainer", None),
+    "v1": ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer", "v1_trainer"),
+}
 
 CHECKPOINTS: tuple[Extension, ...] = tuple(
     Extension(
@@ -61,8 +65,9 @@ CHECKPOINTS: tuple[Extension, ...] = tuple(
         parameters=_SELF,
         make=make,
         env=ENV,
+        requires=requires,
     )
-    for trainer, (module, cls) in _TRAINERS.items()
+    for trainer, (module, cls, requires) in _TRAINERS.items()
     for what, make in (("save", _after_save), ("load", _after_load))
 )
 """The four extensions: save and load, on the legacy and the v1 trainer."""
@@ -76,7 +81,9 @@ def checkpoint_status() -> str:
 
     statuses = {}
     for extension in CHECKPOINTS:
-        install(extension)
+        if install(extension).startswith("absent"):  # this verl has no such trainer
+            statuses[extension.name] = extension_status()[extension.name]
+            continue
         try:
             importlib.import_module(extension.module)  # importing it applies a pending extension
         except Exception as error:
@@ -84,6 +91,7 @@ def checkpoint_status() -> str:
             continue
         statuses[extension.name] = extension_status().get(extension.name, "not installed")
     where = f"saved to <trainer.default_local_dir>/global_step_<N>/{STATE_FILE} with each checkpoint, restored on resume"
-    if all(status == "active" for status in statuses.values()):
-        return f"active: {where}"
+    absent = [name for name, status in statuses.items() if status.startswith("absent")]
+    if all(status == "active" for name, status in statuses.items() if name not in absent):
+        return f"active: {where}" + (f" ({', '.join(absent)}: {statuses[absent[0]]})" if absent else "")
     return "; ".join(f"{name}: {status}" for name, status in statuses.items())

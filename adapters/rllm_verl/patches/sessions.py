@@ -210,4 +210,5 @@ SESSIONS = Extension(
     make=extend,
     env=SESSIONS_ENV,
     bound_in=("verl.trainer.ppo.v1.trainer_base",),
+    requires="v1_trainer",
 )

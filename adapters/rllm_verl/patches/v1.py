@@ -52,4 +52,5 @@ V1_BATCH = Extension(
     parameters=(("self", NO_DEFAULT), ("batch", NO_DEFAULT), ("metrics", NO_DEFAULT)),
     make=extend,
     env=V1_BATCH_ENV,
+    requires="v1_trainer",
 )

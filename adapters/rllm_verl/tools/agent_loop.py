@@ -39,7 +39,8 @@ def _current_folder_importable() -> Iterator[None]:
 def _defined_loops(path: str) -> tuple[dict[str, object], list[str]]:
     """``name -> entry`` of the agent-loop config file ``path`` as verl finds and reads it, and what is wrong with it."""
     from omegaconf import DictConfig, ListConfig, OmegaConf
-    from verl.utils.import_utils import resolve_config_path
+
+    from rllm_verl.versions import resolve_config_path
 
     where = f"{AGENT}.agent_loop_config_path={path!r}"
     try:

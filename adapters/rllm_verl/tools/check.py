@@ -33,25 +33,29 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from rllm_verl.tools.resolved import table_lines
+from rllm_verl.versions import PLUGIN_MODULE
 
-__all__ = ["ENTRY_POINT_NAME", "VerlCheckReport", "entry_point_policy_error", "main", "verl_check"]
+__all__ = ["ENTRY_POINT_NAME", "VerlCheckReport", "entry_point_policy_error", "main", "registration_mechanism", "verl_check"]
 
 ENTRY_POINT_NAME = "rllm_plugins"  # our entry point in verl's ``verl.plugins`` group (not the distribution name)
-PLUGIN_MODULE = "rllm_verl.plugin"
 TRIAL_GROUP_SIZES = (1, 2, 3, 4, 8)  # tried whatever rollout.n says, with rollout.n itself
 
 
 def extension_status_of(name: str) -> str:
-    """Whether the verl extension ``name`` (``sessions``, ``reward_keys`` or ``v1_batch``) is active; imports the verl module it extends."""
+    """Whether the verl extension ``name`` (``sessions``, ``reward_keys``, ``v1_batch``, ``sync_trainer_refusal``) is active;
+    imports the verl module it extends (``absent: ...`` when this verl release has none)."""
     import importlib
 
     from rllm_verl.extension import extension_status, install
     from rllm_verl.patches.legacy import REWARD_KEYS
     from rllm_verl.patches.sessions import SESSIONS
+    from rllm_verl.patches.sync_trainer import SYNC_TRAINER
     from rllm_verl.patches.v1 import V1_BATCH
 
-    extension = {e.name: e for e in (SESSIONS, REWARD_KEYS, V1_BATCH)}[name]
-    install(extension)
+    extension = {e.name: e for e in (SESSIONS, REWARD_KEYS, V1_BATCH, SYNC_TRAINER)}[name]
+    status = install(extension)
+    if status.startswith("absent"):  # this verl release has no such module (rllm_verl.versions)
+        return status
     try:
         importlib.import_module(extension.module)  # importing it applies a pending extension
     except Exception as error:
@@ -84,6 +88,8 @@ class VerlCheckReport:
     reward_key_extension: str = field(default_factory=lambda: extension_status_of("reward_keys"))
     v1_batch_extension: str = field(default_factory=lambda: extension_status_of("v1_batch"))
     estimator_state: str = field(default_factory=lambda: _checkpoint_status())
+    registration: str = field(default_factory=lambda: registration_mechanism())
+    sync_trainer: str = field(default_factory=lambda: extension_status_of("sync_trainer_refusal"))
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -99,10 +105,12 @@ class VerlCheckReport:
         lines.extend(f"  {line}" for line in self.step_level)
         lines.extend(f"  warning: {w}" for w in self.warnings)
         lines.append(f"  rllm_* estimators in verl: {', '.join(self.rllm_names) or '(none)'}")
+        lines.append(f"  registration in every process that imports verl: {self.registration}")
         lines.append(f"  session extension (rllm_* over v1 multi-output sessions): {self.session_extension}")
         lines.append(f"  reward-key extension (algorithm.gdpo_reward_keys for rllm_* in ray_trainer.compute_advantage): {self.reward_key_extension}")
         lines.append(f"  v1-batch extension (token ids and reward keys of v1 rows from TransferQueue): {self.v1_batch_extension}")
         lines.append(f"  stateful estimators' state (rllm_rae's baselines): {self.estimator_state}")
+        lines.append(f"  verl 0.8's TransferQueue trainer main_ppo_sync (rllm_* names refused there): {self.sync_trainer}")
         return "\n".join(lines)
 
 
@@ -124,31 +132,56 @@ def _installed_entry_points() -> list[tuple[str, str]]:
 
 
 def _verl_and_registration() -> str:
-    """The installed verl's version and how the ``rllm_*`` names reach it, for the resolved table: today the ``verl.plugins``
-    entry point that ``import verl`` loads (verl >= 0.9), whether installed and allowed."""
-    import verl
+    """The installed verl's version and how the ``rllm_*`` names reach it, for the resolved table (:func:`registration_mechanism`)."""
+    from rllm_verl.versions import verl_features
 
-    installed = (ENTRY_POINT_NAME, PLUGIN_MODULE) in set(_installed_entry_points())
-    how = f"entry point {ENTRY_POINT_NAME!r} = {PLUGIN_MODULE!r} in group verl.plugins, loaded by import verl"
-    state = "in place" if entry_point_policy_error() is None else ("NOT in place" if not installed else "installed but not loaded")
-    return f"verl {getattr(verl, '__version__', '?')}; registration: {how} ({state})"
+    return f"verl {verl_features().version}; registration: {registration_mechanism()}"
 
 
-def entry_point_policy_error(environ: Mapping[str, str] | None = None, installed: Sequence[tuple[str, str]] | None = None) -> str | None:
-    """Why verl would not load our entry point (None when it will).
+def registration_mechanism(environ: Mapping[str, str] | None = None) -> str:
+    """Which mechanism registers the ``rllm_*`` names in each process that imports the installed verl, and whether it is in place."""
+    from rllm_verl.versions import EXTERNAL_MODULES_ENV, MODULES_LINE, verl_features
 
-    verl reads ``VERL_USE_EXTERNAL_PLUGINS`` once, in ``import verl``: ``auto`` (the default) loads
-    every ``verl.plugins`` entry point, ``none`` none, and a comma-separated list only the entry
-    points it names. ``VERL_USE_EXTERNAL_MODULES`` naming ``rllm_verl.plugin`` also registers
-    ours. Otherwise the entry point must be installed: ``installed`` lists the ``(name, value)``
-    of the ``verl.plugins`` entry points (default: those of the installed distributions).
+    features = verl_features()
+    error = entry_point_policy_error(environ)
+    if features.entry_points:
+        how = f"verl {features.version} loads the verl.plugins entry point {ENTRY_POINT_NAME!r} ({PLUGIN_MODULE}) in import verl"
+    else:
+        how = f"verl {features.version} has no verl.plugins entry points: import verl imports the modules named in {EXTERNAL_MODULES_ENV} ({MODULES_LINE})"
+    return f"{how}: {'NOT in place' if error else 'in place'}"
+
+
+def entry_point_policy_error(
+    environ: Mapping[str, str] | None = None, installed: Sequence[tuple[str, str]] | None = None, entry_points: bool | None = None
+) -> str | None:
+    """Why verl would not register the ``rllm_*`` names in a process that imports it (None when it will).
+
+    ``VERL_USE_EXTERNAL_MODULES`` naming ``rllm_verl.plugin`` registers ours on every verl (verl imports
+    each comma-separated name as is, unstripped, in ``import verl``). verl >= 0.9 (``entry_points``, default:
+    the installed verl's, :mod:`rllm_verl.versions`) also reads ``VERL_USE_EXTERNAL_PLUGINS`` once, in
+    ``import verl``: ``auto`` (the default) loads every ``verl.plugins`` entry point, ``none`` none, and a
+    comma-separated list only the entry points it names; the entry point must then be installed:
+    ``installed`` lists the ``(name, value)`` of the ``verl.plugins`` entry points (default: those of the
+    installed distributions). verl 0.7 and 0.8 load no entry point: there the variable is the only way.
     """
+    from rllm_verl.versions import EXTERNAL_MODULES_ENV, verl_features
+
     environ = os.environ if environ is None else environ
-    raw = environ.get("VERL_USE_EXTERNAL_PLUGINS", "auto")
-    policy = raw.strip().lower()
-    modules = set(environ.get("VERL_USE_EXTERNAL_MODULES", "").split(","))  # verl imports each name as is, unstripped
+    raw_modules = environ.get(EXTERNAL_MODULES_ENV, "")
+    modules = set(raw_modules.split(","))  # verl imports each name as is, unstripped
     if PLUGIN_MODULE in modules:
         return None
+    if entry_points is None:
+        entry_points = verl_features().entry_points
+    if not entry_points:
+        line = f"{EXTERNAL_MODULES_ENV}={','.join([raw_modules, PLUGIN_MODULE]) if raw_modules.strip() else PLUGIN_MODULE}"
+        return (
+            f"verl {verl_features().version} has no verl.plugins entry points (they came with verl 0.9.0): import verl registers the rllm_* "
+            f"estimators only when {EXTERNAL_MODULES_ENV} names {PLUGIN_MODULE}, so the run would fail with 'Unknown advantage estimator' "
+            f"in verl's TaskRunner. Fix: export {line} in the shell that starts the driver (and ray start, on a cluster you start yourself)"
+        )
+    raw = environ.get("VERL_USE_EXTERNAL_PLUGINS", "auto")
+    policy = raw.strip().lower()
     allowed = [name.strip() for name in policy.split(",") if name.strip()] if policy != "none" else []
     if policy == "auto" or ENTRY_POINT_NAME in allowed:
         installed = _installed_entry_points() if installed is None else installed
@@ -158,7 +191,7 @@ def entry_point_policy_error(environ: Mapping[str, str] | None = None, installed
             f"no entry point {ENTRY_POINT_NAME!r} = {PLUGIN_MODULE!r} of the verl.plugins group is installed (rllm_verl is "
             "importable without its distribution's metadata, e.g. from a source tree on PYTHONPATH), so verl will not load "
             "the rllm_* estimators and the run fails with 'Unknown advantage estimator'. Fix: install rllm-plugins[verl] "
-            f"(pip install -e . in a checkout), or set VERL_USE_EXTERNAL_MODULES={PLUGIN_MODULE}"
+            f"(pip install -e . in a checkout), or set {EXTERNAL_MODULES_ENV}={PLUGIN_MODULE}"
         )
     if policy == "none":
         reason, fix = "VERL_USE_EXTERNAL_PLUGINS=none turns verl's plugin discovery off", f"unset it, or set VERL_USE_EXTERNAL_PLUGINS={ENTRY_POINT_NAME}"
@@ -180,7 +213,6 @@ def _dry_run(name: str, algorithm: object, group_size: int, use_v1: bool) -> Non
     from omegaconf import OmegaConf
     from verl import DataProto
     from verl.trainer.ppo.ray_trainer import compute_advantage
-    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
     from rllm_verl.context import V1Batch, serving
     from rllm_verl.extension import extension_status
@@ -209,6 +241,8 @@ def _dry_run(name: str, algorithm: object, group_size: int, use_v1: bool) -> Non
         tensors = {"token_level_rewards": rewards, "response_mask": mask, "responses": responses, "prompts": prompts, "values": values}
         compute_advantage(DataProto.from_dict(tensors=tensors, non_tensors=non_tensors), adv_estimator=name, **kwargs)
         return
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories  # only when the release has the v1 trainer
+
     data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask, "values": values}, non_tensors={"uid": index})
     row_keys = [f"{uid}_{row}_0" for row, uid in enumerate(index.tolist())]
     if not extension_status().get(V1_BATCH.name, "").startswith("active"):  # as in training: nothing serves the rows
@@ -346,7 +380,10 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     from rllm_verl.context import REWARD_KEYS_ENV
     from rllm_verl.registration import VERL_PREFIX, register_estimators_into_verl
     from rllm_verl.tools.agent_loop import agent_loop_errors
+    from rllm_verl.versions import verl_features
 
+    if verl_features().unsupported:
+        return VerlCheckReport(False, _requested_estimator(overrides), config_name, [], [str(verl_features().unsupported)])
     rllm_names = register_estimators_into_verl()
     if entry_point_policy_error() is not None:  # verl will not load them in a real run
         rllm_names = []
@@ -424,6 +461,10 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     from rllm_verl.compute.state import scratch_state
 
     use_v1 = bool(OmegaConf.select(config, "trainer.use_v1", default=False))
+    features = verl_features()
+    if use_v1 and not features.v1_trainer:
+        message = f"trainer.use_v1=true: verl {features.version} has no v1 trainer (it came with verl 0.9.0); remove trainer.use_v1 or upgrade verl"
+        return VerlCheckReport(False, name, config_name, rllm_names, [message], provider=provider)
     step_lines, warnings = _step_level_lines(estimator, options, config, use_v1)
     sizes, note = _trial_sizes(estimator.spec, options, group_size)
     trainer = "v1 trainer (trainer.use_v1=true)" if use_v1 else "legacy trainer (trainer.use_v1=false)"

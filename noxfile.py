@@ -1,0 +1,127 @@
+"""The version matrix: each cell installs one supported combination in its own venv and runs the tests that concern it.
+
+``make compat`` runs every cell (``nox``); ``nox -s "verl-0.8.0"`` one. Each cell writes its outcome (cell, versions
+installed, result, seconds) into ``compat/last_run.json``; ``python compat/table.py`` renders the README's table of
+tested versions from it. torch 2.13.0 (a CPU build on local disk) is installed first, with pip, in every venv where a
+wheel exists (Python 3.11 here), so that no CUDA build is pulled; the Python 3.10 and 3.12 cells test the core alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.download_python = "never"
+nox.options.error_on_missing_interpreters = True
+
+ROOT = Path(__file__).parent
+LAST_RUN = ROOT / "compat" / "last_run.json"
+TORCH = "torch==2.13.0"
+PY311 = "3.11"
+PY310 = os.environ.get("RLLM_COMPAT_PY310", "/root/.pyenv/versions/3.10.13/bin/python3.10")
+PY312 = os.environ.get("RLLM_COMPAT_PY312", "/root/.pyenv/versions/3.12.1/bin/python3.12")
+DEV = ["pytest>=8", "hypothesis>=6.100", "omegaconf>=2.3", "jmespath>=1.0", "setuptools>=77"]
+# distributions whose installed versions a cell records
+RECORDED = ("verl", "trl", "transformers", "numpy", "torch", "tensordict", "pyarrow", "ray", "TransferQueue")
+
+# The user's line on verl < 0.9 (no verl.plugins entry points there): rllm_verl.versions.MODULES_LINE.
+OLD_VERL_ENV = {"VERL_USE_EXTERNAL_MODULES": "rllm_verl.plugin"}
+# verl 0.7.1 and 0.8.0 (rLLM's pins): numpy 1, transformers 4, and pyarrow < 26 (pyarrow 26 refuses numpy 1)
+OLD_VERL_PINS = ["numpy<2", "transformers<5", "pyarrow<26"]
+
+VERL_TESTS = [
+    "integration_tests/verl/test_versions.py",  # every version guard
+    "integration_tests/verl/test_rllm_user.py",  # rllm_grpo, rllm_gigpo by name, verl's own numbers
+    "integration_tests/verl/test_registration.py",
+    "integration_tests/verl/test_ray_actor.py",  # a Ray actor (where the TaskRunner computes) sees the names
+    "integration_tests/verl/test_named_verl_parity.py",
+    "integration_tests/verl/test_compute_advantage.py",
+    "integration_tests/verl/test_step_level.py",  # the step bridge
+    "integration_tests/verl/test_estimator_state.py",  # state save/resume with the trainers' checkpoints
+]
+VERL_V1_TESTS = ["integration_tests/verl/test_v1_multi_trajectories.py"]
+TRL_TESTS = [
+    "integration_tests/trl/test_compat.py",
+    "integration_tests/trl/test_training.py",  # a real GRPOTrainer step with a tiny local model
+    "integration_tests/trl/test_estimator_state.py",  # state save/resume
+]
+# TRL 1.15.0's GRPOTrainer always scores with its fused LM head (trl.trainer.utils.add_fused_lm_head), which needs Triton:
+# torch's CPU build has none, so no training step runs on CPU there; its cell checks the mixin against its signatures only
+TRL_115_CPU_TESTS = ["integration_tests/trl/test_compat.py"]
+CORE_TESTS = ["tests/core", "tests/steps"]
+
+# TRL 1.15 and 1.16 with the newest transformers (5.25.0) take a Triton-only log-prob path that torch's CPU build lacks
+# (trl.trainer.utils: _ChunkedLogProbFunction is None); transformers 5.10.4, the one verl 0.9.1 allows, trains on CPU
+CPU_TRANSFORMERS = ["transformers<5.11"]
+EXAMPLE_PLUGIN = "./examples/rllm-median-baseline"  # an installed third-party plugin: rllm_median_baseline in verl's registry
+# cell -> (interpreter, requirements after torch, with torch, tests, environment)
+CELLS: dict[str, tuple[str, list[str], bool, list[str], dict[str, str]]] = {
+    "verl-0.7.1": (PY311, ["-e", ".[verl]", "verl==0.7.1", *OLD_VERL_PINS, EXAMPLE_PLUGIN], True, VERL_TESTS, OLD_VERL_ENV),
+    "verl-0.8.0": (PY311, ["-e", ".[verl]", "verl==0.8.0", *OLD_VERL_PINS, EXAMPLE_PLUGIN], True, VERL_TESTS, OLD_VERL_ENV),
+    "verl-0.9.1": (PY311, ["-e", ".[verl]", "verl==0.9.1", EXAMPLE_PLUGIN], True, VERL_TESTS + VERL_V1_TESTS, {}),
+    "trl-1.14.2": (PY311, ["-e", ".[trl]", "trl==1.14.2", "transformers<5", EXAMPLE_PLUGIN], True, TRL_TESTS, {}),
+    "trl-1.15.0": (PY311, ["-e", ".[trl]", "trl==1.15.0", *CPU_TRANSFORMERS, EXAMPLE_PLUGIN], True, TRL_115_CPU_TESTS, {}),
+    "trl-1.16.0": (PY311, ["-e", ".[trl]", "trl==1.16.0", *CPU_TRANSFORMERS, EXAMPLE_PLUGIN], True, TRL_TESTS, {}),
+    "core-numpy1": (PY311, ["-e", ".", "numpy==1.26.4", EXAMPLE_PLUGIN], True, CORE_TESTS, {}),
+    "core-numpy2": (PY311, ["-e", ".", "numpy>=2", EXAMPLE_PLUGIN], True, CORE_TESTS, {}),
+    "core-py3.10": (PY310, ["-e", ".", EXAMPLE_PLUGIN], False, CORE_TESTS, {}),
+    "core-py3.12": (PY312, ["-e", ".", EXAMPLE_PLUGIN], False, CORE_TESTS, {}),
+}
+CI_CELLS = ["verl-0.7.1", "verl-0.9.1", "trl-1.14.2", "trl-1.16.0", "core-py3.10", "core-py3.12"]
+"""The oldest and the newest cell of each framework (and of the core's Python range): ``nox -t ci``, run by ``.ci/run``."""
+
+
+def _record(cell: str, result: str, seconds: float, test_seconds: float | None, versions: dict[str, str]) -> None:
+    """Merge one cell's outcome into :data:`LAST_RUN` (other cells' entries are kept): ``seconds`` in all, ``test_seconds`` of pytest."""
+    LAST_RUN.parent.mkdir(exist_ok=True)
+    runs = json.loads(LAST_RUN.read_text()) if LAST_RUN.exists() else {}
+    tests = None if test_seconds is None else round(test_seconds, 1)
+    runs[cell] = {"result": result, "seconds": round(seconds, 1), "test_seconds": tests, "versions": versions, "python": versions.pop("python", "")}
+    LAST_RUN.write_text(json.dumps(dict(sorted(runs.items())), indent=2) + "\n")
+
+
+def _installed(session: nox.Session) -> dict[str, str]:
+    code = (
+        "import json, platform\nfrom importlib.metadata import version, PackageNotFoundError\nout = {'python': platform.python_version()}\n"
+        f"for name in {RECORDED!r}:\n    try: out[name] = version(name)\n    except PackageNotFoundError: pass\nprint(json.dumps(out))"
+    )
+    text = session.run("python", "-c", code, silent=True) or "{}"
+    return json.loads(str(text).strip().splitlines()[-1])
+
+
+def _run_cell(session: nox.Session, cell: str) -> None:
+    _, requirements, with_torch, tests, env = CELLS[cell]
+    start, versions, result, test_seconds = time.monotonic(), {}, "failed", None
+    try:
+        session.run("python", "-m", "pip", "install", "--quiet", "pip>=25.1")
+        if with_torch:  # from local disk, before anything that depends on torch
+            session.run("python", "-m", "pip", "install", "--quiet", TORCH)
+        session.run("python", "-m", "pip", "install", "--quiet", *requirements, *DEV)
+        versions = _installed(session)
+        tests_start = time.monotonic()
+        try:
+            session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, *session.posargs, env=env)
+        finally:
+            test_seconds = time.monotonic() - tests_start
+        result = "passed"
+    finally:
+        _record(cell, result, time.monotonic() - start, test_seconds, versions)
+
+
+def _make(cell: str) -> None:
+    reuse = "yes" if os.environ.get("RLLM_COMPAT_REUSE") else "no"
+
+    @nox.session(name=cell, python=CELLS[cell][0], reuse_venv=reuse, tags=["ci"] if cell in CI_CELLS else [])
+    def run(session: nox.Session) -> None:
+        _run_cell(session, cell)
+
+    run.__doc__ = f"{cell}: {' '.join(CELLS[cell][1][2:]) or 'the core'}"
+
+
+for _cell in CELLS:
+    _make(_cell)
