@@ -46,13 +46,13 @@ VERL_TESTS = [
 ]
 VERL_V1_TESTS = ["integration_tests/verl/test_v1_multi_trajectories.py"]
 TRL_TESTS = [
-    "integration_tests/trl/test_compat.py",
+    "integration_tests/trl/test_versions.py",  # every version guard, a training step, the tool paths, state save/resume
     "integration_tests/trl/test_training.py",  # a real GRPOTrainer step with a tiny local model
     "integration_tests/trl/test_estimator_state.py",  # state save/resume
 ]
 # TRL 1.15.0's GRPOTrainer always scores with its fused LM head (trl.trainer.utils.add_fused_lm_head), which needs Triton:
 # torch's CPU build has none, so no training step runs on CPU there; its cell checks the mixin against its signatures only
-TRL_115_CPU_TESTS = ["integration_tests/trl/test_compat.py"]
+TRL_115_CPU_TESTS = ["integration_tests/trl/test_versions.py"]
 CORE_TESTS = ["tests/core", "tests/steps"]
 
 # TRL 1.15 and 1.16 with the newest transformers (5.25.0) take a Triton-only log-prob path that torch's CPU build lacks
