@@ -34,6 +34,7 @@ __all__ = [
     "first_difference",
     "list_inputs",
     "non_finite",
+    "accepted_trials",
     "option_trials",
     "permutation",
     "short",
@@ -228,3 +229,16 @@ def option_trials(default: Any) -> list[Any]:
     if default is inspect.Parameter.empty:  # declared in AdvEstimatorSpec.options without a default: try numbers
         return [0.5, 0.0, 2.0]
     return []
+
+
+def accepted_trials(name: str, default: Any, check_options: Any) -> list[Any]:
+    """:func:`option_trials` of ``default`` that the estimator's ``check_options`` (None: none) accepts for option ``name``."""
+    accepted = []
+    for value in option_trials(default):
+        try:
+            if check_options is not None:
+                check_options({name: value})
+        except ValueError:
+            continue
+        accepted.append(value)
+    return accepted

@@ -23,12 +23,12 @@ from .calls import (
     NotAPairError,
     RaisedError,
     Subject,
+    accepted_trials,
     call_batched,
     call_list,
     first_difference,
     list_inputs,
     non_finite,
-    option_trials,
     permutation,
     short,
 )
@@ -263,14 +263,7 @@ def options_matter(subject: Subject, cases: list[Case]) -> tuple[str | None, Cas
     for name, default in subject.options.items():
         if name in subject.insensitive:
             continue
-        trials = []
-        for value in option_trials(default):
-            try:
-                if subject.check_options is not None:
-                    subject.check_options({name: value})
-            except ValueError:
-                continue
-            trials.append(value)
+        trials = accepted_trials(name, default, subject.check_options)
         if not trials:
             continue
         changed = False

@@ -25,7 +25,7 @@ from ..needs import Needs
 from ..outputs import as_advantages
 from ..steps.batch import StepBatch
 from ..steps.forms import anchor_id_lists, batch_from_lists, split_step_output
-from .calls import option_trials
+from .calls import accepted_trials, option_trials
 from .step_shrinker import shrink_step_case
 
 __all__ = ["STEP_RULES", "StepCase", "bind_needs", "check_step_rules", "option_trials", "step_cases"]
@@ -239,14 +239,7 @@ def options_matter(spec: Any, cases: list[StepCase]) -> tuple[str | None, StepCa
     for name, default in spec.options.items():
         if name in spec.insensitive:  # declared: it changes nothing on synthetic inputs
             continue
-        trials = []
-        for value in option_trials(default):
-            try:
-                if spec.check_options is not None:
-                    spec.check_options({name: value})
-            except ValueError:
-                continue
-            trials.append(value)
+        trials = accepted_trials(name, default, spec.check_options)
         if not trials:
             continue
         changed = False
