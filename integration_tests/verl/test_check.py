@@ -68,7 +68,7 @@ def test_rllm_plugins_verl_check_without_verl_says_what_to_install():
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == (
         f"rllm-plugins verl-check: cannot load the command from rllm-plugins {rllm_plugins.__version__} (rllm_verl.tools.check:main): "
-        'ModuleNotFoundError: rllm_verl needs verl, torch, and verl is not installed. Install: pip install "rllm-plugins[verl]"\n'
+        'ModuleNotFoundError: rllm_verl needs verl and torch, and verl is not installed. Install: pip install "rllm-plugins[verl]"\n'
     )
 
 

@@ -72,7 +72,7 @@ def test_the_resolved_table_gives_each_option_its_value_and_source():
         ["whiten", "True", "the estimator's default"],
         [
             "verl",
-            f"verl {version('verl')}; registration: entry point 'rllm_plugins' = 'rllm_verl.plugin' in group verl.plugins, loaded by import verl (in place)",
+            f"verl {version('verl')} loads the verl.plugins entry point 'rllm_plugins' (rllm_verl.plugin) in import verl: in place",
             "the installed distributions",
         ],
         ["trainer path", "legacy (RayPPOTrainer, compute_advantage)", "trainer.use_v1=false"],

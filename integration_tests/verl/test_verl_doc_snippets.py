@@ -48,7 +48,16 @@ def test_the_page_has_the_snippets_this_test_knows_how_to_run():
     assert kinds <= {"bash", "python", ""}, kinds
     # verl-rehearse's block is run, and its output compared, by integration_tests/verl/test_rehearse.py
     known = (["rllm-plugins", "verl-check"], ["rllm-plugins", "verl-rehearse"], ["pip", "install"])
-    assert all(argv[:3] == ["python", "-m", "verl.trainer.main_ppo"] or argv[:2] in known for argv in SHELL)
+    assert all(argv[:3] == ["python", "-m", "verl.trainer.main_ppo"] or argv[:2] in known or argv[0] == "export" for argv in SHELL)
+
+
+@pytest.mark.parametrize("argv", [a for a in SHELL if a[0] == "export"], ids=lambda a: a[1])
+def test_every_export_on_the_page_registers_the_names_on_a_verl_without_entry_points(argv):
+    from rllm_verl.tools.check import entry_point_policy_error
+
+    name, _, value = argv[1].partition("=")
+    assert entry_point_policy_error({}, entry_points=False) is not None  # without it, verl 0.7/0.8 would not register them
+    assert entry_point_policy_error({name: value}, entry_points=False) is None
 
 
 @pytest.mark.parametrize("argv", [a for a in SHELL if a[:3] == ["python", "-m", "verl.trainer.main_ppo"]], ids=lambda a: " ".join(a[3:6]))

@@ -131,13 +131,6 @@ def _installed_entry_points() -> list[tuple[str, str]]:
     return [(ep.name, ep.value) for ep in entry_points(group="verl.plugins")]
 
 
-def _verl_and_registration() -> str:
-    """The installed verl's version and how the ``rllm_*`` names reach it, for the resolved table (:func:`registration_mechanism`)."""
-    from rllm_verl.versions import verl_features
-
-    return f"verl {verl_features().version}; registration: {registration_mechanism()}"
-
-
 def registration_mechanism(environ: Mapping[str, str] | None = None) -> str:
     """Which mechanism registers the ``rllm_*`` names in each process that imports the installed verl, and whether it is in place."""
     from rllm_verl.versions import EXTERNAL_MODULES_ENV, MODULES_LINE, verl_features
@@ -414,7 +407,7 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     key_errors, key_warnings = algorithm_key_problems(algorithm, verl_defaults)
     if key_errors:
         return VerlCheckReport(False, name, config_name, rllm_names, key_errors, warnings=key_warnings)
-    resolved = [list(row) for row in context_rows(config, _verl_and_registration())]
+    resolved = [list(row) for row in context_rows(config, registration_mechanism())]
     known = sorted(core_algos.ADV_ESTIMATOR_REGISTRY)
     if name not in core_algos.ADV_ESTIMATOR_REGISTRY:
         because = unavailable_because(name.removeprefix(VERL_PREFIX)) if name.startswith(VERL_PREFIX) else None
