@@ -52,7 +52,15 @@ TRL_TESTS = [
 ]
 # TRL 1.15.0's GRPOTrainer always scores with its fused LM head (trl.trainer.utils.add_fused_lm_head), which needs Triton:
 # torch's CPU build has none, so no training step runs on CPU there; its cell checks the mixin against its signatures only
-TRL_115_CPU_TESTS = ["integration_tests/trl/test_versions.py"]
+TRL_115_CPU_TESTS = [
+    f"integration_tests/trl/test_versions.py::{name}"
+    for name in (
+        "test_a_changed_hook_is_refused_naming_the_feature_the_method_and_the_versions",
+        "test_a_trl_without_the_reward_hook_is_refused_when_the_config_is_built",
+        "test_the_releases_that_need_triton_for_every_log_probability_are_the_ones_whose_source_says_so",
+        "test_a_trl_that_needs_triton_is_refused_at_config_time_on_a_cpu_naming_the_fix",
+    )
+]
 CORE_TESTS = ["tests/core", "tests/steps"]
 
 # TRL 1.15 and 1.16 with the newest transformers (5.25.0) take a Triton-only log-prob path that torch's CPU build lacks

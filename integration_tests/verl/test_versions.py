@@ -171,7 +171,7 @@ def test_an_unreadable_version_is_refused_naming_it(text):
 
 def test_docs_verl_quotes_the_line_to_add_the_refusal_and_the_absent_status_as_the_program_says_them():
     page = (Path(__file__).resolve().parents[2] / "docs" / "verl.md").read_text(encoding="utf-8")
-    assert f"```text\n{MODULES_LINE}\n```" in page
+    assert f"```bash\n{MODULES_LINE}\n```" in page
     refusal = SYNC_TRAINER_REFUSAL.format(name="rllm_grpo", version="0.8.0", module="verl.trainer.main_ppo_sync")
     assert refusal.split(": ", 1)[1].split(" (its")[0] in " ".join(page.split())
     assert f"absent: verl 0.8.0 has no {FEATURE_TEXT['v1_trainer'].split(' (')[0]} ..." in page
