@@ -6,6 +6,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # CPU build of torch, installed before anything that depends on torch so no CUDA build is pulled.
 TORCH_SPEC ?= torch==2.13.0
+# The development environment runs the newest supported releases (the matrix, `make compat`, runs the others); naming
+# them also spares pip's resolver a search through every verl and TRL release the extras allow.
+FRAMEWORK_SPEC ?= verl==0.9.1 trl==1.16.0
 STAMP := $(VENV)/.installed
 
 .PHONY: install test conformance compat compat-ci demo bench lint docs clean
@@ -16,7 +19,7 @@ $(STAMP): pyproject.toml examples/rllm-median-baseline/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[all]" --group dev
+	$(PY) -m pip install --quiet -e ".[all]" --group dev $(FRAMEWORK_SPEC)
 	$(PY) -m pip install --quiet ./examples/rllm-median-baseline
 	touch $(STAMP)
 
