@@ -77,8 +77,17 @@ def test_the_reader_finds_the_command_lines():
         "```bash\nmake demo   # a comment\npython -m a.b x=1 \\\n  y=2\n```\n```console\n$ rllm-plugins plugins\nmedian  active\n```\n```python\nmake()\n```\n"
     )
     assert shell_commands(text) == [["make", "demo"], ["python", "-m", "a.b", "x=1", "y=2"], ["rllm-plugins", "plugins"]]
-    assert {argv[0] for _, argv in COMMANDS} <= {"rllm-plugins", "make", "python", "pip"}, "a command this test does not know how to check"
+    assert {argv[0] for _, argv in COMMANDS} <= {"rllm-plugins", "make", "python", "pip", "export"}, "a command this test does not know how to check"
     assert len(of("rllm-plugins")) >= 5 and of("make") and of("python") and of("pip")
+
+
+@pytest.mark.parametrize("item", of("export"), ids=ids)
+def test_every_export_is_the_line_verl_check_names(item):
+    """The one ``export`` the pages show is the line ``verl-check`` asks for on verl 0.7 and 0.8 (``rllm_verl.versions``)."""
+    pytest.importorskip("verl")
+    from rllm_verl.versions import MODULES_LINE
+
+    assert " ".join(item[1]) == MODULES_LINE
 
 
 # ---------------------------------------------------------------- rllm-plugins
