@@ -12,11 +12,15 @@ for a matrix; the integration tests run real steps):
   (``tool_mask`` 0), then its model tokens; per-turn rewards given as a rollout's ``turn_rewards`` key.
   Its rows without model tokens are completions whose ``tool_mask`` is 0 everywhere.
 
-Options are checked at config time by ``RLLMGRPOConfig``.
+Options are checked at config time by ``RLLMGRPOConfig``. A call's advantage transforms are selected as
+``RLLMGRPOConfig(advantage_transforms=[...])`` and run where the trainer runs them, on the gathered batch
+(:func:`rllm_trl.transforms.transform_outcome`, :func:`~rllm_trl.transforms.transform_steps`): the twins
+``trl_outcome+transforms`` and ``trl_turn+transforms``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,9 +32,10 @@ from rllm_plugins.state.store import EstimatorState
 from rllm_plugins.testing.matrix import Call, Output, Path, Sample
 from rllm_plugins.testing.matrix.paths import PROMPT
 from rllm_plugins.testing.matrix.samples import MODEL_TOKEN
-from rllm_trl.config import RLLMGRPOConfig
+from rllm_trl.config import RLLMGRPOConfig, advantage_settings
 from rllm_trl.outcome import compute_advantages, prepare_batch
-from rllm_trl.turns import TURN_REWARDS_KEY, local_turns, row_turns, spread_local, step_advantages
+from rllm_trl.transforms import split_chain, transform_outcome, transform_steps
+from rllm_trl.turns import TURN_REWARDS_KEY, local_turns, row_turns, spread_local, step_advantages, without_rows
 
 __all__ = ["paths"]
 
@@ -48,6 +53,19 @@ def _state(state: Mapping[str, Any] | None) -> EstimatorState:
     return held
 
 
+def _transforms(call: Call) -> tuple[Any, ...]:
+    """The sequence part of ``call.transforms`` as a TRL user selects them: ``RLLMGRPOConfig(advantage_transforms=[...])``, resolved
+    by the config (the token part needs a model's log-probs: the integration tests run it)."""
+    if not call.transforms:
+        return ()
+    entries = [[name, dict(options)] for name, options in call.transforms]
+    config = RLLMGRPOConfig(
+        output_dir="unused", use_cpu=True, bf16=False, adv_estimator=call.name, adv_estimator_kwargs=dict(call.options), advantage_transforms=entries
+    )
+    sequence_part, _ = split_chain(advantage_settings(config).transforms)
+    return sequence_part
+
+
 def _outcome(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
     G = _group_size(sample)  # noqa: N806 - TRL's num_generations
     rewards, lengths, real = [], [], []
@@ -61,6 +79,9 @@ def _outcome(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Out
     batch = prepare_batch(torch.tensor(rewards, dtype=torch.float32)[:, None], torch.ones(1), G, lengths=lengths, task_ids=task_ids)
     held = _state(state)
     advantages = compute_advantages(batch, call.name, estimator_kwargs=dict(call.options), state=held)
+    selected = _transforms(call)
+    if selected:  # as RLLMGRPOTrainer does after compute_advantages, on the gathered batch
+        advantages, _ = transform_outcome(batch, advantages, selected)
     return Output(np.asarray(advantages, dtype=np.float64)[np.array(real, dtype=bool)], held.state_dict())
 
 
@@ -126,6 +147,12 @@ def _turns(call: Call, sample: Sample, idle_rows: bool) -> Output:
     result = step_advantages(
         described, reward_array, G, call.name, options, lengths=np.array(lengths), task_ids=task_ids, state=EstimatorState() if needs.state else None
     )
+    selected = _transforms(call)
+    if selected:  # as RLLMGRPOTrainer does after step_advantages: on the gathered turns, idle rows made unscorable
+        batch = prepare_batch(torch.tensor(rewards, dtype=torch.float32)[:, None], torch.ones(1), G, lengths=lengths, task_ids=task_ids.tolist())
+        batch = without_rows(batch, np.array([row.idle for row in described], dtype=bool))
+        values, _ = transform_steps(result.values, result.offsets, result.step_rewards, result.scored, batch, selected)
+        result = dataclasses.replace(result, values=values)
     tokens = spread_local(result, described, 0, turns).astype(np.float64)
     padding = tokens[idle].reshape(-1) if idle_rows else None
     return Output(np.array([tokens[b, t] for b, t in firsts]), None, padding)
@@ -159,6 +186,7 @@ def paths() -> list[Path]:
             keeps_state=True,
             configure=trl_config_options,
             run_composite=_turn,
+            takes_transforms=True,
         ),
         Path(
             "trl_turn",
@@ -172,6 +200,7 @@ def paths() -> list[Path]:
             pad=_turn_padded,
             configure=trl_config_options,
             stateful=False,
+            takes_transforms=True,
             critic_values="TRL's GRPOTrainer has no critic: RLLMGRPOConfig refuses a value-based estimator (integration_tests/trl/test_config.py)",
         ),
     ]
