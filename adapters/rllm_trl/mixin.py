@@ -166,9 +166,14 @@ class RLLMAdvantageMixin:
         """The token-level part of ``advantage_transforms`` on this process's rows: ``output["advantages"]`` becomes ``(B, T)``."""
         local = output["advantages"]
         role = batch.roles[0] if len(batch.roles) == 1 else "all_roles"
-        values, metrics = transform_tokens(local, output, token_part, role)
+        values, metrics = transform_tokens(local, output, token_part, role, self._sum_over_processes if self.accelerator.num_processes > 1 else None)
         output["advantages"] = torch.as_tensor(values, dtype=torch.float32, device=local.device)
         return metrics
+
+    def _sum_over_processes(self, values: np.ndarray) -> np.ndarray:
+        """``values`` ``(K,)`` summed over every process (accelerate's ``reduce``; each process calls it with its own)."""
+        local = torch.as_tensor(np.asarray(values, dtype=np.float64), device=self.accelerator.device)
+        return self.accelerator.reduce(local, reduction="sum").detach().cpu().numpy()
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         super()._save_checkpoint(model, trial)

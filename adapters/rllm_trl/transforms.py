@@ -6,13 +6,15 @@ completions by prompt, ``rewards`` and ``lengths`` are theirs); on the step path
 completions (``offsets`` group a prompt's turns, ``rewards`` the turns' rewards, ``turn_index`` and
 ``traj_offsets`` place them). A token-level transform (``kl_shaping``) and every transform after it run on this
 process's rows, ``(B, T)``, with ``mask`` (the completion mask, times the tool mask where TRL has one),
-``logprobs`` (TRL's ``old_per_token_logps``) and ``ref_logprobs`` (``ref_per_token_logps``, present when
-``beta > 0``); the batch mean of ``kl_shaping`` is then this process's.
+``logprobs`` (TRL's ``old_per_token_logps``), ``ref_logprobs`` (``ref_per_token_logps``, present when
+``beta > 0``) and, with several processes, ``sum_over_processes`` (accelerate's ``reduce`` with ``"sum"``): the
+batch mean of ``kl_shaping`` is the whole batch's, as on one process, from two scalars per process (its KL sum and
+token count). The transforms' metrics of this part are over this process's tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,7 +26,7 @@ __all__ = ["check_trl_transforms", "split_chain", "transform_outcome", "transfor
 
 WHERE = "RLLMGRPOConfig.advantage_transforms"
 SEQUENCE_CONTEXT = {"offsets", "rewards", "lengths", "turn_index", "traj_offsets", "role"}  # lengths: on the outcome path
-TOKEN_CONTEXT = {"mask", "logprobs", "ref_logprobs", "role"}
+TOKEN_CONTEXT = {"mask", "logprobs", "ref_logprobs", "role", "sum_over_processes"}
 
 
 def check_trl_transforms(entries: Any, beta: float) -> tuple[SelectedTransform, ...]:
@@ -103,8 +105,13 @@ def transform_steps(
     return out, metrics
 
 
-def transform_tokens(local: Any, output: dict[str, Any], selected: Sequence[SelectedTransform], role: str) -> tuple[np.ndarray, dict[str, float]]:
-    """This process's advantages (``(B,)`` or ``(B, T)``) after the token part of the chain: ``(B, T)`` float64, 0 off the mask."""
+def transform_tokens(
+    local: Any, output: dict[str, Any], selected: Sequence[SelectedTransform], role: str, sum_over_processes: Callable[[np.ndarray], np.ndarray] | None = None
+) -> tuple[np.ndarray, dict[str, float]]:
+    """This process's advantages (``(B,)`` or ``(B, T)``) after the token part of the chain: ``(B, T)`` float64, 0 off the mask.
+
+    ``sum_over_processes`` (the trainer's, over accelerate's processes; None on one process) is handed to the transforms
+    that name it, so a batch statistic (``kl_shaping``'s mean) is the whole batch's."""
     mask = output["completion_mask"].detach().cpu().double().numpy()
     if output.get("tool_mask") is not None:
         mask = mask * output["tool_mask"].detach().cpu().double().numpy()
@@ -112,6 +119,8 @@ def transform_tokens(local: Any, output: dict[str, Any], selected: Sequence[Sele
     if values.ndim == 1:
         values = values[:, None] * mask
     context: dict[str, Any] = {"mask": mask}
+    if sum_over_processes is not None:
+        context["sum_over_processes"] = sum_over_processes
     for key, name in (("logprobs", "old_per_token_logps"), ("ref_logprobs", "ref_per_token_logps")):
         if output.get(name) is not None:
             context[key] = output[name].detach().cpu().double().numpy()

@@ -77,6 +77,44 @@ def test_kl_shaping_is_skyrls_formula(estimator):
     assert metrics["transform/all_groups/kl_shaping/mean"] == pytest.approx(float(np.mean(out[mask == 1])))
 
 
+@pytest.mark.parametrize("estimator", ["k1", "k3"])
+def test_kl_shaping_on_a_batch_split_over_processes_is_the_whole_batchs(estimator):
+    """Each share gets sum_over_processes (here: its own [KL sum, token count] plus the other share's); the shaped rows are
+    those of the whole batch at once, and a share with no model token still takes part."""
+    rng = np.random.default_rng(11)
+    adv = rng.normal(size=(5, 6))
+    mask = (rng.random((5, 6)) < 0.6).astype(float)
+    mask[4] = 0  # a row without model tokens: its share has none
+    logp, ref = -rng.random((5, 6)) * 2, -rng.random((5, 6)) * 2
+    whole = plain_kl_shaping(adv.tolist(), mask.tolist(), logp.tolist(), ref.tolist(), 0.3, estimator)
+    shares = [slice(0, 2), slice(2, 4), slice(4, 5)]
+    sent = []
+
+    def share_sums(part):  # what each process sends: its KL sum and token count, computed plainly
+        pairs = zip(logp[part].ravel().tolist(), ref[part].ravel().tolist(), mask[part].ravel().tolist(), strict=True)
+        kl = [((lp - r) if estimator == "k1" else (math.exp(r - lp) - (r - lp) - 1), m) for lp, r, m in pairs]
+        return np.array([sum(k for k, m in kl if m), sum(m for _, m in kl)])
+
+    for part in shares:
+        others = sum((share_sums(p) for p in shares if p != part), np.zeros(2))
+
+        def summed(values, others=others):
+            sent.append(values.copy())
+            return values + others
+
+        out, _ = apply_transforms(
+            adv[part],
+            [("kl_shaping", {"coef": 0.3, "estimator": estimator})],
+            token_level=True,
+            mask=mask[part],
+            logprobs=logp[part],
+            ref_logprobs=ref[part],
+            sum_over_processes=summed,
+        )
+        np.testing.assert_allclose(out, np.array(whole)[part], rtol=0, atol=1e-12)
+    assert len(sent) == len(shares) and sent[-1].tolist() == [0.0, 0.0]
+
+
 def test_entries_in_every_form_apply_in_order_and_repeats_get_their_own_metrics():
     out, metrics = apply_transforms(np.array(VALUES), [("clip", {"max": 2.0}), {"name": "scale", "negative": 0.5}, ("clip", {"min": -1.0})])
     assert out.tolist() == plain_clip(plain_scale(plain_clip(VALUES, None, 2.0), 1.0, 0.5), -1.0, None)
