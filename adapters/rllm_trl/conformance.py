@@ -13,14 +13,12 @@ for a matrix; the integration tests run real steps):
   Its rows without model tokens are completions whose ``tool_mask`` is 0 everywhere.
 
 Options are checked at config time by ``RLLMGRPOConfig``. A call's advantage transforms are selected as
-``RLLMGRPOConfig(advantage_transforms=[...])`` and run where the trainer runs them, on the gathered batch
-(:func:`rllm_trl.transforms.transform_outcome`, :func:`~rllm_trl.transforms.transform_steps`): the twins
-``trl_outcome+transforms`` and ``trl_turn+transforms``.
+``RLLMGRPOConfig(advantage_transforms=[...])`` and handed to the estimator's run as the trainer hands them
+(:func:`rllm_trl.transforms.sequence_transforms`): the twins ``trl_outcome+transforms`` and ``trl_turn+transforms``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,8 +32,8 @@ from rllm_plugins.testing.matrix.paths import PROMPT
 from rllm_plugins.testing.matrix.samples import MODEL_TOKEN
 from rllm_trl.config import RLLMGRPOConfig, advantage_settings
 from rllm_trl.outcome import compute_advantages, prepare_batch
-from rllm_trl.transforms import split_chain, transform_outcome, transform_steps
-from rllm_trl.turns import TURN_REWARDS_KEY, local_turns, row_turns, spread_local, step_advantages, without_rows
+from rllm_trl.transforms import sequence_transforms, split_chain
+from rllm_trl.turns import TURN_REWARDS_KEY, local_turns, role_parts, row_turns, spread_local, step_advantages
 
 __all__ = ["paths"]
 
@@ -62,8 +60,7 @@ def _transforms(call: Call) -> tuple[Any, ...]:
     config = RLLMGRPOConfig(
         output_dir="unused", use_cpu=True, bf16=False, adv_estimator=call.name, adv_estimator_kwargs=dict(call.options), advantage_transforms=entries
     )
-    sequence_part, _ = split_chain(advantage_settings(config).transforms)
-    return sequence_part
+    return split_chain(advantage_settings(config).transforms)[0]
 
 
 def _outcome(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
@@ -78,10 +75,8 @@ def _outcome(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Out
     task_ids = [f"task{g}" for g in range(len(sample.groups)) for _ in range(G)]
     batch = prepare_batch(torch.tensor(rewards, dtype=torch.float32)[:, None], torch.ones(1), G, lengths=lengths, task_ids=task_ids)
     held = _state(state)
-    advantages = compute_advantages(batch, call.name, estimator_kwargs=dict(call.options), state=held)
-    selected = _transforms(call)
-    if selected:  # as RLLMGRPOTrainer does after compute_advantages, on the gathered batch
-        advantages, _ = transform_outcome(batch, advantages, selected)
+    transforms, _ = sequence_transforms(_transforms(call))  # as RLLMGRPOTrainer hands them to compute_advantages
+    advantages = compute_advantages(batch, call.name, estimator_kwargs=dict(call.options), state=held, transforms=transforms)
     return Output(np.asarray(advantages, dtype=np.float64)[np.array(real, dtype=bool)], held.state_dict())
 
 
@@ -144,15 +139,19 @@ def _turns(call: Call, sample: Sample, idle_rows: bool) -> Output:
     )
     reward_array = torch.tensor(rewards, dtype=torch.float32).to(torch.float64).numpy()  # TRL's rewards are float32
     task_ids = np.array([f"task{g}" for g in range(len(sample.groups)) for _ in range(G)], dtype=object)
+    batch = prepare_batch(torch.tensor(rewards, dtype=torch.float32)[:, None], torch.ones(1), G, lengths=lengths, task_ids=task_ids.tolist())
+    transforms, _ = sequence_transforms(_transforms(call), role_parts(batch.roles, batch.group_roles))  # as RLLMGRPOTrainer hands them over
     result = step_advantages(
-        described, reward_array, G, call.name, options, lengths=np.array(lengths), task_ids=task_ids, state=EstimatorState() if needs.state else None
+        described,
+        reward_array,
+        G,
+        call.name,
+        options,
+        lengths=np.array(lengths),
+        task_ids=task_ids,
+        state=EstimatorState() if needs.state else None,
+        transforms=transforms,
     )
-    selected = _transforms(call)
-    if selected:  # as RLLMGRPOTrainer does after step_advantages: on the gathered turns, idle rows made unscorable
-        batch = prepare_batch(torch.tensor(rewards, dtype=torch.float32)[:, None], torch.ones(1), G, lengths=lengths, task_ids=task_ids.tolist())
-        batch = without_rows(batch, np.array([row.idle for row in described], dtype=bool))
-        values, _ = transform_steps(result.values, result.offsets, result.step_rewards, result.scored, batch, selected)
-        result = dataclasses.replace(result, values=values)
     tokens = spread_local(result, described, 0, turns).astype(np.float64)
     padding = tokens[idle].reshape(-1) if idle_rows else None
     return Output(np.array([tokens[b, t] for b, t in firsts]), None, padding)

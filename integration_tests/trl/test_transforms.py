@@ -111,13 +111,13 @@ def test_the_object_path_with_the_configs_algorithm_config_agrees_with_the_train
     from rllm_trl import RLLMGRPOConfig
     from rllm_trl.groups import compute_advantages_via_groups
     from rllm_trl.outcome import compute_advantages, prepare_batch
-    from rllm_trl.transforms import transform_outcome
+    from rllm_trl.transforms import sequence_transforms
 
     config = make_config(tmp_path, RLLMGRPOConfig, adv_estimator="rloo", advantage_transforms=[{"name": "clip", "min": -0.3}, ["scale", {"positive": 2.0}]])
     rng = np.random.default_rng(3)
     rewards = torch.from_numpy(rng.integers(0, 4, size=(8 * G, 1)).astype(np.float32))
     batch = prepare_batch(rewards, torch.tensor([1.0]), G)
-    fast, _ = transform_outcome(batch, compute_advantages(batch, "rloo"), _selected(config))
+    fast = compute_advantages(batch, "rloo", transforms=sequence_transforms(_selected(config))[0])
     slow, metrics = compute_advantages_via_groups(batch, [[1, 2]] * (8 * G), [[7, 7]] * (8 * G), config.algorithm_config())
     np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-6)
     assert metrics["transform/all_groups/scale/max"] == pytest.approx(fast.max(), abs=1e-6)
