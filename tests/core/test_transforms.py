@@ -332,3 +332,15 @@ def test_codapo_without_log_probs_in_the_steps_says_what_is_missing():
     config = AlgorithmConfig(estimator="grpo", advantage_transforms=["codapo"])
     with pytest.raises(ValueError, match=r"advantage transform 'codapo' .* needs \['mean_logprobs'\], which this path does not provide"):
         collect_reward_and_advantage_from_trajectory_groups(groups_of([1.0, 0.0]), config)
+
+
+def test_the_collectors_turn_metrics_are_those_of_the_transformed_advantages():
+    """As TRL's: the transforms run inside the estimator's run, so every advantage metric of a step-level role is of their output."""
+    rewards = ([1.0, 0.0], [0.0, 0.0], [2.0, 1.0])
+    groups = [TrajectoryGroup([Trajectory(steps=[Step(prompt_ids=[1], response_ids=[2], reward=r) for r in rs], reward=0.0) for rs in rewards], group_id="t0")]
+    config = AlgorithmConfig(estimator="step_reinforce", advantage_transforms=[("clip", {"max": 0.3})])
+    metrics = collect_reward_and_advantage_from_trajectory_groups(groups, config)
+    by_turn = [[t.steps[k].advantage for t in groups[0].trajectories] for k in range(2)]
+    assert max(max(turn) for turn in by_turn) == 0.3, "the clip changed something"
+    for k, turn in enumerate(by_turn):
+        assert metrics[f"turn/all_groups/{k}/advantage_mean"] == pytest.approx(sum(turn) / len(turn))
