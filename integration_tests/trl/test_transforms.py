@@ -43,8 +43,8 @@ def test_kl_shaping_on_this_process_rows_with_trls_log_probs(tokenizer, prompt_d
     from rllm_plugins.tiny import build_tiny_model
 
     model = build_tiny_model(tokenizer, seed=0)
-    model.save_pretrained(tmp_path / "tiny")  # GRPOTrainer builds the reference model from the policy's path when beta > 0
-    model.config._name_or_path = str(tmp_path / "tiny")
+    build_tiny_model(tokenizer, seed=1).save_pretrained(tmp_path / "reference")  # GRPOTrainer builds the reference from the policy's path
+    model.config._name_or_path = str(tmp_path / "reference")  # when beta > 0: another model there, so the KL is not 0
     config = make_config(tmp_path, advantage_transforms=[{"name": "kl_shaping", "coef": 0.5}], beta=0.1, num_iterations=2, max_steps=1)
     trainer = RLLMGRPOTrainer(model=model, reward_funcs=default_reward_funcs, args=config, train_dataset=prompt_dataset, processing_class=tokenizer)
     seen = []
@@ -70,6 +70,7 @@ def test_kl_shaping_on_this_process_rows_with_trls_log_probs(tokenizer, prompt_d
     step = seen[0]
     mask = step["mask"].astype(bool)
     kl = step["logp"] - step["ref"]
+    assert np.abs(kl[mask]).max() > 1e-3, "the policy is its reference: the shaping would change nothing"
     mean = kl[mask].sum() / mask.sum()
     want = np.where(mask, step["before"][:, None] + 0.5 * (mean - kl), 0.0)
     np.testing.assert_allclose(step["after"], want, rtol=0, atol=1e-5)
