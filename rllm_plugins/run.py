@@ -125,6 +125,9 @@ class Transforms:
         group_of = np.repeat(np.arange(group_sizes.size), group_sizes)
         traj_of = np.repeat(np.arange(traj_sizes.size), traj_sizes)
         context = {**run_context, **self.context}
+        for key in PER_UNIT:
+            if context.get(key) is not None and np.shape(context[key])[:1] != (n,):
+                raise ValueError(f"{self.where}: the context {key!r} has shape {np.shape(context[key])} for {n} units (one value per unit)")
         for part_role, groups, units in self.parts if self.parts is not None else [(role, None, None)]:
             in_groups = np.ones(group_sizes.size, dtype=bool) if groups is None else np.asarray(groups, dtype=bool)
             chosen = in_groups[group_of] & (np.ones(n, dtype=bool) if units is None else np.asarray(units, dtype=bool))

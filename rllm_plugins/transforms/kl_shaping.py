@@ -50,7 +50,10 @@ def kl_shaping(
     kl = token_kl(np.asarray(logprobs, dtype=np.float64), np.asarray(ref_logprobs, dtype=np.float64), estimator)
     total, count = float(kl[mask].sum()), float(mask.sum())
     if sum_over_processes is not None:
-        total, count = (float(x) for x in np.asarray(sum_over_processes(np.array([total, count], dtype=np.float64)), dtype=np.float64))
+        summed = np.asarray(sum_over_processes(np.array([total, count], dtype=np.float64)), dtype=np.float64).reshape(-1)
+        if summed.shape != (2,) or not np.isfinite(summed).all():
+            raise ValueError(f"kl_shaping: sum_over_processes returned {summed.tolist()} for [KL sum, token count]; expected two finite sums")
+        total, count = float(summed[0]), float(summed[1])
     if count == 0 or not mask.any():
         return np.array(advantages, copy=True)
     mean = total / count

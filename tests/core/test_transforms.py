@@ -344,3 +344,19 @@ def test_the_collectors_turn_metrics_are_those_of_the_transformed_advantages():
     assert max(max(turn) for turn in by_turn) == 0.3, "the clip changed something"
     for k, turn in enumerate(by_turn):
         assert metrics[f"turn/all_groups/{k}/advantage_mean"] == pytest.approx(sum(turn) / len(turn))
+
+
+def test_kl_shaping_refuses_a_sum_over_processes_that_is_not_two_finite_sums():
+    mask, logp, ref = np.ones((1, 2)), np.full((1, 2), -1.0), np.full((1, 2), -1.2)
+    for bad in (lambda v: v[:1], lambda v: v * np.nan):
+        with pytest.raises(ValueError, match=r"kl_shaping: sum_over_processes returned .* for \[KL sum, token count\]; expected two finite sums"):
+            apply_transforms(np.zeros((1, 2)), ["kl_shaping"], token_level=True, mask=mask, logprobs=logp, ref_logprobs=ref, sum_over_processes=bad)
+
+
+def test_a_run_refuses_a_per_unit_context_of_the_wrong_length():
+    from rllm_plugins.run import Transforms
+    from rllm_plugins.transforms import resolve_transforms
+
+    transforms = Transforms(resolve_transforms([("clip", {"max": 1.0})], "here"), "here", context={"lengths": np.ones(3)})
+    with pytest.raises(ValueError, match=r"here: the context 'lengths' has shape \(3,\) for 4 units \(one value per unit\)"):
+        transforms.apply(np.zeros(4), np.array([2, 2]), np.ones(4, dtype=np.int64), {}, "solver")
