@@ -397,6 +397,8 @@ def hostile_options(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
     """
     if path.configure is None:
         raise NotApplicable(f"{path.name} has no config time")
+    if path.base is not None:  # the same config step as its path's, which that cell checks (verl-check takes seconds a value)
+        raise NotApplicable(f"the estimator's options are checked at config time as on {path.base.name}, whose cell checks them")
     values = budget.hostile if path.fast_configure else budget.hostile_slow
     if not values:
         raise NotApplicable(f"{path.name}'s config check takes seconds: only in the full matrix (make conformance)")
