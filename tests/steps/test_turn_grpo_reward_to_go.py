@@ -8,7 +8,9 @@ the baseline the population's mean or the mean of its *other* members.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
+from types import MappingProxyType
 
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, col
 from rllm_plugins.estimators import calculate_turn_grpo_advantages
 from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.registry import get_estimator
+from rllm_plugins.testing.matrix import FAST, core_paths, entry_of, run_matrix
 
 EPS = 1e-6
 
@@ -186,3 +189,14 @@ def test_the_collector_runs_the_option_by_name():
     got = [[s.advantage for s in t.steps] for t in groups[0].trajectories]
     want = plain_reward_to_go([[1.0, 3.0]], [[[1.0], [1.0, 2.0]]], norm=False, baseline="leave_one_out")[0]
     assert got == [pytest.approx(w) for w in want]
+
+
+@pytest.mark.parametrize(
+    "options", [{"value": "reward_to_go", "baseline": "leave_one_out"}, {"value": "return", "ended": "present", "baseline": "leave_one_out"}]
+)
+def test_the_options_hold_every_cell_of_the_core_matrix(options):
+    """The conformance matrix runs turn_grpo with its defaults; these settings take its core paths and relations too."""
+    entry = dataclasses.replace(entry_of("turn_grpo"), options=MappingProxyType(options))
+    cells = run_matrix([entry], core_paths(), FAST)
+    assert not [str(c) for c in cells if c.status == "FAIL"]
+    assert sum(c.status == "PASS" for c in cells) > 20
