@@ -10,23 +10,23 @@ Per task group (the trajectories of one prompt), trajectory ``i`` of ``T_i`` ste
                 terms never depends on where the trajectory itself stopped)
     A_{i,t}   = A^E_i + lam * A^T_{i,t}
 
-The population of turn ``t`` is, with ``ended="absorbing"`` (default), every trajectory of the task group,
-one that ended before ``t`` counting with value 0 (so the baseline of turn ``t`` does not depend on which
-trajectories the policy let reach it); with ``ended="present"``, the trajectories that reached turn ``t``
-(``gigpo`` with every step's anchor its turn index); ``value="reward_to_go"`` takes ``"absorbing"`` only.
-``baseline="leave_one_out"`` centres every population (the episode level's and each turn's) on the mean of its
-*other* members, RLOO's baseline: ``n / (n - 1)`` times the centred value, ``n`` the population's size (a task group
-of one keeps its episode value). Without the std division, ``value="reward_to_go"`` with it is verl RFC #7244's
-criterion met exactly: the baseline of a decision depends neither on the trajectory's own later stopping nor on its
-own rewards, so the policy gradient is unbiased when the policy decides when to stop. Population std (ddof 0; ``std_ddof=1``: the unbiased std
-in both levels), eps 1e-6; a population of one gives ``A^T = 0``; ``norm_adv_by_std_in_grpo=False`` drops both
-divisions. MT-GRPO (two turns, a tool call then the answer) is ``value="reward", ended="present", lam=coef,
-std_ddof=1, epsilon=1e-4`` with step rewards ``[R_turn, 0]`` and the outcome reward as the trajectory's: the
-outcome part on every turn, the turn part on the first. Its completions without a tool result (one turn, step
-rewards ``[R_turn]``) get the *combined* reward standardised over the task group: ``single_turn="combined"``
-gives a trajectory of one step ``(c_i - mean_g c) / (std_g c + eps)`` with ``c = R + sum_t r_t`` (every
-trajectory of the group in the population; the same std and eps; a task group of one trajectory takes mean 0 and
-std 1, as ``grpo``), instead of the formula above.
+The population of turn ``t`` is, with ``ended="absorbing"`` (default), every trajectory of the task group, one that
+ended before ``t`` counting with value 0 (so the baseline of turn ``t`` does not depend on which trajectories the
+policy let reach it); with ``ended="present"``, the trajectories that reached turn ``t`` (``gigpo`` with every
+step's anchor its turn index); ``value="reward_to_go"`` takes ``"absorbing"`` only. ``baseline="leave_one_out"``
+centres every population (the episode level's and each turn's) on the mean of its *other* members, RLOO's baseline:
+``n / (n - 1)`` times the centred value, ``n`` the population's size (a task group of one keeps its episode value).
+Without the std division, ``value="reward_to_go"`` with it is verl RFC #7244's criterion met exactly: the baseline
+of a decision depends neither on the trajectory's own later stopping nor on its own rewards, so the policy gradient
+is unbiased when the policy decides when to stop (``benchmarks/turn_baseline_bias.py``). Population std (ddof 0;
+``std_ddof=1``: the unbiased std in both levels), eps 1e-6; a population of one gives ``A^T = 0``;
+``norm_adv_by_std_in_grpo=False`` drops both divisions. MT-GRPO (two turns, a tool call then the answer) is
+``value="reward", ended="present", lam=coef, std_ddof=1, epsilon=1e-4`` with step rewards ``[R_turn, 0]`` and the
+outcome reward as the trajectory's: the outcome part on every turn, the turn part on the first. Its completions
+without a tool result (one turn, step rewards ``[R_turn]``) get the *combined* reward standardised over the task
+group: ``single_turn="combined"`` gives a trajectory of one step ``(c_i - mean_g c) / (std_g c + eps)`` with
+``c = R + sum_t r_t`` (every trajectory of the group in the population; the same std and eps; a task group of one trajectory
+takes mean 0 and std 1, as ``grpo``), instead of the formula above.
 """
 
 from __future__ import annotations
@@ -140,16 +140,43 @@ def _sum_to_go(batch: StepBatch, terms: np.ndarray, ids: np.ndarray, id_group: n
     ``terms`` ``(S,)`` the steps' own ``z``; ``zeros`` ``(K,)`` the ``z`` of a 0 in each turn's population, what a
     turn after the trajectory's end adds. A task group's ids are contiguous and in turn order (``id_group``
     ``(K,)`` nondecreasing), so the turns after a trajectory's end start at the id after its last step's.
+    A sum beyond the float64 range is a ``ValueError`` naming the task group or the step.
     """
     id_offsets = np.searchsorted(id_group, np.arange(batch.num_groups + 1))
-    tails = discounted_returns(zeros, id_offsets, gamma)  # per id: the discounted sum of the zeros' terms from that turn on
+    tails = _tails(zeros, id_offsets, gamma)  # per id: the discounted sum of the zeros' terms from that turn on
+    own = discounted_returns(terms, batch.step_offsets, gamma)  # the trajectory's own turns
     sizes = batch.steps.sizes
-    last = batch.step_offsets[1:][sizes > 0] - 1
-    after = ids[last] + 1
-    inside = after < id_offsets[batch.step_group[last] + 1]  # a turn of the task group follows the trajectory's last
-    values = terms.copy()
-    values[last[inside]] += gamma * tails[after[inside]]
-    return discounted_returns(values, batch.step_offsets, gamma)
+    after = ids[np.maximum(batch.step_offsets[1:] - 1, 0)] + 1  # (N,) the id after each trajectory's last step's (read where it has steps)
+    inside = (sizes > 0) & (after < id_offsets[batch.trajectories.group_index + 1])  # a turn of the task group follows its last
+    tail = np.where(inside, tails[np.where(inside, after, 0)], 0.0)  # (N,)
+    from_end = batch.steps.expand(sizes) - (np.arange(batch.num_steps) - batch.steps.expand(batch.step_offsets[:-1]))  # K_i - t
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = own + np.power(gamma, from_end) * batch.steps.expand(tail)
+    if not np.isfinite(out).all():
+        s = int(np.flatnonzero(~np.isfinite(out))[0])
+        i = int(np.searchsorted(batch.step_offsets, s, side="right") - 1)
+        raise ValueError(
+            f"estimator 'turn_grpo' (value='reward_to_go'): trajectory {i} (in batch order), step {s - int(batch.step_offsets[i])}: "
+            "the sum of its turns' terms is beyond the float64 range; scale the step rewards down"
+        )
+    return out
+
+
+def _tails(zeros: np.ndarray, id_offsets: np.ndarray, gamma: float) -> np.ndarray:
+    """:func:`discounted_returns` of the zeros' terms within each task group's ids; beyond the float64 range, a ``ValueError`` naming the group."""
+    try:
+        return discounted_returns(zeros, id_offsets, gamma)
+    except ValueError:
+        for g in range(id_offsets.size - 1):
+            part = zeros[id_offsets[g] : id_offsets[g + 1]]
+            try:
+                discounted_returns(part, np.array([0, part.size]), gamma)
+            except ValueError:
+                raise ValueError(
+                    f"estimator 'turn_grpo' (value='reward_to_go'): task group {g}: the sum of its turns' terms after a trajectory's end "
+                    "is beyond the float64 range; scale the step rewards down"
+                ) from None
+        raise
 
 
 def turn_grpo(
@@ -176,7 +203,8 @@ def turn_grpo(
     norm = dict(norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon)
     trajectory_level = standardize_in_groups(batch.outcomes, batch.traj_offsets, **norm, ddof=std_ddof)
     if baseline == "leave_one_out":
-        trajectory_level *= batch.trajectories.expand(_leave_one_out_scale(batch.trajectories.sizes))
+        with np.errstate(over="ignore"):
+            trajectory_level *= batch.trajectories.expand(_leave_one_out_scale(batch.trajectories.sizes))
     episode = batch.steps.expand(trajectory_level)
     values = discounted_returns(batch.step_rewards, batch.step_offsets, gamma) if value == "return" else batch.step_rewards.copy()
     ids, id_group = _turn_ids(batch, turn_index(batch))
@@ -188,9 +216,10 @@ def turn_grpo(
         per_turn, zeros = _normalize_absorbing(values, ids, sizes, **norm, ddof=std_ddof)
     if baseline == "leave_one_out":
         scale = _leave_one_out_scale(sizes)
-        per_turn *= scale[ids]
-        if value == "reward_to_go":
-            zeros *= scale
+        with np.errstate(over="ignore"):  # beyond the float64 range stays inf, refused where the advantages are checked
+            per_turn *= scale[ids]
+            if value == "reward_to_go":
+                zeros *= scale
     if value == "reward_to_go":
         per_turn = _sum_to_go(batch, per_turn, ids, id_group, zeros, gamma)
     per_turn *= lam

@@ -17,8 +17,10 @@ import pytest
 
 from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups
 from rllm_plugins.estimators import calculate_turn_grpo_advantages
+from rllm_plugins.estimators.turn_grpo import turn_grpo
 from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.registry import get_estimator
+from rllm_plugins.steps.batch import StepBatch
 from rllm_plugins.testing.matrix import FAST, core_paths, entry_of, run_matrix
 
 EPS = 1e-6
@@ -200,3 +202,23 @@ def test_the_options_hold_every_cell_of_the_core_matrix(options):
     cells = run_matrix([entry], core_paths(), FAST)
     assert not [str(c) for c in cells if c.status == "FAIL"]
     assert sum(c.status == "PASS" for c in cells) > 20
+
+
+@pytest.mark.parametrize(
+    "traj_offsets, step_rewards, step_offsets, baseline, message",
+    [
+        ([0, 1, 3], [0.0, 1.5e308, 1.5e308, 1.5e308, 0.0], [0, 1, 4, 5], "mean", r"the discounted return of trajectory 1 \(in batch order\), step 0 is beyond"),
+        (
+            [0, 1, 3],
+            [0.0, 1.5e308, 1.5e308, 1.5e308, 1.5e308, 0.0],
+            [0, 1, 5, 6],
+            "leave_one_out",
+            r"'turn_grpo' \(value='reward_to_go'\): task group 1: the sum of its turns' terms after a trajectory's end is beyond the float64",
+        ),
+        ([0, 2, 3], [1.5e308, -1.5e308, 0.0], [0, 1, 2, 3], "leave_one_out", r"\(value='reward_to_go'\): trajectory 0 \(in batch order\), step 0: the sum"),
+    ],
+)
+def test_sums_beyond_the_float64_range_are_refused_naming_where(traj_offsets, step_rewards, step_offsets, baseline, message):
+    batch = StepBatch(np.zeros(3), np.array(traj_offsets), np.array(step_rewards), np.array(step_offsets))
+    with pytest.raises(ValueError, match=message):
+        turn_grpo(batch, value="reward_to_go", baseline=baseline, norm_adv_by_std_in_grpo=False)
