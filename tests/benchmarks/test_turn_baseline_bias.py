@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.turn_baseline_bias import BEGIN, CS, END, GROUP, HORIZON, ROWS, SETTINGS, markdown, sample, table, true_gradient
+from benchmarks.turn_baseline_bias import BEGIN, CS, END, GROUP, GROUPS, HORIZON, ROWS, SEED, SETTINGS, markdown, sample, table, true_gradient
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "turn_level.md"
 
@@ -122,3 +122,23 @@ def test_the_pages_tables_are_the_programs(results):
     assert page.count(BEGIN) == 1 and page.count(END) == 1
     written = page.split(BEGIN, 1)[1].split(END, 1)[0]
     assert written == "\n" + markdown(results)
+
+
+def test_the_pages_prose_names_the_programs_settings():
+    """The setting the page describes: its turns, group size, task groups, seed, the half payback's gradient and each k."""
+    text = DOC.read_text().split("## Learned stopping: which per-turn baselines are biased", 1)[1].split(BEGIN, 1)[0]
+    prose = " ".join(text.split())
+    for claim in (
+        f"up to {HORIZON} turns",
+        f"per task group of {GROUP}",
+        f"over {GROUPS:,} task groups",
+        f"seed {SEED}",
+        f"the 2{'⁰¹²³⁴⁵⁶⁷⁸⁹'[HORIZON - 1]} continue/stop",
+    ):
+        assert claim in prose, claim
+    assert SETTINGS == {"full": 1.0, "half": 0.5} and "with half paid back" in prose
+    for c in (0.5, 1.0, 2.0):
+        assert true_gradient(c, 0.5) == pytest.approx(0.6875 * c / 2, rel=1e-12)  # the page: `0.6875 c / 2`
+    k = {row.name: row.k for row in ROWS}
+    assert {name for name, weight in k.items() if weight == 2.0} == {row.name for row in ROWS if row.name.startswith(("turn_grpo", "gigpo"))}
+    assert k[COMPOSITE] == 1.5 and all(weight == 1.0 for name, weight in k.items() if not name.startswith(("turn_grpo", "gigpo", "composite")))
