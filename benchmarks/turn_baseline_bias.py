@@ -1,43 +1,54 @@
-"""Bias of per-turn baselines when the policy decides when to stop (verl RFC #7244), measured.
+"""Bias of per-turn baselines when the policy decides when to stop (verl RFC #7244), measured against the exact gradient.
 
 The environment: up to ``H`` turns; at each turn before the last the policy continues with probability
 ``p = sigmoid(theta)`` or stops. A turn after which it continues earns the intermediate reward ``c``; the last
-turn's reward pays every one back and adds noise independent of the actions, ``-c (K - 1) + eps``
-(``K`` turns taken, ``eps ~ N(0, 1)``). So every trajectory's return is ``eps``: the expected return does not
-depend on ``theta``, the true policy gradient is exactly 0, and the mean of an estimator's gradient estimate is its
-bias. An estimate per task group of ``n`` trajectories is ``mean_i sum_t d log pi(a_t)/d theta * A_{i,t}`` over the
-turns with a decision (``1 - p`` for continue, ``-p`` for stop), ``A`` the estimator's per-step advantages (without
-std normalisation, which only rescales).
+turn's reward pays a fraction ``payback`` of them back and adds noise independent of the actions,
+``-payback * c * (K - 1) + eps`` (``K`` turns taken, ``eps ~ N(0, 1)``). The return is
+``(1 - payback) * c * (K - 1) + eps``: with ``payback=1`` (full) it does not depend on ``theta`` and the true
+gradient is exactly 0; with ``payback=0.5`` (half) it is not. :func:`true_gradient` computes it exactly, over the
+``2^(H-1)`` continue/stop sequences.
 
-The estimators: ``rloo`` of the return (broadcast, the unbiased reference); ``per_turn_index_sum`` (the RFC's
-construction, MT-GRPO-style: each turn's reward minus its mean over the group's trajectories that reached that
-turn index, summed over the trajectory's turns, broadcast); ``turn_grpo`` with ``value="reward", ended="present"``
-(our MT-GRPO setting); ``turn_grpo`` with returns (the default: ``value="return", ended="absorbing"``); ``gigpo``
-with the turn index as anchor; ``turn_credit`` with the return as the outcome and each turn's score the intermediate
-reward earned so far.
+An estimate per task group of ``n`` trajectories is ``mean_i sum_t d log pi(a_t)/d theta * A_{i,t}`` over the
+turns with a decision (``1 - p`` for continue, ``-p`` for stop), ``A`` the estimator's per-step advantages, no std
+normalisation (it only rescales). The batch is verl's: each trajectory's outcome is its return, the sum of its
+step rewards. An estimator that adds an outcome part and a per-turn part (``turn_grpo``, ``gigpo``) counts the
+return twice, so its target is ``k * gradient`` with ``k`` the weight it gives the return (:data:`ROWS`); its bias
+is ``mean - k * gradient``.
 
-Run: ``python -m benchmarks.turn_baseline_bias [--quick]``; writes ``docs/turn_baseline_bias.png``.
+Run: ``python -m benchmarks.turn_baseline_bias``: prints the tables, writes ``docs/turn_baseline_bias.png`` and the
+tables into ``docs/turn_level.md`` between its ``turn-baseline-bias`` markers.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from rllm_plugins.estimators.composite import composite
 from rllm_plugins.estimators.gigpo import gigpo
+from rllm_plugins.estimators.step_reinforce import step_reinforce
 from rllm_plugins.estimators.turn_credit import turn_credit
+from rllm_plugins.estimators.turn_gae import turn_gae
 from rllm_plugins.estimators.turn_grpo import turn_grpo
 from rllm_plugins.steps.batch import StepBatch
 
-__all__ = ["ESTIMATORS", "Episodes", "bias", "sample", "table"]
+__all__ = ["ROWS", "SETTINGS", "Episodes", "Row", "bias", "markdown", "sample", "table", "true_gradient"]
 
 HORIZON = 4
 GROUP = 8
-PLOT = Path(__file__).resolve().parents[1] / "docs" / "turn_baseline_bias.png"
+GROUPS = 20000
+SEED = 0
+CS = (0.0, 0.5, 1.0, 2.0)
+SETTINGS = {"full": 1.0, "half": 0.5}  # payback fraction: the true gradient is 0 (full), not 0 (half)
+ROOT = Path(__file__).resolve().parents[1]
+PLOT = ROOT / "docs" / "turn_baseline_bias.png"
+DOC = ROOT / "docs" / "turn_level.md"
+BEGIN, END = "<!-- turn-baseline-bias: begin (python -m benchmarks.turn_baseline_bias) -->", "<!-- turn-baseline-bias: end -->"
 
 
 @dataclass(frozen=True)
@@ -52,8 +63,8 @@ class Episodes:
     groups: int
 
 
-def sample(c: float, groups: int, seed: int = 0, theta: float = 0.0) -> Episodes:
-    """Draw the episodes of the environment above (intermediate reward ``c``)."""
+def sample(c: float, groups: int, seed: int = SEED, theta: float = 0.0, payback: float = 1.0) -> Episodes:
+    """Draw the episodes of the environment above (intermediate reward ``c``, a fraction ``payback`` paid back)."""
     rng = np.random.default_rng(seed)
     p = 1.0 / (1.0 + np.exp(-theta))
     n = groups * GROUP
@@ -63,14 +74,26 @@ def sample(c: float, groups: int, seed: int = 0, theta: float = 0.0) -> Episodes
     step_offsets = np.concatenate([[0], np.cumsum(turns)])
     turn = np.arange(int(step_offsets[-1])) - np.repeat(step_offsets[:-1], turns)
     last = np.repeat(turns, turns) - 1
-    rewards = np.where(turn < last, c, -c * last + np.repeat(noise, turns))
+    rewards = np.where(turn < last, c, -payback * c * last + np.repeat(noise, turns))
     decided = turn <= HORIZON - 2  # the last possible turn has no decision
     score = np.where(turn < last, 1.0 - p, -p) * decided
     group_of_step = np.repeat(np.arange(n) // GROUP, turns)
-    anchors = (group_of_step * HORIZON + turn).astype(np.int64)  # the turn index within the task group
+    anchors = (group_of_step * HORIZON + turn).astype(np.int64)  # the state before a turn: every trajectory there has continued, so its turn index
     outcomes = np.add.reduceat(rewards, step_offsets[:-1])
     batch = StepBatch(outcomes, np.arange(0, n + 1, GROUP), rewards, step_offsets, anchors=anchors)
     return Episodes(batch, score, turn, turns, c, groups)
+
+
+def true_gradient(c: float, payback: float, theta: float = 0.0) -> float:
+    """``d E[return] / d theta``, exactly: the sum over the ``2^(H-1)`` continue/stop sequences of probability x score x mean return."""
+    p = 1.0 / (1.0 + np.exp(-theta))
+    total = 0.0
+    for actions in itertools.product((True, False), repeat=HORIZON - 1):
+        probability = float(np.prod([p if a else 1.0 - p for a in actions]))
+        score = sum((1.0 - p) if a else -p for a in actions)  # decisions after a stop are never taken: their scores average out
+        turns = actions.index(False) + 1 if False in actions else HORIZON
+        total += probability * score * (1.0 - payback) * c * (turns - 1)
+    return total
 
 
 def _broadcast(per_trajectory: np.ndarray, e: Episodes) -> np.ndarray:
@@ -98,61 +121,141 @@ def credit(e: Episodes) -> np.ndarray:
     return turn_credit(scored, gamma=1.0, beta=1.0)
 
 
-ESTIMATORS: dict[str, Callable[[Episodes], np.ndarray]] = {
-    "rloo (return)": rloo,
-    "per-turn-index sum (RFC's construction)": per_turn_index_sum,
-    "turn_grpo value=reward ended=present": lambda e: turn_grpo(e.batch, norm_adv_by_std_in_grpo=False, value="reward", ended="present"),
-    "turn_grpo value=return (default)": lambda e: turn_grpo(e.batch, norm_adv_by_std_in_grpo=False),
-    "gigpo, turn index as anchor": lambda e: gigpo(e.batch, norm_adv_by_std_in_grpo=False),
-    "turn_credit (score: intermediate reward so far)": credit,
-}
+def one_anchor(e: Episodes) -> StepBatch:
+    """The batch with one anchor state per task group: an observation that does not show the turn."""
+    b = e.batch
+    return StepBatch(b.outcomes, b.traj_offsets, b.step_rewards, b.step_offsets, anchors=b.step_group.astype(np.int64))
 
 
-def bias(e: Episodes, advantages: np.ndarray) -> tuple[float, float]:
-    """Mean gradient estimate per task group (the bias: the true gradient is 0) and its standard error."""
+def no_critic(e: Episodes) -> np.ndarray:
+    """``turn_gae`` with every value 0 (no critic), ``lam=1``, not whitened: each step's return-to-go."""
+    b = e.batch
+    batch = StepBatch(b.outcomes, b.traj_offsets, b.step_rewards, b.step_offsets, step_values=np.zeros(b.num_steps))
+    return turn_gae(batch, gamma=1.0, lam=1.0, whiten=False)[0]
+
+
+NO_STD = {"norm_adv_by_std_in_grpo": False}
+
+
+@dataclass(frozen=True)
+class Row:
+    """An estimator in a setting: its advantages ``(S,)`` and the weight ``k`` it gives the return (its target: ``k * gradient``)."""
+
+    name: str
+    advantages: Callable[[Episodes], np.ndarray]
+    k: float
+
+
+ROWS = (
+    Row("rloo (return)", rloo, 1.0),
+    Row("RFC's construction (per-turn-index sum)", per_turn_index_sum, 1.0),
+    Row('turn_grpo value="reward" ended="present" (MT-GRPO)', lambda e: turn_grpo(e.batch, **NO_STD, value="reward", ended="present"), 2.0),
+    Row('turn_grpo value="reward" ended="absorbing"', lambda e: turn_grpo(e.batch, **NO_STD, value="reward"), 2.0),
+    Row('turn_grpo value="return" ended="absorbing" (default)', lambda e: turn_grpo(e.batch, **NO_STD), 2.0),
+    Row('turn_grpo value="return" ended="present"', lambda e: turn_grpo(e.batch, **NO_STD, ended="present"), 2.0),
+    Row('turn_grpo value="reward_to_go"', lambda e: turn_grpo(e.batch, **NO_STD, value="reward_to_go"), 2.0),
+    Row(
+        'turn_grpo value="reward_to_go" baseline="leave_one_out" (RFC\'s criterion)',
+        lambda e: turn_grpo(e.batch, **NO_STD, value="reward_to_go", baseline="leave_one_out"),
+        2.0,
+    ),
+    Row("gigpo, anchor = turn index = state (gamma=1)", lambda e: gigpo(e.batch, **NO_STD), 2.0),
+    Row("gigpo, anchor = turn index (gamma=0)", lambda e: gigpo(e.batch, **NO_STD, gamma=0.0), 2.0),
+    Row("gigpo, one anchor state for every turn", lambda e: gigpo(one_anchor(e), **NO_STD), 2.0),
+    Row('step_reinforce method="mean"', lambda e: step_reinforce(e.batch, **NO_STD, method="mean"), 1.0),
+    Row("turn_gae, no critic (V=0, lam=1, whiten=False)", no_critic, 1.0),
+    Row("turn_credit (score: intermediate reward so far)", credit, 1.0),
+    Row("composite 0.5 grpo + 0.5 turn_grpo", lambda e: composite(e.batch, **NO_STD, terms=[["grpo", 0.5], ["turn_grpo", 0.5]]), 1.5),
+)
+
+
+def bias(e: Episodes, advantages: np.ndarray, target: float) -> tuple[float, float]:
+    """Mean gradient estimate per task group minus ``target``, and its standard error."""
     per_trajectory = np.add.reduceat(e.score * advantages, e.batch.step_offsets[:-1])
     per_group = per_trajectory.reshape(e.groups, GROUP).mean(axis=1)
-    return float(per_group.mean()), float(per_group.std(ddof=1) / np.sqrt(e.groups))
+    return float(per_group.mean() - target), float(per_group.std(ddof=1) / np.sqrt(e.groups))
 
 
-def table(cs: tuple[float, ...] = (0.0, 0.5, 1.0, 2.0), groups: int = 20000, seed: int = 0) -> dict[str, list[tuple[float, float]]]:
-    """``{estimator: [(bias, standard error) per c]}``."""
-    out: dict[str, list[tuple[float, float]]] = {name: [] for name in ESTIMATORS}
-    for c in cs:
-        e = sample(c, groups, seed)
-        for name, fn in ESTIMATORS.items():
-            out[name].append(bias(e, fn(e)))
+def table(groups: int = GROUPS, seed: int = SEED, cs: tuple[float, ...] = CS) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """``{setting: {row name: [(bias, standard error) per c]}}``; the same draws for every setting and ``c``."""
+    out: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    for setting, payback in SETTINGS.items():
+        out[setting] = {row.name: [] for row in ROWS}
+        for c in cs:
+            e = sample(c, groups, seed, payback=payback)
+            truth = true_gradient(c, payback)
+            for row in ROWS:
+                out[setting][row.name].append(bias(e, row.advantages(e), row.k * truth))
     return out
 
 
-def save_plot(cs: tuple[float, ...], results: dict[str, list[tuple[float, float]]], path: Path) -> None:
+def markdown(results: dict[str, dict[str, list[tuple[float, float]]]], cs: tuple[float, ...] = CS) -> str:
+    """The two tables of docs/turn_level.md (bias ± one standard error), with the exact gradient of the half payback."""
+    head = "| estimator | k | " + " | ".join(f"c = {c:g}" for c in cs) + " |\n|---|---|" + "---|" * len(cs) + "\n"
+    parts = []
+    for setting, payback in SETTINGS.items():
+        title = "Full payback (the true gradient is 0)" if payback == 1.0 else f"Payback {payback:g} (the true gradient is not 0)"
+        lines = [f"**{title}.** Bias = mean - k * gradient:\n\n", head]
+        if payback != 1.0:
+            lines.append("| *exact gradient* | | " + " | ".join(f"{true_gradient(c, payback):+.4f}" for c in cs) + " |\n")
+        for row in ROWS:
+            cells = " | ".join(f"{b:+.4f} ± {s:.4f}" for b, s in results[setting][row.name])
+            lines.append(f"| {row.name} | {row.k:g} | {cells} |\n")
+        parts.append("".join(lines))
+    return "\n".join(parts)
+
+
+def write_doc(text: str, path: Path = DOC) -> None:
+    """Replace what lies between the page's markers with ``text``."""
+    page = path.read_text()
+    before, rest = page.split(BEGIN, 1)
+    _, after = rest.split(END, 1)
+    path.write_text(f"{before}{BEGIN}\n{text}{END}{after}")
+
+
+def save_plot(results: dict[str, dict[str, list[tuple[float, float]]]], path: Path, cs: tuple[float, ...] = CS) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, points in results.items():
-        ax.errorbar(cs, [b for b, _ in points], yerr=[2 * s for _, s in points], marker="o", capsize=3, label=name)
-    ax.axhline(0.0, color="black", linewidth=0.8)
-    ax.set_xlabel("intermediate reward c per extra turn")
-    ax.set_ylabel("bias of the policy gradient (true gradient 0)")
-    ax.set_title(f"Learned stopping: {HORIZON} turns at most, groups of {GROUP}, p(continue)=0.5")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 7.5), sharey=True)
+    colours = plt.get_cmap("tab20").colors
+    for ax, (setting, payback) in zip(axes, SETTINGS.items(), strict=True):
+        for k, row in enumerate(ROWS):
+            points = results[setting][row.name]
+            ax.errorbar(
+                cs,
+                [b for b, _ in points],
+                yerr=[2 * s for _, s in points],
+                marker="os^vD"[k % 5],
+                linestyle=("-", "--", ":")[k % 3],
+                color=colours[k % len(colours)],
+                capsize=3,
+                label=row.name,
+            )
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        ax.set_xlabel("intermediate reward c per extra turn")
+        ax.set_title(f"payback {payback:g}: " + ("true gradient 0" if payback == 1.0 else f"true gradient {1 - payback:g} x 0.6875 c"))
+    axes[0].set_ylabel("bias: mean estimate - k x true gradient (± 2 s.e.)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7)
+    fig.suptitle(f"Learned stopping: {HORIZON} turns at most, groups of {GROUP}, p(continue) = 0.5, {GROUPS:,} task groups")
+    fig.tight_layout(rect=(0, 0.17, 1, 1))
     fig.savefig(path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2,000 task groups per point instead of 20,000")
+    parser.add_argument("--quick", action="store_true", help="2,000 task groups per point instead of 20,000 (prints; writes nothing)")
     args = parser.parse_args(argv)
-    cs = (0.0, 0.5, 1.0, 2.0)
-    results = table(cs, groups=2000 if args.quick else 20000)
-    for name, points in results.items():
-        print(f"{name:45s}" + "".join(f"  {b:+.4f} ± {s:.4f}" for b, s in points))
-    save_plot(cs, results, PLOT)
-    print(f"plot: {PLOT}")
+    results = table(groups=2000 if args.quick else GROUPS)
+    text = markdown(results)
+    print(text)
+    if not args.quick:
+        write_doc(text)
+        save_plot(results, PLOT)
+        print(f"wrote {DOC} and {PLOT}")
 
 
 if __name__ == "__main__":

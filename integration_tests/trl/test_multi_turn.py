@@ -185,6 +185,43 @@ def test_turn_grpo_on_random_multi_turn_batches_matches_the_plain_computation(se
     np.testing.assert_allclose(got, plain_turn_grpo(completion * tool, rewards.tolist(), 4, 0.9, 0.5, ended), rtol=0, atol=1e-5)
 
 
+def plain_turn_grpo_to_go(mask: np.ndarray, rewards: list[float], group: int, gamma: float, lam: float) -> np.ndarray:
+    """turn_grpo(value="reward_to_go", baseline="leave_one_out")'s (B, T) advantages with loops: each population centred on its
+    other members' mean; a turn's part sums its own and every later turn index's of the task group (0 after the row's end)."""
+    B, T = mask.shape  # noqa: N806
+    runs = [plain_turns([int(m) for m in mask[b]]) for b in range(B)]
+    out = np.zeros((B, T))
+
+    def against_others(values: list[float], k: int) -> float:
+        others = values[:k] + values[k + 1 :]
+        mean = sum(values) / len(values)
+        std = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+        return (values[k] - sum(others) / len(others)) / (std + EPS)
+
+    for g0 in range(0, B, group):
+        rows = list(range(g0, g0 + group))
+        horizon = max(len(runs[b]) for b in rows)
+        turn_rewards = {b: [rewards[b] if t == len(runs[b]) - 1 else 0.0 for t in range(horizon)] for b in rows}  # 0 after its end too
+        for k, b in enumerate(rows):
+            episode = against_others([rewards[q] for q in rows], k)
+            z = [against_others([turn_rewards[q][s] for q in rows], k) for s in range(horizon)]
+            for t, (s0, e) in enumerate(runs[b]):
+                out[b, s0:e] = episode + lam * sum(gamma ** (s - t) * z[s] for s in range(t, horizon))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_turn_grpo_reward_to_go_with_leave_one_out_matches_the_plain_computation(seed):
+    rng = np.random.default_rng(seed)
+    ids, completion, tool = random_batch(rng, rows=12, length=int(rng.integers(4, 14)))
+    rewards = rng.choice([0.0, 0.5, 1.0, 2.0], size=12)
+    turns = local_turns(completion, tool)
+    rows = row_turns(ids, completion, turns, [{} for _ in range(12)], with_anchors=False, prompt_ids=np.ones((12, 2)), prompt_mask=np.ones((12, 2)))
+    options = {"gamma": 0.9, "lam": 0.5, "value": "reward_to_go", "baseline": "leave_one_out"}
+    got = spread_local(step_advantages(rows, rewards, 4, "turn_grpo", options), rows, 0, turns)
+    np.testing.assert_allclose(got, plain_turn_grpo_to_go(completion * tool, rewards.tolist(), 4, 0.9, 0.5), rtol=0, atol=1e-5)
+
+
 def test_rows_of_one_turn_and_overrides_match_the_plain_computation():
     rng = np.random.default_rng(7)
     ids, completion, tool = random_batch(rng, rows=8, length=10)
@@ -433,6 +470,8 @@ def test_a_trainer_selects_turn_grpo_by_name_and_trains_on_its_advantages(multi_
     [
         ("turn_grpo", {"ended": "absorb"}, r"ended must be one of \['absorbing', 'present'\]"),
         ("turn_grpo", {"single_turn": "combine"}, r"single_turn must be one of \['turns', 'combined'\]"),
+        ("turn_grpo", {"value": "reward_to_go", "ended": "present"}, r"value='reward_to_go' sums .* needs ended='absorbing'"),
+        ("turn_grpo", {"baseline": "loo"}, r"baseline must be one of \['mean', 'leave_one_out'\]"),
         ("step_reinforce", {"method": "mean_norm"}, r"method must be one of"),
         ("gigpo", {"anchor_similarity": 1.5}, r"anchor_similarity must be None"),
         ("composite", {"terms": [["grpo", 0.5], ["rlo", 0.5]]}, r"Unknown advantage estimator 'rlo'"),

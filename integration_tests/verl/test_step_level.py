@@ -451,6 +451,43 @@ def test_rllm_turn_grpo_equals_the_plain_formula(seed, ended):
     assert advantages.numpy()[:, : want.shape[1]] == pytest.approx(want, rel=1e-5, abs=1e-5)
 
 
+def reference_turn_grpo_to_go(turns, index, gamma, lam):
+    """(B, T) turn_grpo(value="reward_to_go", baseline="leave_one_out") plainly: every population centred on its other members'
+    mean; a turn's part is the discounted sum over its own and every later turn index of the task group, 0 after the row's end."""
+    groups = {}
+    for r, uid in enumerate(index):
+        groups.setdefault(uid, []).append(r)
+    out = np.zeros((len(turns), max((p for t in turns for tok in t for p in tok[0]), default=0) + 1))
+
+    def against_others(x, population, others):
+        return 0.0 if len(population) == 1 else (x - statistics.fmean(others)) / (statistics.pstdev(population) + EPS)
+
+    for rows in groups.values():
+        outcomes = [sum(t[1] for t in turns[r]) for r in rows]
+        horizon = max(len(turns[r]) for r in rows)
+        z = {}
+        for s in range(horizon):
+            population = [turns[q][s][1] if s < len(turns[q]) else 0.0 for q in rows]
+            for k, r in enumerate(rows):
+                z[r, s] = against_others(population[k], population, population[:k] + population[k + 1 :])
+        for k, r in enumerate(rows):
+            episode = outcomes[k] / (1.0 + EPS) if len(rows) == 1 else against_others(outcomes[k], outcomes, outcomes[:k] + outcomes[k + 1 :])
+            for t, (positions, _, _) in enumerate(turns[r]):
+                to_go = sum(gamma ** (s - t) * z[r, s] for s in range(t, horizon))
+                for p in positions:
+                    out[r, p] = episode + lam * to_go
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_rllm_turn_grpo_reward_to_go_with_leave_one_out_equals_the_plain_formula(seed):
+    responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(seed))
+    kwargs = {"rllm_estimator_kwargs": {"lam": 0.5, "value": "reward_to_go", "baseline": "leave_one_out"}}
+    advantages, _ = run("rllm_turn_grpo", responses, mask, rewards, index, gamma=0.9, **kwargs)
+    want = reference_turn_grpo_to_go(reference_turns(responses, mask, rewards), index, 0.9, 0.5)
+    assert advantages.numpy()[:, : want.shape[1]] == pytest.approx(want, rel=1e-5, abs=1e-5)
+
+
 def test_rllm_composite_is_the_weighted_sum_of_its_terms_through_verl():
     responses, mask, rewards, index = random_multi_turn_batch(np.random.default_rng(7))
     terms = [["grpo", 0.5], ["turn_grpo", 0.25, {"lam": 0.5}], ["step_reinforce", 2.0]]
@@ -468,6 +505,10 @@ def test_verl_check_passes_turn_grpo_and_composite_on_the_v1_trainer_and_refuses
     assert verl_check(["algorithm.adv_estimator=rllm_composite", "+algorithm.rllm_estimator_kwargs.terms=[[grpo,0.5],[turn_grpo,0.5]]"]).ok
     bad = verl_check(["algorithm.adv_estimator=rllm_turn_grpo", "+algorithm.rllm_estimator_kwargs.ended=absorb"])
     assert not bad.ok and "ended must be one of ['absorbing', 'present']" in str(bad)
+    to_go = ["algorithm.adv_estimator=rllm_turn_grpo", "+algorithm.rllm_estimator_kwargs.value=reward_to_go"]
+    assert verl_check([*to_go, "+algorithm.rllm_estimator_kwargs.baseline=leave_one_out"]).ok
+    present = verl_check([*to_go, "+algorithm.rllm_estimator_kwargs.ended=present"])
+    assert not present.ok and "value='reward_to_go' sums a turn's term over every later turn index" in str(present)
 
 
 @pytest.mark.parametrize(("algorithm_gamma", "terms"), [(1.0, [["gigpo", 1.0, {"gamma": 0.9}], ["grpo", 2.0]]), (0.9, [["gigpo", 1.0], ["grpo", 2.0]])])

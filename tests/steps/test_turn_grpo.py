@@ -140,7 +140,7 @@ def test_the_collector_runs_turn_grpo_by_name():
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"value": "returns"}, r"value must be one of \['return', 'reward'\], got 'returns'"),
+        ({"value": "returns"}, r"value must be one of \['return', 'reward', 'reward_to_go'\], got 'returns'"),
         ({"ended": "absorb"}, r"ended must be one of \['absorbing', 'present'\], got 'absorb'"),
         ({"lam": float("nan")}, r"option 'lam' of estimator 'turn_grpo' must be finite"),
         ({"gamma": 1.5}, r"gamma \(the discount of step returns\) must be a number in \[0, 1\]"),
