@@ -32,7 +32,7 @@ from rllm_plugins.testing.matrix.paths import PROMPT
 from rllm_plugins.testing.matrix.samples import MODEL_TOKEN
 from rllm_trl.config import RLLMGRPOConfig, advantage_settings
 from rllm_trl.outcome import compute_advantages, prepare_batch
-from rllm_trl.transforms import sequence_transforms, split_chain
+from rllm_trl.transforms import sequence_transforms
 from rllm_trl.turns import TURN_REWARDS_KEY, local_turns, role_parts, row_turns, spread_local, step_advantages
 
 __all__ = ["paths"]
@@ -52,15 +52,15 @@ def _state(state: Mapping[str, Any] | None) -> EstimatorState:
 
 
 def _transforms(call: Call) -> tuple[Any, ...]:
-    """The sequence part of ``call.transforms`` as a TRL user selects them: ``RLLMGRPOConfig(advantage_transforms=[...])``, resolved
-    by the config (the token part needs a model's log-probs: the integration tests run it)."""
+    """``call.transforms`` as a TRL user selects them: ``RLLMGRPOConfig(advantage_transforms=[...])``, resolved by the config
+    (the matrix's are sequence-level; the token part needs a model's log-probs: the integration tests run it)."""
     if not call.transforms:
         return ()
     entries = [[name, dict(options)] for name, options in call.transforms]
     config = RLLMGRPOConfig(
         output_dir="unused", use_cpu=True, bf16=False, adv_estimator=call.name, adv_estimator_kwargs=dict(call.options), advantage_transforms=entries
     )
-    return split_chain(advantage_settings(config).transforms)[0]
+    return advantage_settings(config).transforms
 
 
 def _outcome(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
@@ -139,8 +139,10 @@ def _turns(call: Call, sample: Sample, idle_rows: bool) -> Output:
     )
     reward_array = torch.tensor(rewards, dtype=torch.float32).to(torch.float64).numpy()  # TRL's rewards are float32
     task_ids = np.array([f"task{g}" for g in range(len(sample.groups)) for _ in range(G)], dtype=object)
-    batch = prepare_batch(torch.tensor(rewards, dtype=torch.float32)[:, None], torch.ones(1), G, lengths=lengths, task_ids=task_ids.tolist())
-    transforms, _ = sequence_transforms(_transforms(call), role_parts(batch.roles, batch.group_roles))  # as RLLMGRPOTrainer hands them over
+    transforms = None
+    if call.transforms:  # as RLLMGRPOTrainer hands them over: one part per role of the batch
+        batch = prepare_batch(torch.tensor(rewards, dtype=torch.float32)[:, None], torch.ones(1), G, task_ids=task_ids.tolist())
+        transforms, _ = sequence_transforms(_transforms(call), role_parts(batch.roles, batch.group_roles))
     result = step_advantages(
         described,
         reward_array,
