@@ -23,7 +23,7 @@ from .calling import as_finite_real, describe
 from .config import PER_STEP_DEPRECATION, AlgorithmConfig
 from .options import check_estimator_kwargs, spec_options
 from .registry import get_estimator
-from .run import Call, Commit, Wording, run_outcome, run_steps
+from .run import Call, Commit, Transforms, Wording, run_outcome, run_steps
 from .segments import GroupLayout, offsets_from_sizes
 from .spec import flatten_groups, normalize_name
 from .steps.diagnostics import turn_metrics
@@ -115,7 +115,7 @@ def _combined(named: list[dict[str, float | None]], weights: Mapping[str, float]
     return np.array([sum(weights.get(n, 1.0) * v for n, v in rewards.items() if v is not None) for rewards in named], dtype=np.float64)
 
 
-def _aggregate(role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator) -> list[np.ndarray]:
+def _aggregate(role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator, transforms: Transforms | None) -> list[np.ndarray]:
     """The role's advantages by group from its named rewards (or, for ``normalize_then_sum``, its single reward)."""
     where = f"estimator {name!r} ({estimator.provider}) for role {role!r}"
     if estimator.spec.stateful:
@@ -146,7 +146,9 @@ def _aggregate(role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str,
 
     offsets = offsets_from_sizes([len(g.trajectories) for g in batch.groups])
     wording = Wording("trajectories", lambda values, _: f"{where} gave the non-finite advantage {values[~np.isfinite(values)][0]}; advantages must be finite")
-    advantages, _ = run_outcome(call, table, offsets, wording=wording, role=role, lengths=lengths, combine=combine, context={"algorithm_config": config})
+    advantages, _ = run_outcome(
+        call, table, offsets, wording=wording, role=role, lengths=lengths, combine=combine, context={"algorithm_config": config}, transforms=transforms
+    )
     return GroupLayout.from_offsets(offsets, advantages.size).split(advantages)
 
 
@@ -198,7 +200,9 @@ def _precomputed(group: TrajectoryGroup, index: int, role: str) -> tuple[list[tu
     return writes, flat, mismatches
 
 
-def _call_estimator(role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator, commits: list[Commit]) -> list[np.ndarray]:
+def _call_estimator(
+    role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator, commits: list[Commit], transforms: Transforms | None
+) -> list[np.ndarray]:
     """Run the role's estimator (``name``, resolved) on its list form and check its output against the groups; a stateful one's commit goes into ``commits``."""
     options = {**config.estimator_kwargs, "norm_adv_by_std_in_grpo": config.norm_adv_by_std_in_grpo}
     if not spec_options(estimator.spec).open:  # options meant for another role's estimator (estimator_map) stay out of this call
@@ -231,13 +235,14 @@ def _call_estimator(role: str, batch: _RoleBatch, config: AlgorithmConfig, name:
         task_ids=task_ids,
         context={"rewards": batch.rewards, "algorithm_config": config, "traj_groups": batch.groups},
         list_form=True,
+        transforms=transforms,
     )
     commits.append(commit)
     return GroupLayout.from_offsets(offsets, advantages.size).split(advantages)
 
 
 def _call_step_estimator(
-    role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator, commits: list[Commit]
+    role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator, commits: list[Commit], transforms: Transforms | None
 ) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]] | None, dict[str, float]]:
     """Run the role's step-level estimator (``name``, resolved): per group, per trajectory, one advantage per step; the
     returns the same way (a value-based estimator; else None); and anchor metrics.
@@ -280,6 +285,7 @@ def _call_step_estimator(
         task_ids=task_ids,
         context={"algorithm_config": config, "traj_groups": batch.groups},
         record_options=True,
+        transforms=transforms,
     )
     commits.append(commit)
     bounds = steps.traj_offsets.tolist()
@@ -298,34 +304,23 @@ def _call_step_estimator(
     return by_group(advantages), by_group(returns) if returns is not None else None, metrics
 
 
-def _transformed(
-    role: str, groups: list[TrajectoryGroup], per_traj: list[list[np.ndarray]], rewards: list[np.ndarray] | None, config: AlgorithmConfig
-) -> tuple[list[list[np.ndarray]], dict[str, float]]:
-    """The role's advantages after ``config.advantage_transforms``: ``per_traj`` per group, per trajectory, one value per
-    unit (a trajectory's single advantage, or its steps'); ``rewards`` the trajectory rewards by group (outcome level) or
-    None (step level: each step's own reward). Units are given to the transforms in this order, with their context."""
-    from .transforms.apply import apply_transforms  # only with transforms configured
-
-    trajectories = [(g, traj) for g, group in enumerate(groups) for traj in group.trajectories]
-    arrays = [a for traj_arrays in per_traj for a in traj_arrays]
-    traj_offsets = offsets_from_sizes([a.size for a in arrays])
-    group_sizes = [sum(a.size for a in traj_arrays) for traj_arrays in per_traj]
-    flat = np.concatenate(arrays) if arrays else np.zeros(0)
-    units = [traj.steps for _, traj in trajectories] if rewards is not None else [[step] for _, traj in trajectories for step in traj.steps]
-    if rewards is None:  # step level: per step
-        unit_rewards = np.array([float(step.reward or 0.0) for _, traj in trajectories for step in traj.steps], dtype=np.float64)
-        turn_index = np.concatenate([np.arange(a.size) for a in arrays]) if arrays else np.zeros(0, dtype=np.int64)
-    else:
-        unit_rewards = np.concatenate(rewards) if rewards else np.zeros(0)
-        turn_index = np.zeros(flat.size, dtype=np.int64)
+def _transforms(groups: list[TrajectoryGroup], rewards: list[np.ndarray] | None, config: AlgorithmConfig) -> Transforms | None:
+    """``config.advantage_transforms`` as a run applies them to one role's ``groups``: the context of its units, per trajectory
+    (``rewards`` the trajectory rewards by group: outcome level) or per step (``rewards`` None: each step's own reward);
+    ``mean_logprobs`` where every step has ``Step.logprobs`` for each response token."""
+    if not config.advantage_transforms:
+        return None
+    trajectories = [traj for group in groups for traj in group.trajectories]
+    units = [traj.steps for traj in trajectories] if rewards is not None else [[step] for traj in trajectories for step in traj.steps]
     lengths = np.array([sum(len(step.response_ids) for step in steps) for steps in units], dtype=np.float64)
-    context = {"offsets": offsets_from_sizes(group_sizes), "rewards": unit_rewards, "lengths": lengths, "turn_index": turn_index, "traj_offsets": traj_offsets}
+    context: dict[str, Any] = {"lengths": lengths}
+    if rewards is None:
+        context["rewards"] = np.array([float(step.reward or 0.0) for steps in units for step in steps], dtype=np.float64)
+    elif rewards:
+        context["rewards"] = np.concatenate(rewards)
     if all(len(step.logprobs) == len(step.response_ids) for steps in units for step in steps) and lengths.all():  # Step.logprobs: every token's
         context["mean_logprobs"] = np.array([sum(sum(step.logprobs) for step in steps) for steps in units], dtype=np.float64) / lengths
-    out, metrics = apply_transforms(flat, config.transforms, role=role, where="AlgorithmConfig.advantage_transforms", **context)
-    pieces = np.split(out, traj_offsets[1:-1])
-    bounds = np.cumsum([0, *(len(traj_arrays) for traj_arrays in per_traj)])
-    return [pieces[a:b] for a, b in itertools.pairwise(bounds.tolist())], metrics
+    return Transforms(config.transforms, "AlgorithmConfig.advantage_transforms", context)
 
 
 def compute_role_metrics(values_by_role: dict[str, Sequence[float]], prefix: str, with_fraction_zero: bool = False) -> dict[str, float]:
@@ -431,24 +426,20 @@ def collect_reward_and_advantage_from_trajectory_groups(
 
             warnings.warn(f"role {role!r}, estimator {estimator.spec.name!r} (outcome-level): {PER_STEP_DEPRECATION}", DeprecationWarning, stacklevel=2)
         if estimator.spec.level == "step":
-            by_group, returns_by_group, anchor_metrics = _call_step_estimator(role, batch, algorithm_config, name, estimator, commits)
+            transforms = _transforms(batch.groups, None, algorithm_config)
+            by_group, returns_by_group, anchor_metrics = _call_step_estimator(role, batch, algorithm_config, name, estimator, commits, transforms)
             step_metrics.update(anchor_metrics)
-            if algorithm_config.advantage_transforms:
-                by_group, transform_metrics = _transformed(role, batch.groups, by_group, None, algorithm_config)
-                step_metrics.update(transform_metrics)
+            step_metrics.update(transforms.metrics if transforms else {})
             for g, (group, per_traj) in enumerate(zip(batch.groups, by_group, strict=True)):
                 step_writes.append((group, per_traj, None if returns_by_group is None else returns_by_group[g]))
                 advantages_by_role.setdefault(role, []).extend(np.concatenate(per_traj).tolist())
             continue
+        transforms = _transforms(batch.groups, batch.rewards, algorithm_config)
         if algorithm_config.multi_objective_aggregation == "normalize_then_sum" or any(named is not None for named in batch.named):
-            advantages_by_group = _aggregate(role, batch, algorithm_config, name, estimator)
+            advantages_by_group = _aggregate(role, batch, algorithm_config, name, estimator, transforms)
         else:
-            advantages_by_group = _call_estimator(role, batch, algorithm_config, name, estimator, commits)
-        if algorithm_config.advantage_transforms:
-            per_traj = [[a[t : t + 1] for t in range(a.size)] for a in advantages_by_group]
-            transformed, transform_metrics = _transformed(role, batch.groups, per_traj, batch.rewards, algorithm_config)
-            advantages_by_group = [np.concatenate(traj) if traj else np.zeros(0) for traj in transformed]
-            step_metrics.update(transform_metrics)
+            advantages_by_group = _call_estimator(role, batch, algorithm_config, name, estimator, commits, transforms)
+        step_metrics.update(transforms.metrics if transforms else {})
         for group, advantages in zip(batch.groups, advantages_by_group, strict=True):
             broadcast_writes.append((group, advantages))
             advantages_by_role.setdefault(role, []).extend(advantages.tolist())

@@ -10,15 +10,19 @@ work: their rows into flat groups (``values`` ``(N,)`` and ``offsets`` ``(G + 1,
    checked against those the state was made with, and the state is read from its owner;
 3. the output read by the one rule (:func:`.outputs.as_advantages`) and checked for size and finiteness, each
    failure worded by the driver (:class:`Wording`), which alone knows what a flat position is;
-4. a ``commit`` returned, not run: the driver calls it once its own later checks passed, so a call that raises
+4. the advantage transforms the driver hands over (:class:`Transforms`), applied to the checked advantages
+   (:func:`rllm_plugins.transforms.apply_transforms`), each unit with its group, its trajectory and the driver's
+   context (the token log-probs a token-level transform reads are the framework's: verl and TRL apply those
+   themselves, :mod:`rllm_verl.compute.transforms`, :mod:`rllm_trl.transforms`);
+5. a ``commit`` returned, not run: the driver calls it once its own later checks passed, so a call that raises
    anywhere leaves the kept state as it was.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,7 +40,7 @@ if TYPE_CHECKING:
     from .state.store import EstimatorState
     from .steps.batch import StepBatch
 
-__all__ = ["Call", "Commit", "Wording", "run_outcome", "run_steps", "takes_keyword"]
+__all__ = ["Call", "Commit", "Transforms", "Wording", "run_outcome", "run_steps", "takes_keyword"]
 
 Commit = Callable[[], None]
 
@@ -86,6 +90,56 @@ class Wording:
         if callable(self.size):
             return self.size(given, expected)
         return f"{self.who or call.who} returned {given} advantages for {expected} {self.size}"
+
+
+PER_UNIT = ("rewards", "lengths", "mean_logprobs", "turn_index")  # the context keywords that hold one value per unit
+
+
+@dataclass
+class Transforms:
+    """The advantage transforms a run applies to the advantages it checked, and their metrics.
+
+    ``selected``: the resolved entries (:class:`~rllm_plugins.transforms.SelectedTransform`); ``where``: the config field
+    errors name. ``context``: the driver's keywords of :data:`~rllm_plugins.transform_spec.CONTEXT_KEYWORDS`, those of
+    :data:`PER_UNIT` one value per unit of the run (its rows at the outcome level, its steps at the step level); the run
+    adds ``offsets`` and ``traj_offsets`` and, where the driver gives none, ``rewards`` (its 1-D values, or the step
+    rewards) and ``turn_index``. ``parts``: ``(role, groups, units)`` transformed each on its own under its role's name,
+    ``groups`` ``(G,)`` bool the run's groups in the part and ``units`` ``(N,)`` bool its units (None: all); by default
+    one part, the run's role and everything. Units outside every part keep their advantages. ``metrics``: filled by
+    the run, each transform's (``transform/{role}/{label}/...``).
+    """
+
+    selected: Sequence[Any]
+    where: str
+    context: Mapping[str, Any] = field(default_factory=dict)
+    parts: Sequence[tuple[str, np.ndarray | None, np.ndarray | None]] | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def apply(self, advantages: np.ndarray, group_sizes: np.ndarray, traj_sizes: np.ndarray, run_context: Mapping[str, Any], role: str) -> np.ndarray:
+        """``advantages`` ``(N,)`` (units in group order: ``group_sizes`` ``(G,)`` units per group, ``traj_sizes`` per trajectory)
+        after the transforms, part by part; a fresh array."""
+        from .transforms.apply import apply_transforms  # only with transforms selected
+
+        out = np.array(advantages, dtype=np.float64)
+        n = out.size
+        group_of = np.repeat(np.arange(group_sizes.size), group_sizes)
+        traj_of = np.repeat(np.arange(traj_sizes.size), traj_sizes)
+        context = {**run_context, **self.context}
+        for key in PER_UNIT:
+            if context.get(key) is not None and np.shape(context[key])[:1] != (n,):
+                raise ValueError(f"{self.where}: the context {key!r} has shape {np.shape(context[key])} for {n} units (one value per unit)")
+        for part_role, groups, units in self.parts if self.parts is not None else [(role, None, None)]:
+            in_groups = np.ones(group_sizes.size, dtype=bool) if groups is None else np.asarray(groups, dtype=bool)
+            chosen = in_groups[group_of] & (np.ones(n, dtype=bool) if units is None else np.asarray(units, dtype=bool))
+            if not chosen.any():
+                continue
+            per_traj = np.bincount(traj_of[chosen], minlength=traj_sizes.size)
+            given = {k: (np.asarray(v)[chosen] if k in PER_UNIT else v) for k, v in context.items() if v is not None}
+            given["offsets"] = offsets_from_sizes(np.bincount(group_of[chosen], minlength=group_sizes.size)[in_groups])
+            given["traj_offsets"] = offsets_from_sizes(per_traj[per_traj > 0])
+            out[chosen], metrics = apply_transforms(out[chosen], self.selected, role=part_role, where=self.where, **given)
+            self.metrics.update(metrics)
+        return out
 
 
 def _nothing() -> None:
@@ -168,6 +222,7 @@ def run_outcome(
     combine: Callable[..., Any] | None = None,
     context: Mapping[str, Any] | None = None,
     list_form: bool = False,
+    transforms: Transforms | None = None,
 ) -> tuple[np.ndarray, Commit]:
     """Advantages ``(N,)`` float64 of an outcome-level ``call`` over ``values`` in groups ``offsets``, and its commit.
 
@@ -185,8 +240,10 @@ def run_outcome(
     form (:func:`rllm_plugins.aggregation.aggregate_advantages`). ``context``: rLLM's keywords for the collector's
     calls (``algorithm_config``, ``traj_groups``; with ``list_form``, the ``rewards`` by group): ``list_form`` calls
     the list form instead of the batched one, its output checked group by group, ``wording(g)`` wording group ``g``.
+    ``transforms``: applied to the checked advantages, one unit per row (those ``live`` only); their metrics in it.
     """
     estimator, needs = call.estimator, call.needs
+    rows, row_values, row_offsets = values.shape[0], values, offsets
     kwargs = dict(call.options)
     kwargs.update((key, value) for key, value in (settings or {}).items() if takes_keyword(estimator.spec, key))
     if needs.lengths and lengths is not None:
@@ -220,8 +277,11 @@ def run_outcome(
             advantages = every
         if not np.isfinite(advantages).all():
             raise ValueError(wording.not_finite(advantages, "advantage"))
-    # The advantages are the estimator's, checked: the one place where a stage over every driver's output can run
-    # (the advantage transforms, rllm_plugins.transforms.apply_transforms, are called by each driver after this).
+    if transforms is not None and transforms.selected:  # the advantages are the estimator's, checked: the transforms' place
+        run_context = {"turn_index": np.zeros(rows, dtype=np.int64), **({"rewards": row_values} if row_values.ndim == 1 else {})}
+        if live is not None:
+            transforms = replace(transforms, parts=[(p, g, live if u is None else u & live) for p, g, u in transforms.parts or [(role, None, None)]])
+        advantages = transforms.apply(advantages, np.diff(row_offsets), np.ones(rows, dtype=np.int64), run_context, role)
     return advantages, commit
 
 
@@ -235,6 +295,7 @@ def run_steps(
     task_ids: np.ndarray | None = None,
     context: Mapping[str, Any] | None = None,
     record_options: bool = False,
+    transforms: Transforms | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None, Commit]:
     """Advantages ``(S,)`` float64 of a step-level ``call`` over ``batch``, its returns ``(S,)`` (a value-based
     estimator's, the critic's targets; else None) and its commit.
@@ -243,6 +304,7 @@ def run_steps(
     with a state (the collector's ``algorithm_config`` and ``traj_groups``, verl's ``gamma`` and ``lam``). A stateful
     one (a composite's stateful term) gets ``task_ids`` ``(N,)`` and the state ``state`` keeps for ``(name, role)``;
     ``record_options``: its commit records the options (the collector's; TRL and verl record none on this path).
+    ``transforms``: applied to the checked advantages, one unit per step (the returns stay); their metrics in it.
     """
     needs = call.needs
     kwargs = {**call.options, **(context or {})}
@@ -259,6 +321,9 @@ def run_steps(
     for what, checked in (("advantage", advantages), ("return", returns)):
         if checked is not None and not np.isfinite(checked).all():
             raise ValueError(wording.not_finite(checked, what))
-    # The advantages are the estimator's, checked: the one place where a stage over every driver's output can run
-    # (the advantage transforms, rllm_plugins.transforms.apply_transforms, are called by each driver after this).
+    if transforms is not None and transforms.selected:  # the advantages are the estimator's, checked: the transforms' place
+        steps = np.diff(batch.step_offsets)
+        turn_index = np.arange(batch.num_steps) - np.repeat(batch.step_offsets[:-1], steps)
+        group_sizes = np.diff(batch.step_offsets[batch.traj_offsets])
+        advantages = transforms.apply(advantages, group_sizes, steps, {"rewards": batch.step_rewards, "turn_index": turn_index}, role)
     return advantages, returns, commit

@@ -33,6 +33,10 @@ CONTEXT_KEYWORDS: Mapping[str, str] = {
     "logprobs": "float (B, T): the policy's log-probability of each token, where the framework has it (token level)",
     "ref_logprobs": "float (B, T): the reference model's log-probability of each token, where the framework has it (token level)",
     "role": "str: the role whose advantages these are",
+    "sum_over_processes": (
+        "callable, float64 (K,) -> (K,): each value summed over every process that holds a share of the batch, called by every "
+        "process alike (token level; TRL with several processes; absent where one process holds the whole batch)"
+    ),
 }
 """What a transform may receive by naming it (the documented context); never a user option."""
 

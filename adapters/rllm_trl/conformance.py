@@ -12,7 +12,9 @@ for a matrix; the integration tests run real steps):
   (``tool_mask`` 0), then its model tokens; per-turn rewards given as a rollout's ``turn_rewards`` key.
   Its rows without model tokens are completions whose ``tool_mask`` is 0 everywhere.
 
-Options are checked at config time by ``RLLMGRPOConfig``.
+Options are checked at config time by ``RLLMGRPOConfig``. A call's advantage transforms are selected as
+``RLLMGRPOConfig(advantage_transforms=[...])`` and handed to the estimator's run as the trainer hands them
+(:func:`rllm_trl.transforms.sequence_transforms`): the twins ``trl_outcome+transforms`` and ``trl_turn+transforms``.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from rllm_plugins.state.store import EstimatorState
 from rllm_plugins.testing.matrix import Call, Output, Path, Sample
 from rllm_plugins.testing.matrix.paths import PROMPT
 from rllm_plugins.testing.matrix.samples import MODEL_TOKEN
-from rllm_trl.config import RLLMGRPOConfig
+from rllm_trl.config import RLLMGRPOConfig, advantage_settings
 from rllm_trl.outcome import compute_advantages, prepare_batch
-from rllm_trl.turns import TURN_REWARDS_KEY, local_turns, row_turns, spread_local, step_advantages
+from rllm_trl.transforms import sequence_transforms
+from rllm_trl.turns import TURN_REWARDS_KEY, local_turns, role_parts, row_turns, spread_local, step_advantages
 
 __all__ = ["paths"]
 
@@ -48,6 +51,18 @@ def _state(state: Mapping[str, Any] | None) -> EstimatorState:
     return held
 
 
+def _transforms(call: Call) -> tuple[Any, ...]:
+    """``call.transforms`` as a TRL user selects them: ``RLLMGRPOConfig(advantage_transforms=[...])``, resolved by the config
+    (the matrix's are sequence-level; the token part needs a model's log-probs: the integration tests run it)."""
+    if not call.transforms:
+        return ()
+    entries = [[name, dict(options)] for name, options in call.transforms]
+    config = RLLMGRPOConfig(
+        output_dir="unused", use_cpu=True, bf16=False, adv_estimator=call.name, adv_estimator_kwargs=dict(call.options), advantage_transforms=entries
+    )
+    return advantage_settings(config).transforms
+
+
 def _outcome(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
     G = _group_size(sample)  # noqa: N806 - TRL's num_generations
     rewards, lengths, real = [], [], []
@@ -60,7 +75,8 @@ def _outcome(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Out
     task_ids = [f"task{g}" for g in range(len(sample.groups)) for _ in range(G)]
     batch = prepare_batch(torch.tensor(rewards, dtype=torch.float32)[:, None], torch.ones(1), G, lengths=lengths, task_ids=task_ids)
     held = _state(state)
-    advantages = compute_advantages(batch, call.name, estimator_kwargs=dict(call.options), state=held)
+    transforms, _ = sequence_transforms(_transforms(call))  # as RLLMGRPOTrainer hands them to compute_advantages
+    advantages = compute_advantages(batch, call.name, estimator_kwargs=dict(call.options), state=held, transforms=transforms)
     return Output(np.asarray(advantages, dtype=np.float64)[np.array(real, dtype=bool)], held.state_dict())
 
 
@@ -123,8 +139,20 @@ def _turns(call: Call, sample: Sample, idle_rows: bool) -> Output:
     )
     reward_array = torch.tensor(rewards, dtype=torch.float32).to(torch.float64).numpy()  # TRL's rewards are float32
     task_ids = np.array([f"task{g}" for g in range(len(sample.groups)) for _ in range(G)], dtype=object)
+    transforms = None
+    if call.transforms:  # as RLLMGRPOTrainer hands them over: one part per role of the batch
+        batch = prepare_batch(torch.tensor(rewards, dtype=torch.float32)[:, None], torch.ones(1), G, task_ids=task_ids.tolist())
+        transforms, _ = sequence_transforms(_transforms(call), role_parts(batch.roles, batch.group_roles))
     result = step_advantages(
-        described, reward_array, G, call.name, options, lengths=np.array(lengths), task_ids=task_ids, state=EstimatorState() if needs.state else None
+        described,
+        reward_array,
+        G,
+        call.name,
+        options,
+        lengths=np.array(lengths),
+        task_ids=task_ids,
+        state=EstimatorState() if needs.state else None,
+        transforms=transforms,
     )
     tokens = spread_local(result, described, 0, turns).astype(np.float64)
     padding = tokens[idle].reshape(-1) if idle_rows else None
@@ -159,6 +187,7 @@ def paths() -> list[Path]:
             keeps_state=True,
             configure=trl_config_options,
             run_composite=_turn,
+            takes_transforms=True,
         ),
         Path(
             "trl_turn",
@@ -172,6 +201,7 @@ def paths() -> list[Path]:
             pad=_turn_padded,
             configure=trl_config_options,
             stateful=False,
+            takes_transforms=True,
             critic_values="TRL's GRPOTrainer has no critic: RLLMGRPOConfig refuses a value-based estimator (integration_tests/trl/test_config.py)",
         ),
     ]

@@ -19,7 +19,6 @@ completion instead, and ``output["advantages"]`` becomes ``(B, T)``: see :mod:`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from typing import Any
@@ -38,7 +37,7 @@ from rllm_trl.outcome import RewardBatch, compute_advantages, compute_metrics, p
 from rllm_trl.rollout_keys import unread_step_keys
 from rllm_trl.rollouts import checked_rollout_func
 from rllm_trl.state import load_state, save_state, task_id
-from rllm_trl.transforms import split_chain, transform_outcome, transform_steps, transform_tokens
+from rllm_trl.transforms import sequence_transforms, transform_tokens
 from rllm_trl.turn_sources import multi_turn_path, single_turn_warning, turn_sources
 from rllm_trl.turns import (
     ANCHOR_STATES_KEY,
@@ -46,6 +45,7 @@ from rllm_trl.turns import (
     StepAdvantages,
     compute_step_metrics,
     local_turns,
+    role_parts,
     row_turns,
     spread_local,
     step_advantages,
@@ -139,6 +139,7 @@ class RLLMAdvantageMixin:
         if settings.step_level:
             self._step_level_advantages(output, batch, pending["overrides"], mode)
             return output
+        sequence_part, token_part = sequence_transforms(settings.transforms)
         advantages = compute_advantages(
             batch,
             settings.estimator,
@@ -148,11 +149,9 @@ class RLLMAdvantageMixin:
             trl_settings=settings.trl_settings,
             aggregation=settings.aggregation,
             state=self.estimator_state if mode == "train" else self.estimator_state.preview(),  # eval: reads, commits nothing
+            transforms=sequence_part,
         )
-        sequence_part, token_part = split_chain(settings.transforms)
-        transformed: dict[str, float] = {}
-        if sequence_part:  # advantage_transforms on the gathered batch, per role
-            advantages, transformed = transform_outcome(batch, advantages, sequence_part)
+        transformed = dict(sequence_part.metrics) if sequence_part else {}
         local = output["advantages"]
         start = self.accelerator.process_index * local.shape[0]
         output["advantages"] = torch.as_tensor(advantages[start : start + local.shape[0]], dtype=torch.float32, device=local.device)
@@ -166,9 +165,14 @@ class RLLMAdvantageMixin:
         """The token-level part of ``advantage_transforms`` on this process's rows: ``output["advantages"]`` becomes ``(B, T)``."""
         local = output["advantages"]
         role = batch.roles[0] if len(batch.roles) == 1 else "all_roles"
-        values, metrics = transform_tokens(local, output, token_part, role)
+        values, metrics = transform_tokens(local, output, token_part, role, self._sum_over_processes if self.accelerator.num_processes > 1 else None)
         output["advantages"] = torch.as_tensor(values, dtype=torch.float32, device=local.device)
         return metrics
+
+    def _sum_over_processes(self, values: np.ndarray) -> np.ndarray:
+        """``values`` ``(K,)`` summed over every process (accelerate's ``reduce``; each process calls it with its own)."""
+        local = torch.as_tensor(np.asarray(values, dtype=np.float64), device=self.accelerator.device)
+        return self.accelerator.reduce(local, reduction="sum").detach().cpu().numpy()
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         super()._save_checkpoint(model, trial)
@@ -208,6 +212,7 @@ class RLLMAdvantageMixin:
         batch = without_rows(batch, np.array([row.idle for row in rows], dtype=bool))  # no model token: nothing to train
         options = {**settings.estimator_kwargs, "norm_adv_by_std_in_grpo": settings.norm_adv_by_std_in_grpo}
         state = self.estimator_state if mode == "train" else EstimatorState.from_json(self.estimator_state.to_json())  # eval: a copy
+        sequence_part, token_part = sequence_transforms(settings.transforms, role_parts(batch.roles, batch.group_roles))
         result = step_advantages(
             rows,
             batch.rewards,
@@ -218,12 +223,9 @@ class RLLMAdvantageMixin:
             task_ids=batch.task_ids,
             state=state,
             roles=batch.roles,
+            transforms=sequence_part,
         )
-        sequence_part, token_part = split_chain(settings.transforms)
-        transformed: dict[str, float] = {}
-        if sequence_part:  # advantage_transforms on the gathered turns, per role
-            values, transformed = transform_steps(result.values, result.offsets, result.step_rewards, result.scored, batch, sequence_part)
-            result = dataclasses.replace(result, values=values)
+        transformed = dict(sequence_part.metrics) if sequence_part else {}
         device = output["advantages"].device
         start = self.accelerator.process_index * completion_mask.shape[0]
         if not self._rllm_turn_sources_logged and self.accelerator.is_main_process:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,7 @@ from rllm_plugins.advantage import compute_role_metrics
 from rllm_plugins.aggregation import check_aggregation, normalize_then_sum
 from rllm_plugins.diagnostics import batch_diagnostics
 from rllm_plugins.registry import get_estimator
-from rllm_plugins.run import Call, Commit, Wording, run_outcome
+from rllm_plugins.run import Call, Commit, Transforms, Wording, run_outcome
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.state.store import EstimatorState
 from rllm_plugins.types import TrajectoryGroup
@@ -199,10 +199,12 @@ def _estimate_role(
     trl_settings: Mapping[str, Any],
     state: EstimatorState | None = None,
     commits: list[Commit] | None = None,
+    transforms: Transforms | None = None,
 ) -> tuple[np.ndarray | slice, np.ndarray]:
     """Run estimator ``name`` over the scorable rows of role ``role``'s groups: (rows, advantages of those rows).
 
-    A stateful estimator starts from ``state`` (nothing when None) and puts its commit into ``commits``.
+    A stateful estimator starts from ``state`` (nothing when None) and puts its commit into ``commits``; ``transforms``
+    run on those rows (``lengths`` the completions').
     """
     estimator = get_estimator(name)
     G = batch.num_generations  # noqa: N806 - the paper's name
@@ -237,14 +239,18 @@ def _estimate_role(
         lengths=lengths,
         task_ids=None if batch.task_ids is None else batch.task_ids[rows],
         settings=trl_settings,
+        transforms=None if transforms is None else replace(transforms, context={"lengths": None if batch.lengths is None else batch.lengths[rows]}),
     )
     if commits is not None:
         commits.append(commit)
     return rows, advantages
 
 
-def _normalize_then_sum_role(batch: RewardBatch, role: int, name: str, options: Mapping[str, Any]) -> tuple[np.ndarray | slice, np.ndarray]:
-    """GDPO over role ``role``'s groups with estimator ``name``: (rows, advantages of those rows, 0 where unscorable)."""
+def _normalize_then_sum_role(
+    batch: RewardBatch, role: int, name: str, options: Mapping[str, Any], transforms: Transforms | None = None
+) -> tuple[np.ndarray | slice, np.ndarray]:
+    """GDPO over role ``role``'s groups with estimator ``name``: (rows, advantages of those rows, 0 where unscorable);
+    ``transforms`` run on the scorable ones."""
     if batch.rewards_per_func is None:
         raise ValueError("normalize_then_sum needs the per-function rewards: build the batch with prepare_batch")
     estimator = get_estimator(name)
@@ -266,7 +272,10 @@ def _normalize_then_sum_role(batch: RewardBatch, role: int, name: str, options: 
 
     wording = Wording("completions", lambda values, _: f"{where} gave the non-finite advantage {values[~np.isfinite(values)][0]}; advantages must be finite")
     offsets = np.arange(0, per_func.shape[0] + 1, G, dtype=np.int64)
-    advantages, _ = run_outcome(call, per_func, offsets, wording=wording, role=batch.roles[role], lengths=lengths, combine=combine)
+    if transforms is not None:  # the combined rewards of the scorable rows (the estimator saw each function's)
+        context = {"rewards": batch.rewards[rows], "lengths": None if batch.lengths is None else batch.lengths[rows]}
+        transforms = replace(transforms, context=context, parts=[(batch.roles[role], None, batch.scorable[rows])])
+    advantages, _ = run_outcome(call, per_func, offsets, wording=wording, role=batch.roles[role], lengths=lengths, combine=combine, transforms=transforms)
     return rows, advantages
 
 
@@ -280,6 +289,7 @@ def compute_advantages(
     trl_settings: Mapping[str, Any] | None = None,
     aggregation: str = "sum_then_normalize",
     state: EstimatorState | None = None,
+    transforms: Transforms | None = None,
 ) -> np.ndarray:
     """Advantages float64 ``(N,)`` of a :class:`RewardBatch`: 0 on unscorable rows.
 
@@ -290,6 +300,8 @@ def compute_advantages(
     them as keyword parameters, and only when summing first. Nothing is returned unless every
     role's estimator succeeded. Stateful estimators (``rae``) continue ``state`` (one per estimator
     and role), updated only when every role succeeded; with ``state=None`` they start from nothing.
+    ``transforms`` (``RLLMGRPOConfig.advantage_transforms``' sequence part) run in each role's run on its
+    scorable rows, grouped by prompt; their metrics go into ``transforms.metrics``.
     """
     gdpo = check_aggregation(aggregation) == "normalize_then_sum"
     options = {**(estimator_kwargs or {}), "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo}
@@ -305,9 +317,9 @@ def compute_advantages(
     for role, role_name in enumerate(batch.roles):
         name = estimator_map.get(role_name, estimator)
         if gdpo:
-            rows, values = _normalize_then_sum_role(batch, role, name, options)
+            rows, values = _normalize_then_sum_role(batch, role, name, options, transforms)
         else:
-            rows, values = _estimate_role(batch, role, name, options, trl_settings, state, commits)
+            rows, values = _estimate_role(batch, role, name, options, trl_settings, state, commits, transforms)
         advantages[rows] = values
     for commit in commits:  # every role succeeded
         commit()

@@ -1,30 +1,35 @@
 """Advantage transforms in TRL: ``RLLMGRPOConfig(advantage_transforms=[...])``, after any estimator.
 
-Sequence-level transforms run on the gathered batch, per role, on every process alike: on the outcome path one
-value per completion (unscorable rows stay 0 and out of the transforms; ``offsets`` group a role's scorable
-completions by prompt, ``rewards`` and ``lengths`` are theirs); on the step path one value per turn of the scored
-completions (``offsets`` group a prompt's turns, ``rewards`` the turns' rewards, ``turn_index`` and
-``traj_offsets`` place them). A token-level transform (``kl_shaping``) and every transform after it run on this
+Sequence-level transforms run on the gathered batch, per role, on every process alike, inside the estimator's run
+(:func:`rllm_plugins.run.run_outcome` and :func:`~rllm_plugins.run.run_steps`, as in the core collector; handed over
+by :func:`sequence_transforms`): on the outcome path one value per completion (unscorable rows stay 0 and out of the
+transforms; ``offsets`` group a role's scorable completions by prompt, ``rewards`` and ``lengths`` are theirs); on the
+step path one value per turn of the scored completions (``offsets`` group a prompt's turns, ``rewards`` the turns'
+rewards, ``turn_index`` and ``traj_offsets`` place them). A token-level transform (``kl_shaping``) and every
+transform after it run here instead (:func:`transform_tokens`): the run holds one value per completion or turn of the
+gathered batch, and the token log-probs they read exist only on each process's own rows. They run on this
 process's rows, ``(B, T)``, with ``mask`` (the completion mask, times the tool mask where TRL has one),
-``logprobs`` (TRL's ``old_per_token_logps``) and ``ref_logprobs`` (``ref_per_token_logps``, present when
-``beta > 0``); the batch mean of ``kl_shaping`` is then this process's.
+``logprobs`` (TRL's ``old_per_token_logps``), ``ref_logprobs`` (``ref_per_token_logps``, present when
+``beta > 0``) and, with several processes, ``sum_over_processes`` (accelerate's ``reduce`` with ``"sum"``): the
+batch mean of ``kl_shaping`` is the whole batch's, as on one process, from two scalars per process (its KL sum and
+token count). The transforms' metrics of this part are over this process's tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from rllm_plugins.segments import offsets_from_sizes
+from rllm_plugins.run import Transforms
 from rllm_plugins.transforms import SelectedTransform, apply_transforms, check_available_context, resolve_transforms
 
-__all__ = ["check_trl_transforms", "split_chain", "transform_outcome", "transform_steps", "transform_tokens"]
+__all__ = ["check_trl_transforms", "sequence_transforms", "split_chain", "transform_tokens"]
 
 WHERE = "RLLMGRPOConfig.advantage_transforms"
 SEQUENCE_CONTEXT = {"offsets", "rewards", "lengths", "turn_index", "traj_offsets", "role"}  # lengths: on the outcome path
-TOKEN_CONTEXT = {"mask", "logprobs", "ref_logprobs", "role"}
+TOKEN_CONTEXT = {"mask", "logprobs", "ref_logprobs", "role", "sum_over_processes"}
 
 
 def check_trl_transforms(entries: Any, beta: float) -> tuple[SelectedTransform, ...]:
@@ -56,55 +61,22 @@ def split_chain(selected: Sequence[SelectedTransform]) -> tuple[tuple[SelectedTr
     return tuple(selected[:first]), tuple(selected[first:])
 
 
-def transform_outcome(batch: Any, advantages: np.ndarray, selected: Sequence[SelectedTransform]) -> tuple[np.ndarray, dict[str, float]]:
-    """The gathered advantages ``(N,)`` of a ``RewardBatch`` after ``selected`` (sequence level), per role; and the metrics."""
-    out = advantages.copy()
-    metrics: dict[str, float] = {}
-    G = batch.num_generations  # noqa: N806
-    counts = np.count_nonzero(batch.scorable.reshape(-1, G), axis=1)
-    for r, role in enumerate(batch.roles):
-        in_role = batch.group_roles == r
-        rows = batch.scorable & np.repeat(in_role, G)
-        if not rows.any():
-            continue
-        context: dict[str, Any] = {"offsets": offsets_from_sizes(counts[in_role]), "rewards": batch.rewards[rows]}
-        if batch.lengths is not None:
-            context["lengths"] = batch.lengths[rows]
-        n = int(rows.sum())
-        context.update(turn_index=np.zeros(n, dtype=np.int64), traj_offsets=np.arange(n + 1))
-        out[rows], role_metrics = apply_transforms(out[rows], selected, role=role, where=WHERE, **context)
-        metrics.update(role_metrics)
-    return out, metrics
+def sequence_transforms(
+    selected: Sequence[SelectedTransform], parts: Sequence[tuple[str, np.ndarray | None, np.ndarray | None]] | None = None
+) -> tuple[Transforms | None, tuple[SelectedTransform, ...]]:
+    """``(sequence part, token part)`` of the chain: the sequence part as the estimator's run applies it (:class:`~rllm_plugins.run.Transforms`,
+    None when empty; ``parts`` one per role on the turn path), the token part for :func:`transform_tokens`."""
+    sequence_part, token_part = split_chain(selected)
+    return (Transforms(sequence_part, WHERE, parts=parts) if sequence_part else None), token_part
 
 
-def transform_steps(
-    values: np.ndarray, offsets: np.ndarray, step_rewards: np.ndarray, scored: np.ndarray, batch: Any, selected: Sequence[SelectedTransform]
+def transform_tokens(
+    local: Any, output: dict[str, Any], selected: Sequence[SelectedTransform], role: str, sum_over_processes: Callable[[np.ndarray], np.ndarray] | None = None
 ) -> tuple[np.ndarray, dict[str, float]]:
-    """Per-turn values ``(S,)`` of the gathered rows (row ``i`` owns ``values[offsets[i]:offsets[i+1]]``) after ``selected``, per role."""
-    out = values.copy()
-    metrics: dict[str, float] = {}
-    G = batch.num_generations  # noqa: N806
-    counts = np.diff(offsets)
-    turn_index = np.arange(values.size) - np.repeat(offsets[:-1], counts)
-    for r, role in enumerate(batch.roles):
-        rows = scored & np.repeat(batch.group_roles == r, G)
-        if not rows.any():
-            continue
-        steps = np.repeat(rows, counts)
-        per_group = np.add.reduceat(np.where(rows, counts, 0), np.arange(0, rows.size, G))[batch.group_roles == r]
-        context = {
-            "offsets": offsets_from_sizes(per_group),
-            "rewards": step_rewards[steps],
-            "turn_index": turn_index[steps],
-            "traj_offsets": offsets_from_sizes(counts[rows]),
-        }
-        out[steps], role_metrics = apply_transforms(out[steps], selected, role=role, where=WHERE, **context)
-        metrics.update(role_metrics)
-    return out, metrics
+    """This process's advantages (``(B,)`` or ``(B, T)``) after the token part of the chain: ``(B, T)`` float64, 0 off the mask.
 
-
-def transform_tokens(local: Any, output: dict[str, Any], selected: Sequence[SelectedTransform], role: str) -> tuple[np.ndarray, dict[str, float]]:
-    """This process's advantages (``(B,)`` or ``(B, T)``) after the token part of the chain: ``(B, T)`` float64, 0 off the mask."""
+    ``sum_over_processes`` (the trainer's, over accelerate's processes; None on one process) is handed to the transforms
+    that name it, so a batch statistic (``kl_shaping``'s mean) is the whole batch's."""
     mask = output["completion_mask"].detach().cpu().double().numpy()
     if output.get("tool_mask") is not None:
         mask = mask * output["tool_mask"].detach().cpu().double().numpy()
@@ -112,6 +84,8 @@ def transform_tokens(local: Any, output: dict[str, Any], selected: Sequence[Sele
     if values.ndim == 1:
         values = values[:, None] * mask
     context: dict[str, Any] = {"mask": mask}
+    if sum_over_processes is not None:
+        context["sum_over_processes"] = sum_over_processes
     for key, name in (("logprobs", "old_per_token_logps"), ("ref_logprobs", "ref_per_token_logps")):
         if output.get(name) is not None:
             context[key] = output[name].detach().cpu().double().numpy()

@@ -38,7 +38,7 @@ import numpy as np
 from rllm_plugins.advantage import compute_role_metrics
 from rllm_plugins.calling import as_finite_real, describe
 from rllm_plugins.registry import get_estimator
-from rllm_plugins.run import Call, Wording, run_steps
+from rllm_plugins.run import Call, Transforms, Wording, run_steps
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.state.store import EstimatorState
 from rllm_plugins.steps import StepBatch
@@ -55,6 +55,7 @@ __all__ = [
     "compute_step_metrics",
     "local_turns",
     "prompt_anchor_states",
+    "role_parts",
     "row_turns",
     "spread_local",
     "step_advantages",
@@ -205,6 +206,7 @@ def step_advantages(
     task_ids: np.ndarray | None = None,
     state: EstimatorState | None = None,
     roles: Sequence[str] = (DEFAULT_ROLE,),
+    transforms: Transforms | None = None,
 ) -> StepAdvantages:
     """Run step-level estimator ``estimator_name`` on the gathered rows (``rewards`` ``(N,)`` float64, NaN: unscorable).
 
@@ -213,7 +215,9 @@ def step_advantages(
     with the wrong number of turns or a bad value, and a non-finite advantage. The estimator gets what it
     needs with ``options`` (:func:`rllm_plugins.needs.needs_of`): anchor states, ``lengths`` ``(N,)`` (the
     completion lengths, as an outcome-level estimator gets them), and its state in ``state`` under the batch's
-    one role of ``roles`` (with ``task_ids`` ``(N,)``), updated once the call succeeded.
+    one role of ``roles`` (with ``task_ids`` ``(N,)``), updated once the call succeeded. ``transforms``
+    (``RLLMGRPOConfig.advantage_transforms``' sequence part) run in the same run on the scorable rows' turns, one part
+    per role (:func:`role_parts`); their metrics go into ``transforms.metrics``.
     """
     estimator = get_estimator(estimator_name)
     who = f"step-level estimator {estimator_name!r} ({estimator.provider})"
@@ -278,12 +282,18 @@ def step_advantages(
         role=roles[0],
         state=state,
         task_ids=None if task_ids is None else task_ids[scorable],
+        transforms=transforms,
     )
     per_turn = np.zeros(step_rewards.size)
     per_turn[keep] = values
     step_rewards[~keep] = 0.0
     commit()  # every check passed
     return StepAdvantages(per_turn, offsets, anchors, step_rewards, scorable)
+
+
+def role_parts(roles: Sequence[str], group_roles: np.ndarray) -> list[tuple[str, np.ndarray, None]]:
+    """One part of :class:`~rllm_plugins.run.Transforms` per role: its name and its groups (``group_roles`` ``(G,)``)."""
+    return [(role, np.asarray(group_roles) == r, None) for r, role in enumerate(roles)]
 
 
 def spread_local(result: StepAdvantages, rows: Sequence[RowTurns], first_row: int, turns: Turns) -> np.ndarray:

@@ -1,11 +1,16 @@
 """The conformance matrix on verl's and TRL's paths: every cell holds, is declared, or is a known failure.
 
+Each path's transformed twin (``<path>+transforms``) is in the matrix; at the end, verl's own estimators (every
+``adv_estimator`` verl registers, not ``rllm_*``) with ``algorithm.rllm_advantage_transforms`` on the legacy and the
+v1 path: their advantages are verl's own without transforms, clipped and scaled plainly here, at every model token.
+
 ``RLLM_CONFORMANCE=full`` (``make conformance``) runs the full budget, ``rllm-plugins verl-check`` on every
 hostile option value included; the default is the fast sample.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 from pathlib import Path
@@ -16,14 +21,35 @@ import pytest
 pytest.importorskip("verl")
 pytest.importorskip("trl")
 
+from rllm_verl.conformance.legacy import verl_compute
+from rllm_verl.conformance.v1 import v1_compute
+from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
 from rllm_plugins.discovery import manager
 from rllm_plugins.spec import AdvEstimatorSpec
-from rllm_plugins.testing.matrix import FAST, FULL, KNOWN_FAILURES, RELATIONS, entry_of, estimator_table, installed_paths, path_table, run_cell, run_matrix
+from rllm_plugins.testing.matrix import (
+    FAST,
+    FULL,
+    KNOWN_FAILURES,
+    RELATIONS,
+    TRANSFORMS,
+    Call,
+    entry_of,
+    estimator_table,
+    installed_paths,
+    path_table,
+    run_cell,
+    run_matrix,
+    transformed_twin,
+)
+from rllm_plugins.testing.matrix.estimators import GROUP_SIZES
+from rllm_plugins.testing.matrix.samples import generate
 
 FULL_MATRIX = os.environ.get("RLLM_CONFORMANCE") == "full"
 BUDGET = FULL if FULL_MATRIX else FAST
-SLOW_PATHS = {"verl_v1"}  # every call goes through TransferQueue: the fast sample runs a few estimators there
+SLOW_PATHS = {"verl_v1", "verl_v1+transforms"}  # every call goes through TransferQueue: the fast sample runs a few estimators there
 FAST_ON_SLOW_PATHS = ("grpo", "rloo", "prpo", "gigpo", "step_reinforce", "rae")  # rae: the stateful scan
+TWIN_ON_SLOW_PATHS = ("equals_collector", "no_token_rows", "state_roundtrip")  # the fast sample's relations on verl_v1+transforms
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +71,11 @@ def test_every_adapter_cell_holds_is_declared_or_known(adapter_paths, framework)
 
 def test_every_v1_cell_holds_is_declared_or_known(adapter_paths):
     entries = [e for e in estimator_table() if FULL_MATRIX or e.name in FAST_ON_SLOW_PATHS]
-    cells = run_matrix(entries, [adapter_paths["verl_v1"]], BUDGET)
+    twin = [r for r in RELATIONS if FULL_MATRIX or r.name in TWIN_ON_SLOW_PATHS]
+    cells = run_matrix(entries, [adapter_paths["verl_v1"]], BUDGET) + run_matrix(entries, [adapter_paths["verl_v1+transforms"]], BUDGET, twin)
     failing = [str(c) for c in cells if c.status == "FAIL"]
     assert not failing, "\n".join(failing)
-    assert sum(c.status == "PASS" for c in cells) >= 4 * len(entries)
+    assert sum(c.status == "PASS" for c in cells) >= 6 * len(entries)
 
 
 @pytest.mark.parametrize(
@@ -81,7 +108,8 @@ def test_verls_config_time_takes_every_sample_option_as_a_user_would_write_it(ad
 
 
 def test_the_adapters_contribute_their_paths(adapter_paths):
-    assert set(adapter_paths) == {"verl_legacy", "verl_step_bridge", "verl_v1", "trl_outcome", "trl_turn"}
+    paths = {"verl_legacy", "verl_step_bridge", "verl_v1", "trl_outcome", "trl_turn"}
+    assert set(adapter_paths) == paths | {f"{name}+transforms" for name in paths}
 
 
 def test_known_failures_name_installed_paths():
@@ -142,3 +170,81 @@ def test_check_paths_fails_every_wrong_plugin(adapter_paths, name, capsys):
     assert code == 1, out
     failing = {line.split(" x ")[1].split(":")[0] for line in out.splitlines() if line.startswith("FAIL: ")}
     assert set(WRONG[name][1]) <= failing, out
+
+
+@pytest.mark.parametrize("path", ["verl_legacy", "verl_step_bridge", "verl_v1", "trl_outcome", "trl_turn"])
+def test_a_path_that_drops_the_transforms_fails_its_twins_cell(adapter_paths, path):
+    """A twin is no copy of its path: a framework that ignored the transforms it was given fails equals_collector."""
+    base = adapter_paths[path]
+    dropping = dataclasses.replace(base, run=lambda call, sample, state: base.run(dataclasses.replace(call, transforms=()), sample, state))
+    entry = entry_of("grpo" if "outcome" in base.levels else "step_reinforce")
+    relation = next(r for r in RELATIONS if r.name == "equals_collector")
+    cell = run_cell(entry, transformed_twin(dropping), relation, FAST)
+    assert cell.status == "FAIL" and "expected" in cell.message, cell
+    assert run_cell(entry, adapter_paths[f"{path}+transforms"], relation, FAST).status == "PASS"
+
+
+# verl's own estimators with transforms, on the legacy and the v1 path
+
+
+VERL_OWN = sorted(name for name in ADV_ESTIMATOR_REGISTRY if not name.startswith("rllm_"))
+MUST_RUN = {"grpo", "rloo", "reinforce_plus_plus", "gae"}  # the common ones, whatever verl adds
+SEED = 3
+SAMPLE = generate(SEED, "step", [size for size in GROUP_SIZES if size >= 2], binary=True)  # 0/1 rewards: grpo_passk's too
+
+
+def clipped_and_scaled(advantages: np.ndarray) -> np.ndarray:
+    """The matrix's TRANSFORMS, written plainly: clip to [-0.5, 0.5], then halve the negative values."""
+    assert TRANSFORMS == (("clip", {"min": -0.5, "max": 0.5}), ("scale", {"negative": 0.5}))
+    out = np.clip(advantages, -0.5, 0.5)
+    return np.where(out < 0, out * 0.5, out)
+
+
+def legacy(name: str, transforms: bool) -> tuple[np.ndarray, np.ndarray]:
+    call = Call(name, {}, TRANSFORMS if transforms else ())
+    out, _ = verl_compute(SAMPLE, call, name, values=True)
+    return out.batch["advantages"].double().numpy(), out.batch["response_mask"].double().numpy()
+
+
+def runs_on_the_batch(name: str) -> bool:
+    try:
+        legacy(name, transforms=False)
+    except Exception:
+        return False
+    return True
+
+
+RUNS = [name for name in VERL_OWN if runs_on_the_batch(name)]
+
+
+def test_verls_common_estimators_run_and_the_others_are_named():
+    assert set(RUNS) >= MUST_RUN, f"verl's own estimators that ran: {RUNS}"
+    print("not run on the matrix's batch:", sorted(set(VERL_OWN) - set(RUNS)))
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_legacy_transforms_verls_own_advantages(name):
+    plain, mask = legacy(name, transforms=False)
+    got, _ = legacy(name, transforms=True)
+    assert mask.sum() > 0 and not np.array_equal(clipped_and_scaled(plain) * mask, plain * mask), "the transforms change something here"
+    np.testing.assert_allclose(got, clipped_and_scaled(plain) * mask, rtol=1e-6, atol=1e-7)
+
+
+def v1(name: str, transforms: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Each output's advantages and response mask, keyed by its key without the call's prefix (``task0003_12_0``)."""
+    by_key, _, masks = v1_compute(SAMPLE, Call(name, {}, TRANSFORMS if transforms else ()), name, critic=name == "gae")
+    assert set(masks) == set(by_key["advantages"])
+
+    def plain(key: str) -> str:
+        return key[key.index("task") :]
+
+    return {plain(k): v for k, v in by_key["advantages"].items()}, {plain(k): np.asarray(m, dtype=np.float64) for k, m in masks.items()}
+
+
+@pytest.mark.parametrize("name", [n for n in RUNS if n in MUST_RUN])
+def test_v1_transforms_verls_own_advantages(adapter_paths, name):
+    plain, masks = v1(name, transforms=False)
+    got, _ = v1(name, transforms=True)
+    assert set(got) == set(plain)
+    for key, mask in masks.items():
+        np.testing.assert_allclose(got[key], clipped_and_scaled(plain[key]) * mask, rtol=1e-6, atol=1e-7, err_msg=key)

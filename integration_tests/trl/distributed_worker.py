@@ -4,7 +4,10 @@
 With a third argument ``none-role-on-rank-1``, prompts carry a role column and rank 1's first
 example has the role None at the first step. With ``nts-roles``, two reward functions (the second
 None on every third gathered row) under ``multi_objective_aggregation="normalize_then_sum"``, and the
-roles solver / judge alternating by prompt; each record then holds the role of each gathered group.
+roles solver / judge alternating by prompt; each record then holds the role of each gathered group. With
+``kl-shaping``, one step with ``advantage_transforms=[kl_shaping coef 0.5]`` (``beta`` 0.1, a reference model other than the policy,
+``num_iterations`` 2 for TRL's old log-probs); each record then holds this rank's advantages before and after the
+token-level transforms, the mask and both log-probs.
 """
 
 from __future__ import annotations
@@ -49,6 +52,18 @@ class RecordingTrainer(RLLMGRPOTrainer):
         self.records.append({"rewards_per_func": rewards.tolist(), "lengths": [len(ids) for ids in completion_ids_list]})
         return rewards
 
+    def _token_transforms(self, output: dict[str, Any], token_part: Any, batch: Any) -> dict[str, float]:
+        before = output["advantages"].tolist()
+        metrics = super()._token_transforms(output, token_part, batch)
+        self.records[-1]["tokens"] = {
+            "before": before,
+            "after": output["advantages"].tolist(),
+            "mask": output["completion_mask"].tolist(),
+            "logp": output["old_per_token_logps"].tolist(),
+            "ref": output["ref_per_token_logps"].tolist(),
+        }
+        return metrics
+
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
         self.records[-1]["advantages"] = output["advantages"].tolist()
@@ -58,8 +73,14 @@ class RecordingTrainer(RLLMGRPOTrainer):
 
 
 def main(out_dir: Path, estimator: str, case: str = "") -> None:
-    nts = case == "nts-roles"
+    nts, kl = case == "nts-roles", case == "kl-shaping"
     tokenizer = build_tiny_tokenizer([*PROMPTS, "the quick brown fox jumps over the lazy dog 0123456789"])
+    model = build_tiny_model(tokenizer, seed=0)
+    if kl:  # GRPOTrainer builds the reference model from the policy's path when beta > 0: another model there, so the KL is not 0
+        path = out_dir / f"reference{os.environ['RANK']}"
+        build_tiny_model(tokenizer, seed=1).save_pretrained(path)
+        model.config._name_or_path = str(path)
+    transforms = {"advantage_transforms": [{"name": "kl_shaping", "coef": 0.5}], "num_iterations": 2} if kl else {}
     args = RLLMGRPOConfig(
         output_dir=str(out_dir / "trainer"),
         use_cpu=True,
@@ -68,9 +89,9 @@ def main(out_dir: Path, estimator: str, case: str = "") -> None:
         per_device_train_batch_size=6,
         num_generations=4,
         max_completion_length=8,
-        max_steps=2,
+        max_steps=1 if kl else 2,
         learning_rate=0.1,
-        beta=0.0,
+        beta=0.1 if kl else 0.0,
         report_to="none",
         save_strategy="no",
         shuffle_dataset=False,
@@ -78,12 +99,13 @@ def main(out_dir: Path, estimator: str, case: str = "") -> None:
         seed=0,
         adv_estimator=estimator,
         ddp_backend="gloo",
-        role_column="role" if case else None,
+        role_column="role" if case and not kl else None,
         multi_objective_aggregation="normalize_then_sum" if nts else "sum_then_normalize",
         reward_weights=[1.0, -0.5] if nts else None,
+        **transforms,
     )
     trainer = RecordingTrainer(
-        model=build_tiny_model(tokenizer, seed=0),
+        model=model,
         reward_funcs=[reward_length, letter_a_or_none] if nts else [reward_length],
         args=args,
         train_dataset=Dataset.from_dict({"prompt": PROMPTS, "role": ["solver", "judge"] * 3 if nts else ["solver"] * len(PROMPTS)}),

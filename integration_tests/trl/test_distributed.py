@@ -91,3 +91,33 @@ def test_normalize_then_sum_with_roles_straddling_ranks_is_one_computation_per_r
         np.testing.assert_allclose(used, expected, rtol=0, atol=1e-6)
         straddling.append(np.abs(expected[4:8]).max())
     assert max(straddling) > 0.1, "the straddling group carries no signal"
+
+
+def test_kl_shaping_on_two_ranks_centres_on_the_whole_batchs_mean_kl(tmp_path):
+    """Each rank shapes its rows with the mean KL over both ranks' model tokens, as one process on the whole batch would."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}"]
+    command += [str(WORKER), str(tmp_path), "grpo", "kl-shaping"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    ranks = [json.loads((tmp_path / f"rank{k}.json").read_text())["records"][0]["tokens"] for k in (0, 1)]
+    # one process on the whole batch, written plainly: k1 = logp - ref, the mean over every model token of both ranks
+    kl, masks = [], []
+    for rank in ranks:
+        kl.append([[lp - rf for lp, rf in zip(row_lp, row_rf, strict=True)] for row_lp, row_rf in zip(rank["logp"], rank["ref"], strict=True)])
+        masks.append(rank["mask"])
+    tokens = [
+        (k, m)
+        for rank_kl, rank_mask in zip(kl, masks, strict=True)
+        for row_kl, row_m in zip(rank_kl, rank_mask, strict=True)
+        for k, m in zip(row_kl, row_m, strict=True)
+    ]
+    mean = sum(k for k, m in tokens if m) / sum(1 for _, m in tokens if m)
+    local_means = [
+        sum(k for r_kl, r_m in zip(kl[r], masks[r], strict=True) for k, m in zip(r_kl, r_m, strict=True) if m) / sum(map(sum, masks[r])) for r in (0, 1)
+    ]
+    assert abs(local_means[0] - local_means[1]) > 1e-4, "each rank's own mean would give the same numbers: the check would prove nothing"
+    for r, rank in enumerate(ranks):
+        for row, (a, row_kl, row_m) in enumerate(zip(rank["before"], kl[r], masks[r], strict=True)):
+            want = [a + 0.5 * (mean - k) if m else 0.0 for k, m in zip(row_kl, row_m, strict=True)]
+            np.testing.assert_allclose(rank["after"][row], want, rtol=0, atol=1e-5, err_msg=f"rank {r}, row {row}")

@@ -43,8 +43,8 @@ def test_kl_shaping_on_this_process_rows_with_trls_log_probs(tokenizer, prompt_d
     from rllm_plugins.tiny import build_tiny_model
 
     model = build_tiny_model(tokenizer, seed=0)
-    model.save_pretrained(tmp_path / "tiny")  # GRPOTrainer builds the reference model from the policy's path when beta > 0
-    model.config._name_or_path = str(tmp_path / "tiny")
+    build_tiny_model(tokenizer, seed=1).save_pretrained(tmp_path / "reference")  # GRPOTrainer builds the reference from the policy's path
+    model.config._name_or_path = str(tmp_path / "reference")  # when beta > 0: another model there, so the KL is not 0
     config = make_config(tmp_path, advantage_transforms=[{"name": "kl_shaping", "coef": 0.5}], beta=0.1, num_iterations=2, max_steps=1)
     trainer = RLLMGRPOTrainer(model=model, reward_funcs=default_reward_funcs, args=config, train_dataset=prompt_dataset, processing_class=tokenizer)
     seen = []
@@ -70,6 +70,7 @@ def test_kl_shaping_on_this_process_rows_with_trls_log_probs(tokenizer, prompt_d
     step = seen[0]
     mask = step["mask"].astype(bool)
     kl = step["logp"] - step["ref"]
+    assert np.abs(kl[mask]).max() > 1e-3, "the policy is its reference: the shaping would change nothing"
     mean = kl[mask].sum() / mask.sum()
     want = np.where(mask, step["before"][:, None] + 0.5 * (mean - kl), 0.0)
     np.testing.assert_allclose(step["after"], want, rtol=0, atol=1e-5)
@@ -111,13 +112,13 @@ def test_the_object_path_with_the_configs_algorithm_config_agrees_with_the_train
     from rllm_trl import RLLMGRPOConfig
     from rllm_trl.groups import compute_advantages_via_groups
     from rllm_trl.outcome import compute_advantages, prepare_batch
-    from rllm_trl.transforms import transform_outcome
+    from rllm_trl.transforms import sequence_transforms
 
     config = make_config(tmp_path, RLLMGRPOConfig, adv_estimator="rloo", advantage_transforms=[{"name": "clip", "min": -0.3}, ["scale", {"positive": 2.0}]])
     rng = np.random.default_rng(3)
     rewards = torch.from_numpy(rng.integers(0, 4, size=(8 * G, 1)).astype(np.float32))
     batch = prepare_batch(rewards, torch.tensor([1.0]), G)
-    fast, _ = transform_outcome(batch, compute_advantages(batch, "rloo"), _selected(config))
+    fast = compute_advantages(batch, "rloo", transforms=sequence_transforms(_selected(config))[0])
     slow, metrics = compute_advantages_via_groups(batch, [[1, 2]] * (8 * G), [[7, 7]] * (8 * G), config.algorithm_config())
     np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-6)
     assert metrics["transform/all_groups/scale/max"] == pytest.approx(fast.max(), abs=1e-6)

@@ -225,3 +225,17 @@ def test_the_permuted_sample_moves_every_group_and_every_trajectory_of_a_group_o
             assert g != p and (j != i or len(group) == 1)
     flat = [traj for group in sample.groups for traj in group]
     assert [flat[o] for o in order.tolist()] == [traj for group in shuffled.groups for traj in group]
+
+
+def test_a_collector_that_drops_the_transforms_fails_its_twins_cell():
+    """The twin is generated from the path: a collector that ignored the transforms it was given fails equals_collector."""
+    import dataclasses
+
+    from rllm_plugins.testing.matrix import transformed_twin
+
+    base = CORE["collector"]
+    dropping = dataclasses.replace(base, run=lambda call, sample, state: base.run(dataclasses.replace(call, transforms=()), sample, state))
+    relation = next(r for r in RELATIONS if r.name == "equals_collector")
+    cell = run_cell(entry_of("grpo"), transformed_twin(dropping), relation, FAST)
+    assert cell.status == "FAIL" and "expected" in cell.message, cell
+    assert _cell("grpo", "collector+transforms", "equals_collector").status == "PASS"

@@ -77,6 +77,44 @@ def test_kl_shaping_is_skyrls_formula(estimator):
     assert metrics["transform/all_groups/kl_shaping/mean"] == pytest.approx(float(np.mean(out[mask == 1])))
 
 
+@pytest.mark.parametrize("estimator", ["k1", "k3"])
+def test_kl_shaping_on_a_batch_split_over_processes_is_the_whole_batchs(estimator):
+    """Each share gets sum_over_processes (here: its own [KL sum, token count] plus the other share's); the shaped rows are
+    those of the whole batch at once, and a share with no model token still takes part."""
+    rng = np.random.default_rng(11)
+    adv = rng.normal(size=(5, 6))
+    mask = (rng.random((5, 6)) < 0.6).astype(float)
+    mask[4] = 0  # a row without model tokens: its share has none
+    logp, ref = -rng.random((5, 6)) * 2, -rng.random((5, 6)) * 2
+    whole = plain_kl_shaping(adv.tolist(), mask.tolist(), logp.tolist(), ref.tolist(), 0.3, estimator)
+    shares = [slice(0, 2), slice(2, 4), slice(4, 5)]
+    sent = []
+
+    def share_sums(part):  # what each process sends: its KL sum and token count, computed plainly
+        pairs = zip(logp[part].ravel().tolist(), ref[part].ravel().tolist(), mask[part].ravel().tolist(), strict=True)
+        kl = [((lp - r) if estimator == "k1" else (math.exp(r - lp) - (r - lp) - 1), m) for lp, r, m in pairs]
+        return np.array([sum(k for k, m in kl if m), sum(m for _, m in kl)])
+
+    for part in shares:
+        others = sum((share_sums(p) for p in shares if p != part), np.zeros(2))
+
+        def summed(values, others=others):
+            sent.append(values.copy())
+            return values + others
+
+        out, _ = apply_transforms(
+            adv[part],
+            [("kl_shaping", {"coef": 0.3, "estimator": estimator})],
+            token_level=True,
+            mask=mask[part],
+            logprobs=logp[part],
+            ref_logprobs=ref[part],
+            sum_over_processes=summed,
+        )
+        np.testing.assert_allclose(out, np.array(whole)[part], rtol=0, atol=1e-12)
+    assert len(sent) == len(shares) and sent[-1].tolist() == [0.0, 0.0]
+
+
 def test_entries_in_every_form_apply_in_order_and_repeats_get_their_own_metrics():
     out, metrics = apply_transforms(np.array(VALUES), [("clip", {"max": 2.0}), {"name": "scale", "negative": 0.5}, ("clip", {"min": -1.0})])
     assert out.tolist() == plain_clip(plain_scale(plain_clip(VALUES, None, 2.0), 1.0, 0.5), -1.0, None)
@@ -294,3 +332,31 @@ def test_codapo_without_log_probs_in_the_steps_says_what_is_missing():
     config = AlgorithmConfig(estimator="grpo", advantage_transforms=["codapo"])
     with pytest.raises(ValueError, match=r"advantage transform 'codapo' .* needs \['mean_logprobs'\], which this path does not provide"):
         collect_reward_and_advantage_from_trajectory_groups(groups_of([1.0, 0.0]), config)
+
+
+def test_the_collectors_turn_metrics_are_those_of_the_transformed_advantages():
+    """As TRL's: the transforms run inside the estimator's run, so every advantage metric of a step-level role is of their output."""
+    rewards = ([1.0, 0.0], [0.0, 0.0], [2.0, 1.0])
+    groups = [TrajectoryGroup([Trajectory(steps=[Step(prompt_ids=[1], response_ids=[2], reward=r) for r in rs], reward=0.0) for rs in rewards], group_id="t0")]
+    config = AlgorithmConfig(estimator="step_reinforce", advantage_transforms=[("clip", {"max": 0.3})])
+    metrics = collect_reward_and_advantage_from_trajectory_groups(groups, config)
+    by_turn = [[t.steps[k].advantage for t in groups[0].trajectories] for k in range(2)]
+    assert max(max(turn) for turn in by_turn) == 0.3, "the clip changed something"
+    for k, turn in enumerate(by_turn):
+        assert metrics[f"turn/all_groups/{k}/advantage_mean"] == pytest.approx(sum(turn) / len(turn))
+
+
+def test_kl_shaping_refuses_a_sum_over_processes_that_is_not_two_finite_sums():
+    mask, logp, ref = np.ones((1, 2)), np.full((1, 2), -1.0), np.full((1, 2), -1.2)
+    for bad in (lambda v: v[:1], lambda v: v * np.nan):
+        with pytest.raises(ValueError, match=r"kl_shaping: sum_over_processes returned .* for \[KL sum, token count\]; expected two finite sums"):
+            apply_transforms(np.zeros((1, 2)), ["kl_shaping"], token_level=True, mask=mask, logprobs=logp, ref_logprobs=ref, sum_over_processes=bad)
+
+
+def test_a_run_refuses_a_per_unit_context_of_the_wrong_length():
+    from rllm_plugins.run import Transforms
+    from rllm_plugins.transforms import resolve_transforms
+
+    transforms = Transforms(resolve_transforms([("clip", {"max": 1.0})], "here"), "here", context={"lengths": np.ones(3)})
+    with pytest.raises(ValueError, match=r"here: the context 'lengths' has shape \(3,\) for 4 units \(one value per unit\)"):
+        transforms.apply(np.zeros(4), np.array([2, 2]), np.ones(4, dtype=np.int64), {}, "solver")

@@ -17,6 +17,12 @@ Two forms of advantages, decided per batch:
 A token-level transform (``kl_shaping``) gets ``(B, T)`` advantages with ``mask`` (``response_mask``), ``logprobs``
 (``old_log_probs``) and ``ref_logprobs`` (``ref_log_prob``, present when the run has a reference policy); after it,
 the advantages are per token. Positions outside the mask stay 0. ``returns`` are not changed.
+
+Why here and not in the estimator's run (:func:`rllm_plugins.run.run_outcome`, where the core collector and TRL hand
+their transforms over): verl's own estimators (``grpo``, ``gae``, ...) write ``data.batch["advantages"]`` without
+any rLLM run, token-level transforms need ``(B, T)`` log-probs no run holds, and the v1 trainer reaches the
+advantages through the same ``compute_advantage``; one place after verl's call covers every ``adv_estimator`` alike,
+``rllm_*`` names included, so a verl user's transforms never run twice or in two ways.
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@
 
 Both read each step's advantage at its first model token, keep a stateful estimator's state where verl
 keeps it (:func:`rllm_verl.compute.state.verl_estimator_state`), pad with rows whose ``response_mask``
-is all 0 (uid ``pad_<i>``, as verl's v1 balancing pads a batch), and check options at config time with
+is all 0 (uid ``pad_<i>``, as verl's v1 balancing pads a batch), select a call's advantage transforms as
+``algorithm.rllm_advantage_transforms`` (their twins ``verl_legacy+transforms`` and ``verl_step_bridge+transforms``),
+and check options at config time with
 ``rllm-plugins verl-check`` (:func:`rllm_verl.tools.check.verl_check`, verl's composed Hydra config; with
 ``critic.enable=true`` for a value-based estimator). For a value-based estimator (``turn_gae``) the batch
 carries the critic's ``values`` (B, T) as the trainer holds them: each step's value on its model tokens,
@@ -30,7 +32,7 @@ from rllm_plugins.testing.matrix.estimators import GROUP_SIZES
 from rllm_plugins.testing.matrix.paths import PROMPT
 from rllm_plugins.testing.matrix.samples import MODEL_TOKEN
 
-__all__ = ["critic_values", "encode", "paths"]
+__all__ = ["critic_values", "encode", "paths", "transform_entries", "verl_compute"]
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -89,37 +91,51 @@ def encode(sample: Sample, pad_rows: int = 0, values: bool = False) -> tuple[Any
     return data, [b * width + t for b, t in firsts]
 
 
-def _algorithm(call: Call) -> Any:
+def transform_entries(call: Call) -> list[dict[str, Any]]:
+    """``call.transforms`` as a verl user writes them: ``+algorithm.rllm_advantage_transforms='[{name: clip, min: -0.5}, ...]'``."""
+    return [{"name": name, **options} for name, options in call.transforms]
+
+
+def _algorithm(call: Call, adv_estimator: str) -> Any:
     from omegaconf import OmegaConf
 
-    config = OmegaConf.create(
-        {"adv_estimator": f"rllm_{call.name}", "norm_adv_by_std_in_grpo": True, "gamma": 1.0, "lam": 1.0, "rllm_estimator_kwargs": dict(call.options)}
-    )
+    section = {"adv_estimator": adv_estimator, "norm_adv_by_std_in_grpo": True, "gamma": 1.0, "lam": 1.0, "rllm_estimator_kwargs": dict(call.options)}
+    if call.transforms:
+        section["rllm_advantage_transforms"] = transform_entries(call)
+    config = OmegaConf.create(section)
     OmegaConf.set_struct(config, True)
     return config
 
 
-def _compute(call: Call, sample: Sample, state: Mapping[str, Any] | None, pad_rows: int = 0) -> Output:
+def verl_compute(sample: Sample, call: Call, adv_estimator: str, pad_rows: int = 0, values: bool = False) -> tuple[Any, list[int]]:
+    """verl's ``ray_trainer.compute_advantage`` (the legacy trainer's call, with rLLM's extensions) on :func:`encode`'s batch:
+    the DataProto it returns and every step's first model token; ``adv_estimator`` any name verl knows, verl's own too,
+    ``call`` its options (``rllm_estimator_kwargs``) and transforms (``rllm_advantage_transforms``)."""
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
-    from rllm_verl.compute.state import verl_estimator_state
     from rllm_verl.registration import register_estimators_into_verl
 
-    if f"rllm_{call.name}" not in ADV_ESTIMATOR_REGISTRY:  # registered after verl was imported (user code, a plugin loaded late)
+    if adv_estimator not in ADV_ESTIMATOR_REGISTRY:  # registered after verl was imported (user code, a plugin loaded late)
         register_estimators_into_verl()
+    data, firsts = encode(sample, pad_rows, values=values)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*at most one turn", category=UserWarning)  # an outcome-level sample through the step bridge
+        out = compute_advantage(
+            data, adv_estimator=adv_estimator, gamma=1.0, lam=1.0, num_repeat=1, norm_adv_by_std_in_grpo=True, config=_algorithm(call, adv_estimator)
+        )
+    return out, firsts
+
+
+def _compute(call: Call, sample: Sample, state: Mapping[str, Any] | None, pad_rows: int = 0) -> Output:
+    from rllm_verl.compute.state import verl_estimator_state
 
     held = verl_estimator_state()
     if state is None:
         held.clear()
     else:
         held.load_state_dict(state)
-    data, firsts = encode(sample, pad_rows, values=call.needs_values)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*at most one turn", category=UserWarning)  # an outcome-level sample through the step bridge
-        out = compute_advantage(
-            data, adv_estimator=f"rllm_{call.name}", gamma=1.0, lam=1.0, num_repeat=1, norm_adv_by_std_in_grpo=True, config=_algorithm(call)
-        )
+    out, firsts = verl_compute(sample, call, f"rllm_{call.name}", pad_rows, values=call.needs_values)
     advantages = out.batch["advantages"].to(torch.float64)
     flat = advantages.reshape(-1).numpy()
     real = len({p // advantages.shape[1] for p in firsts})
@@ -178,6 +194,7 @@ def paths() -> list[Path]:
         "configure": verl_check_options,
         "fast_configure": False,
         "critic_values": None,  # a value-based estimator's batch carries the critic's values
+        "takes_transforms": True,  # +algorithm.rllm_advantage_transforms
     }
     return [
         Path(

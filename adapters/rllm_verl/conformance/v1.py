@@ -11,7 +11,8 @@ are put in a shuffled order; with padding, verl's own ``_balance_batch`` pads th
 ``response_mask`` all 0, uid ``pad…``) and reorders it. For a value-based estimator (``turn_gae``, with
 ``critic.enable=true``) the critic's ``values`` are then put as verl's ``_compute_values`` leaves them (nested, one
 per response token: each step's value on its model tokens, 0 elsewhere and on padding rows), and the ``returns``
-are read back with the advantages.
+are read back with the advantages. A call's advantage transforms are selected as ``algorithm.rllm_advantage_transforms``
+(the twin ``verl_v1+transforms``).
 
 The first call starts Ray (3 CPUs) and TransferQueue in this process, kept for later calls; :func:`close` (also run at
 exit) stops what it started. TransferQueue warns on every put and get when torch has fewer cores than it asks for
@@ -35,9 +36,9 @@ import torch
 from rllm_plugins.testing.matrix import Call, Output, Path, Sample
 from rllm_plugins.testing.matrix.paths import PROMPT
 from rllm_plugins.testing.matrix.samples import MODEL_TOKEN
-from rllm_verl.conformance.legacy import FLOAT32_MAX, critic_values, verl_check_options
+from rllm_verl.conformance.legacy import FLOAT32_MAX, critic_values, transform_entries, verl_check_options
 
-__all__ = ["OncePerMessage", "close", "log_repeats_once", "paths", "put_agent_loop_rows"]
+__all__ = ["OncePerMessage", "close", "log_repeats_once", "paths", "put_agent_loop_rows", "v1_compute"]
 
 EOS = 2
 _started: dict[str, Any] = {}
@@ -105,17 +106,19 @@ def _base_config() -> Any:
     return _started["config"]
 
 
-def _trainer(call: Call) -> Any:
+def _trainer(call: Call, adv_estimator: str, critic: bool) -> Any:
     from omegaconf import OmegaConf
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
     trainer = PPOTrainerSync.__new__(PPOTrainerSync)
     config = copy.deepcopy(_base_config())
-    OmegaConf.update(config, "algorithm.adv_estimator", f"rllm_{call.name}")
+    OmegaConf.update(config, "algorithm.adv_estimator", adv_estimator)
     OmegaConf.update(config, "algorithm.gamma", 1.0)
     OmegaConf.update(config, "algorithm.lam", 1.0)
-    OmegaConf.update(config, "critic.enable", call.needs_values)  # verl runs a critic for value-based estimators only
+    OmegaConf.update(config, "critic.enable", critic)  # verl runs a critic for value-based estimators only
     OmegaConf.update(config, "algorithm.rllm_estimator_kwargs", dict(call.options), force_add=True)
+    if call.transforms:  # +algorithm.rllm_advantage_transforms='[{name: clip, ...}]'
+        OmegaConf.update(config, "algorithm.rllm_advantage_transforms", transform_entries(call), force_add=True)
     trainer.config = config
     return trainer
 
@@ -218,6 +221,28 @@ def _put_values(rows: list[dict[str, Any]], batch: Any) -> None:
     _transfer_queue().kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict({"values": nested}, batch_size=len(batch.keys)))
 
 
+def v1_compute(
+    sample: Sample, call: Call, adv_estimator: str, pad: int = 0, critic: bool = False, fields: tuple[str, ...] = ("advantages",)
+) -> tuple[dict[str, dict[str, np.ndarray]], list[tuple[str, list[int]]], dict[str, list[int]]]:
+    """verl's v1 ``PPOTrainer._compute_advantage`` on the sample's rows (:func:`_outputs`, shuffled, ``pad`` padding rows) in
+    TransferQueue; ``adv_estimator`` any name verl knows, verl's own too, ``call`` its options and transforms, ``critic``: the
+    critic's values put first. ``(fields by key, each step's (key, first model token), each real row's response mask by key)``."""
+    n = next(_calls)
+    rows, steps = _outputs(sample, f"c{n}")
+    partition = f"conformance_{n}"
+    batch = _store(rows, partition, pad, np.random.default_rng(n).permutation(len(rows)))
+    tq = _transfer_queue()
+    try:
+        if critic:
+            _put_values(rows, batch)
+        out = _trainer(call, adv_estimator, critic)._compute_advantage(batch, metrics={})
+        got = tq.kv_batch_get(keys=out.keys, partition_id=out.partition_id, select_fields=list(fields))
+        by_key = {f: {key: v.to(torch.float64).numpy() for key, v in zip(out.keys, got[f].unbind(0), strict=True)} for f in fields}
+    finally:
+        tq.kv_clear(keys=list(batch.keys), partition_id=partition)
+    return by_key, steps, {row["key"]: row["mask"] for row in rows}
+
+
 def _compute(call: Call, sample: Sample, state: Mapping[str, Any] | None, pad: int) -> Output:
     from rllm_verl.compute.state import verl_estimator_state
 
@@ -226,20 +251,8 @@ def _compute(call: Call, sample: Sample, state: Mapping[str, Any] | None, pad: i
         held.clear()
     else:
         held.load_state_dict(state)
-    n = next(_calls)
-    rows, steps = _outputs(sample, f"c{n}")
-    partition = f"conformance_{n}"
-    batch = _store(rows, partition, pad, np.random.default_rng(n).permutation(len(rows)))
-    tq = _transfer_queue()
-    fields = ["advantages", "returns"] if call.needs_values else ["advantages"]
-    try:
-        if call.needs_values:
-            _put_values(rows, batch)
-        out = _trainer(call)._compute_advantage(batch, metrics={})
-        got = tq.kv_batch_get(keys=out.keys, partition_id=out.partition_id, select_fields=fields)
-        by_key = {f: {key: v.to(torch.float64).numpy() for key, v in zip(out.keys, got[f].unbind(0), strict=True)} for f in fields}
-    finally:
-        tq.kv_clear(keys=list(batch.keys), partition_id=partition)
+    fields = ("advantages", "returns") if call.needs_values else ("advantages",)
+    by_key, steps, _ = v1_compute(sample, call, f"rllm_{call.name}", pad, critic=call.needs_values, fields=fields)
     advantages = by_key["advantages"]
     per_step = np.array([advantages[key][positions[0]] for key, positions in steps])
     padding = np.concatenate([v for k, v in advantages.items() if k.startswith("pad")]) if pad else None
@@ -275,5 +288,6 @@ def paths() -> list[Path]:
             configure=verl_check_options,
             fast_configure=False,
             critic_values=None,  # a value-based estimator's rows carry the critic's values in TransferQueue
+            takes_transforms=True,  # algorithm.rllm_advantage_transforms
         )
     ]

@@ -10,13 +10,14 @@ add verl's and TRL's through the entry-point group ``rllm_plugins.conformance_pa
     cells = run_matrix(estimator_table(), path_table(), FAST)
     assert not [c for c in cells if c.status == "FAIL"]
 
-An estimator that breaks a relation on purpose declares it in its spec (``AdvEstimatorSpec.breaks``); cells
+Every path that takes advantage transforms is followed by its transformed twin (``<path>+transforms``,
+:func:`.paths.transformed_twin`). An estimator that breaks a relation on purpose declares it in its spec (``AdvEstimatorSpec.breaks``); cells
 that fail for a known reason awaiting a fix are listed in :data:`.known.KNOWN_FAILURES`.
 """
 
 from .estimators import SAMPLES, EstimatorEntry, entry_of, estimator_table
 from .known import KNOWN_FAILURES
-from .paths import PATHS_GROUP, Call, Output, Path, core_paths, installed_paths, path_table
+from .paths import PATHS_GROUP, TRANSFORMS, Call, Output, Path, clipped_and_scaled, core_paths, installed_paths, path_table, transformed_twin
 from .relations import FAST, FULL, RELATIONS, Budget, Relation
 from .run import Cell, run_cell, run_matrix, summary
 from .samples import Sample, Traj, derangement, generate
@@ -28,6 +29,7 @@ __all__ = [
     "PATHS_GROUP",
     "RELATIONS",
     "SAMPLES",
+    "TRANSFORMS",
     "Budget",
     "Call",
     "Cell",
@@ -37,6 +39,7 @@ __all__ = [
     "Relation",
     "Sample",
     "Traj",
+    "clipped_and_scaled",
     "core_paths",
     "derangement",
     "entry_of",
@@ -47,4 +50,5 @@ __all__ = [
     "run_cell",
     "run_matrix",
     "summary",
+    "transformed_twin",
 ]

@@ -10,6 +10,11 @@ Core paths: ``collector`` (the reference), ``list_form`` and ``batched_form`` (t
 directly); wrappers: ``composite_term`` (``composite([[e, 1.0, options]])``), ``gdpo_one_key`` (one named
 reward, ``normalize_then_sum``: the estimator, then whitening over the role) and ``per_role_map`` (the
 estimator for one role of ``estimator_map`` beside another role).
+
+Every path that takes advantage transforms (``Path.takes_transforms``: the collector, and each of verl's and
+TRL's paths) is followed by its transformed twin, ``<path>+transforms`` (:func:`transformed_twin`): the same path
+with :data:`TRANSFORMS` selected as its framework's users select them, compared with :func:`clipped_and_scaled`
+of the untransformed path's own output.
 """
 
 from __future__ import annotations
@@ -32,7 +37,21 @@ from ...steps.forms import batch_from_lists, split_step_output
 from ...types import Step, Trajectory, TrajectoryGroup
 from .samples import MODEL_TOKEN, Sample
 
-__all__ = ["COLLECTOR", "PATHS_GROUP", "PROMPT", "Call", "Output", "Path", "batched_returns", "core_paths", "installed_paths", "path_table"]
+__all__ = [
+    "COLLECTOR",
+    "PATHS_GROUP",
+    "PROMPT",
+    "TRANSFORMS",
+    "Call",
+    "Output",
+    "Path",
+    "batched_returns",
+    "clipped_and_scaled",
+    "core_paths",
+    "installed_paths",
+    "path_table",
+    "transformed_twin",
+]
 
 PATHS_GROUP = "rllm_plugins.conformance_paths"
 PROMPT = (1, 2)  # the prompt token ids of every task group (the anchor of every first step)
@@ -40,10 +59,12 @@ PROMPT = (1, 2)  # the prompt token ids of every task group (the anchor of every
 
 @dataclass(frozen=True)
 class Call:
-    """One estimator call: its registered ``name`` and ``options`` (estimator keyword arguments)."""
+    """One estimator call: its registered ``name`` and ``options`` (estimator keyword arguments); ``transforms`` the advantage
+    transforms selected after it (entries ``("name", {options})``), which a path taking them selects as its framework's users do."""
 
     name: str
     options: Mapping[str, Any]
+    transforms: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
     @property
     def level(self) -> str:
@@ -83,7 +104,10 @@ class Path:
     advantages in ``Output.padding``); ``configure(name, options)`` runs the path's config-time checks;
     ``reference(collector_advantages, sample)`` what the collector's output becomes on this path (default: itself);
     ``run_composite`` how the same framework runs a ``composite`` of this path's estimators when the path itself
-    takes no step-level estimator (verl routes it to the step bridge, TRL to its turn path).
+    takes no step-level estimator (verl routes it to the step bridge, TRL to its turn path). ``takes_transforms``:
+    ``run`` and ``pad`` select ``Call.transforms`` as the framework's users do, and the matrix adds the path's
+    transformed twin (:func:`transformed_twin`); ``base`` is set on a twin: the untransformed path, whose output its
+    ``reference`` transforms (instead of the collector's).
     """
 
     name: str
@@ -107,6 +131,8 @@ class Path:
     # rounding noise at rewards x 1e150, 1e-16 relative, becomes the clip's bound); the scale relation then checks
     # finiteness and refusals only, and the law itself on the paths without the wrapper
     scale_law: bool = True
+    takes_transforms: bool = False
+    base: Path | None = None
 
     def not_applicable(self, call: Call) -> str | None:
         """Why this path does not take ``call``'s estimator (None: it does)."""
@@ -156,7 +182,7 @@ def _config(call: Call, state: Mapping[str, Any] | None, **fields: Any) -> Algor
 
 def _collector(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
     groups = trajectory_groups(sample)
-    config = _config(call, state)
+    config = _config(call, state, advantage_transforms=[list(entry) for entry in call.transforms])
     collect_reward_and_advantage_from_trajectory_groups(groups, config)
     return Output(step_advantages(groups), config.estimator_state.state_dict())
 
@@ -303,19 +329,49 @@ def _per_role_map(call: Call, sample: Sample, state: Mapping[str, Any] | None) -
 
 
 TRANSFORMS = (("clip", {"min": -0.5, "max": 0.5}), ("scale", {"negative": 0.5}))
-
-
-def _transformed(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
-    groups = trajectory_groups(sample)
-    config = _config(call, state, advantage_transforms=[list(entry) for entry in TRANSFORMS])
-    collect_reward_and_advantage_from_trajectory_groups(groups, config)
-    return Output(step_advantages(groups), config.estimator_state.state_dict())
+TWIN_SUFFIX = "+transforms"
 
 
 def clipped_and_scaled(advantages: np.ndarray, _sample: Sample) -> np.ndarray:
     """:data:`TRANSFORMS` written plainly: clipped to [-0.5, 0.5], then the negative ones halved."""
     clipped = np.minimum(np.maximum(advantages, -0.5), 0.5)
     return np.where(clipped < 0, clipped * 0.5, clipped)
+
+
+def transformed_twin(path: Path) -> Path:
+    """``path`` with :data:`TRANSFORMS` selected after every estimator (its framework's way), compared with
+    :func:`clipped_and_scaled` of ``path``'s own output on the same call: a wrapper named ``<path>+transforms``."""
+
+    def with_transforms(call: Call) -> Call:
+        return replace(call, transforms=TRANSFORMS)
+
+    def run(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
+        return path.run(with_transforms(call), sample, state)
+
+    pad = path.pad
+
+    def padded(call: Call, sample: Sample, n: int) -> Output:
+        assert pad is not None
+        return pad(with_transforms(call), sample, n)
+
+    return replace(
+        path,
+        name=path.name + TWIN_SUFFIX,
+        kind="wrapper",
+        description=f"{path.name}, then advantage_transforms clip to [-0.5, 0.5] and scale negative 0.5 as its users select them",
+        run=run,
+        pad=padded if pad is not None else None,
+        reference=clipped_and_scaled,
+        run_composite=None,
+        scale_law=False,  # a clip saturates: the advantages no longer scale with the rewards
+        takes_transforms=False,
+        base=path,
+    )
+
+
+def with_twins(paths: list[Path]) -> list[Path]:
+    """``paths``, each path that takes transforms followed by its :func:`transformed_twin`."""
+    return [q for p in paths for q in ((p, transformed_twin(p)) if p.takes_transforms else (p,))]
 
 
 COLLECTOR = Path(
@@ -327,52 +383,45 @@ COLLECTOR = Path(
     keeps_state=True,
     configure=_configure_core,
     critic_values=None,
+    takes_transforms=True,
 )
 
 
 def core_paths() -> list[Path]:
-    """The core's paths and wrappers."""
-    return [
-        COLLECTOR,
-        Path("list_form", "path", "core", "the spec's list form, called as rLLM calls it", _list_form, keeps_state=True, critic_values=None),
-        Path("batched_form", "path", "core", "the spec's batched form over flat values and offsets", _batched_form, keeps_state=True, critic_values=None),
-        Path(
-            "composite_term",
-            "wrapper",
-            "core",
-            "composite([[e, 1.0, options]]) in the collector",
-            _composite_term,
-            keeps_state=True,
-            refuses={"composite": "a composite is no term of a composite"},
-            critic_values="composite refuses a value-based term: its returns are a critic's targets, which a sum of terms has not",
-        ),
-        Path(
-            "gdpo_one_key",
-            "wrapper",
-            "core",
-            "one named reward, normalize_then_sum (GDPO): e, then whitening",
-            _gdpo_one_key,
-            levels=("outcome",),
-            reference=whitened,
-            stateful=False,
-        ),
-        Path(
-            "advantage_transforms",
-            "wrapper",
-            "core",
-            "advantage_transforms clip to [-0.5, 0.5], then scale negative 0.5, in the collector",
-            _transformed,
-            keeps_state=True,
-            reference=clipped_and_scaled,
-            critic_values=None,
-            scale_law=False,
-        ),
-        Path("per_role_map", "wrapper", "core", "estimator_map={role: e} beside a role running grpo", _per_role_map, keeps_state=True, critic_values=None),
-    ]
+    """The core's paths and wrappers (the collector's transformed twin after it)."""
+    return with_twins(
+        [
+            COLLECTOR,
+            Path("list_form", "path", "core", "the spec's list form, called as rLLM calls it", _list_form, keeps_state=True, critic_values=None),
+            Path("batched_form", "path", "core", "the spec's batched form over flat values and offsets", _batched_form, keeps_state=True, critic_values=None),
+            Path(
+                "composite_term",
+                "wrapper",
+                "core",
+                "composite([[e, 1.0, options]]) in the collector",
+                _composite_term,
+                keeps_state=True,
+                refuses={"composite": "a composite is no term of a composite"},
+                critic_values="composite refuses a value-based term: its returns are a critic's targets, which a sum of terms has not",
+            ),
+            Path(
+                "gdpo_one_key",
+                "wrapper",
+                "core",
+                "one named reward, normalize_then_sum (GDPO): e, then whitening",
+                _gdpo_one_key,
+                levels=("outcome",),
+                reference=whitened,
+                stateful=False,
+            ),
+            Path("per_role_map", "wrapper", "core", "estimator_map={role: e} beside a role running grpo", _per_role_map, keeps_state=True, critic_values=None),
+        ]
+    )
 
 
 def installed_paths() -> list[Path]:
-    """The paths adapters contribute through :data:`PATHS_GROUP`; an adapter whose framework is missing contributes none."""
+    """The paths adapters contribute through :data:`PATHS_GROUP` (each that takes transforms followed by its transformed twin);
+    an adapter whose framework is missing contributes none."""
     paths: list[Path] = []
     for ep in sorted(metadata.entry_points(group=PATHS_GROUP), key=lambda ep: ep.name):
         try:
@@ -382,7 +431,7 @@ def installed_paths() -> list[Path]:
                 raise
             continue
         paths.extend(contribute())
-    return paths
+    return with_twins(paths)
 
 
 def path_table() -> list[Path]:

@@ -100,13 +100,15 @@ def equals_collector(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
     """The path gives the collector's advantages on the same trajectories (to its dtype's tolerance); neither refuses them.
 
     A path that gives a value-based estimator's returns (the critic's targets) gives those of the spec's batched form.
+    A transformed twin (``path.base``) gives its reference of the untransformed path's own output instead.
     """
     if path.name == "collector":
         raise NotApplicable("the reference")
+    reference = path.base or COLLECTOR
     for seed in budget.seeds:
         sample = entry.sample(seed)
-        want, got = _reference(entry, sample), _run(path, _call(entry), sample)
-        refused = _refused(seed, sample, [("the collector", want), (path.name, got)])
+        want, got = _run(reference, _call(entry), sample), _run(path, _call(entry), sample)
+        refused = _refused(seed, sample, [(f"the {reference.name}", want), (path.name, got)])
         if refused:
             return refused
         assert not isinstance(want, str) and not isinstance(got, str)
@@ -330,10 +332,15 @@ def option_sensitivity(entry: EstimatorEntry, path: Path, budget: Budget) -> str
         seed, (call, want) = found
         sample = samples[seed][0]
         got = _run(path, call, sample)
-        refused = _refused(seed, sample, [(f"{path.name} with {option}={call.options[option]!r}", got)])
+        runs: list[tuple[str, Output | str]] = [(f"{path.name} with {option}={call.options[option]!r}", got)]
+        if path.base:  # a twin transforms its own path's output with that value
+            runs.append((f"{path.base.name} with {option}={call.options[option]!r}", _run(path.base, call, sample)))
+        refused = _refused(seed, sample, runs)
         if refused:
             return refused
         assert not isinstance(got, str)
+        want = runs[-1][1] if path.base else want
+        assert not isinstance(want, str)
         expected = path.reference(want.advantages, sample) if path.reference else want.advantages
         message = _difference(got.advantages, expected, path, f"seed {seed}, {option}={call.options[option]!r} (the collector's output changes with it)")
         if message:
@@ -390,6 +397,8 @@ def hostile_options(entry: EstimatorEntry, path: Path, budget: Budget) -> str:
     """
     if path.configure is None:
         raise NotApplicable(f"{path.name} has no config time")
+    if path.base is not None:  # the same config step as its path's, which that cell checks (verl-check takes seconds a value)
+        raise NotApplicable(f"the estimator's options are checked at config time as on {path.base.name}, whose cell checks them")
     values = budget.hostile if path.fast_configure else budget.hostile_slow
     if not values:
         raise NotApplicable(f"{path.name}'s config check takes seconds: only in the full matrix (make conformance)")
