@@ -126,12 +126,6 @@ def _estimate(estimator: Batched, values: np.ndarray, offsets: np.ndarray, lengt
     return advantages
 
 
-def _own(advantages: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
-    """``advantages`` if it is a fresh array the estimator made (then it may be overwritten), else a copy."""
-    fresh = advantages.base is None and advantages.flags.writeable and not any(np.may_share_memory(advantages, x) for x in inputs)
-    return advantages if fresh else np.array(advantages)
-
-
 def whiten(values: np.ndarray, scorable: np.ndarray | None = None, epsilon: float = 1e-6) -> np.ndarray:
     """``(values - mean) / (sample std + epsilon)`` over the rows where ``scorable`` ``(N,)`` is True; 0 elsewhere.
 
@@ -155,7 +149,7 @@ def _whiten_in_place(x: np.ndarray, epsilon: float) -> np.ndarray:
     if x.size < 2:
         x[:] = 0.0
         return x
-    peak = float(np.abs(x).max())
+    peak = max(float(x.max()), -float(x.min()))  # max |x| without an (n,) temporary
     if peak > _SCALED_ABOVE:  # a deviation or its square could overflow: whiten x and eps divided by a power of two (exact)
         scale = float(power_of_two_scale(np.array(peak)))
         x /= scale
@@ -230,10 +224,11 @@ def normalize_then_sum(
         column = None if present is None else present[:, f]
         if column is None or column.all():
             advantages = _estimate(estimator, by_function[f], layout.offsets, lengths, kwargs, what)
-            if total is None:
-                total = advantages * w[f] if w[f] != 1.0 else _own(advantages, array, by_function)
+            if total is None:  # a copy: what the estimator returned is never written over
+                total = advantages * w[f] if w[f] != 1.0 else np.array(advantages)
             else:
                 total += advantages if w[f] == 1.0 else w[f] * advantages
+            del advantages  # released before the next function's call: one (N,) array fewer at its peak
             continue
         if total is None:
             total = np.zeros(array.shape[0])

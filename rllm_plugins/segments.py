@@ -75,12 +75,12 @@ class GroupLayout:
         offsets = np.asarray(offsets)
         if offsets.ndim != 1 or offsets.size == 0:
             raise ValueError(f"offsets must be a 1-D array of G + 1 group boundaries, got shape {offsets.shape}")
-        if not np.issubdtype(offsets.dtype, np.integer):
+        if offsets.dtype.kind not in "iu":  # np.integer: signed or unsigned
             raise ValueError(f"offsets must be integers, got dtype {offsets.dtype}")
         offsets = offsets.astype(np.int64, copy=False)
         if offsets[0] != 0 or offsets[-1] != num_values:
             raise ValueError(f"offsets must start at 0 and end at the number of values ({num_values}), got {offsets[0]} .. {offsets[-1]}")
-        sizes = np.diff(offsets)
+        sizes = offsets[1:] - offsets[:-1]
         if sizes.size and sizes.min() < 0:
             bad = int(np.argmin(sizes))
             raise ValueError(f"offsets must be non-decreasing; group {bad} has size {int(sizes[bad])}")
@@ -106,17 +106,22 @@ class GroupLayout:
         return np.repeat(np.arange(self.num_groups, dtype=np.int64), self.sizes)
 
     @cached_property
-    def _nonempty_starts(self) -> tuple[np.ndarray, np.ndarray]:
+    def _nonempty_starts(self) -> tuple[np.ndarray | None, np.ndarray]:
+        """(the non-empty groups, None when every group is, and their first values' positions)."""
         nonempty = np.flatnonzero(self.sizes)
+        if nonempty.size == self.sizes.size:
+            return None, self.offsets[:-1]
         return nonempty, self.offsets[nonempty]
 
     def sum(self, values: np.ndarray) -> np.ndarray:
         """Per-group sum ``(G,)``; 0 for empty groups."""
         if self.uniform_size is not None:
             return _row_sums(values.reshape(-1, self.uniform_size))
-        out = np.zeros(self.num_groups, dtype=values.dtype)
         nonempty, starts = self._nonempty_starts
-        if nonempty.size:
+        if nonempty is None and starts.size and values.dtype.kind == "f":  # every group non-empty: reduceat's output is the sums
+            return np.add.reduceat(values, starts)
+        out = np.zeros(self.num_groups, dtype=values.dtype)
+        if starts.size:
             out[nonempty] = np.add.reduceat(values, starts)
         return out
 
@@ -124,9 +129,11 @@ class GroupLayout:
         """Per-group maximum ``(G,)``; -inf for empty groups."""
         if self.uniform_size is not None:
             return _row_maxima(values.reshape(-1, self.uniform_size))
-        out = np.full(self.num_groups, -np.inf, dtype=values.dtype)
         nonempty, starts = self._nonempty_starts
-        if nonempty.size:
+        if nonempty is None and starts.size and values.dtype.kind == "f":
+            return np.maximum.reduceat(values, starts)
+        out = np.full(self.num_groups, -np.inf, dtype=values.dtype)
+        if starts.size:
             out[nonempty] = np.maximum.reduceat(values, starts)
         return out
 

@@ -80,15 +80,28 @@ class RewardBatch:
         return self.rewards.size // self.num_generations
 
 
-def combine_rewards(rewards_per_func: torch.Tensor, reward_weights: torch.Tensor) -> torch.Tensor:
-    """TRL's combination: ``(N, F)`` float32 rewards, ``(F,)`` weights -> ``(N,)`` float32, NaN where unscorable."""
+def _weighted_nansum(rewards_per_func: torch.Tensor, reward_weights: torch.Tensor) -> torch.Tensor:
+    """TRL's weighted sum: ``(N, F)`` rewards, ``(F,)`` weights -> ``nansum(rewards * weights, dim=1)`` ``(N,)`` in the rewards' dtype."""
     if rewards_per_func.ndim != 2:
         raise ValueError(f"rewards_per_func must have shape (N, num_reward_funcs), got {tuple(rewards_per_func.shape)}")
     weights = torch.as_tensor(reward_weights, dtype=rewards_per_func.dtype, device=rewards_per_func.device).reshape(-1)
     if weights.numel() != rewards_per_func.shape[1]:
         raise ValueError(f"reward_weights has {weights.numel()} entries for {rewards_per_func.shape[1]} reward functions")
-    combined = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+    return (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+
+
+def combine_rewards(rewards_per_func: torch.Tensor, reward_weights: torch.Tensor) -> torch.Tensor:
+    """TRL's combination: ``(N, F)`` float32 rewards, ``(F,)`` weights -> ``(N,)`` float32, NaN where unscorable."""
+    combined = _weighted_nansum(rewards_per_func, reward_weights)
     return torch.where(torch.isnan(rewards_per_func).all(dim=1), torch.nan, combined)
+
+
+def _float64(tensor: torch.Tensor, order: str = "K") -> np.ndarray:
+    """``tensor`` as a float64 numpy array on the CPU in ``order`` (exact): float32 and float64 converted by numpy, other dtypes by torch."""
+    tensor = tensor.detach().cpu()
+    if tensor.dtype not in (torch.float32, torch.float64):
+        tensor = tensor.to(torch.float64)
+    return tensor.numpy().astype(np.float64, order=order, copy=False)
 
 
 def role_name(value: Any, where: str) -> str:
@@ -149,11 +162,13 @@ def prepare_batch(
     if isinstance(num_generations, bool) or not isinstance(num_generations, int) or num_generations < 1:
         raise ValueError(f"num_generations must be a positive int, got {num_generations!r}")
     rewards_per_func = torch.as_tensor(rewards_per_func)
-    combined = combine_rewards(rewards_per_func, reward_weights)
+    combined = _weighted_nansum(rewards_per_func, reward_weights)  # TRL's numbers; the unscorable rows are marked in numpy
     num_rows = combined.numel()
     if num_rows % num_generations:
         raise ValueError(f"{num_rows} completions do not split into groups of num_generations={num_generations}")
-    rewards = combined.detach().to("cpu", torch.float64).numpy()
+    per_func = _float64(rewards_per_func, order="F")  # columns contiguous
+    rewards = _float64(combined)
+    rewards[np.isnan(per_func).all(axis=1)] = np.nan  # every function returned None: what combine_rewards gives
     scorable = ~np.isnan(rewards)
     if np.isinf(rewards).any():
         row = int(np.flatnonzero(np.isinf(rewards))[0])
@@ -168,8 +183,7 @@ def prepare_batch(
     names = unique_names(reward_names) if reward_names is not None else ()
     if names and len(names) != rewards_per_func.shape[1]:
         raise ValueError(f"reward_names has {len(names)} names for {rewards_per_func.shape[1]} reward functions")
-    per_func = np.asfortranarray(rewards_per_func.detach().to("cpu", torch.float64).numpy())  # columns contiguous
-    weights = torch.as_tensor(reward_weights).detach().to("cpu", torch.float64).numpy().reshape(-1)
+    weights = _float64(torch.as_tensor(reward_weights)).reshape(-1)
     ids = None if task_ids is None else np.array(list(task_ids), dtype=object)
     if ids is not None and ids.shape != (num_rows,):
         raise ValueError(f"task_ids has {len(ids)} entries for {num_rows} completions")

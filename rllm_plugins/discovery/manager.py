@@ -266,16 +266,23 @@ def _builtin_state() -> PluginState:
     return PluginState(pluggy.PluginManager(hookspecs.PROJECT), [record], estimators, {}, transforms)
 
 
-def entry_points(group: str = ENTRY_POINT_GROUP) -> list[metadata.EntryPoint]:
-    """The entry points of ``group``, each once (a distribution may be found twice on ``sys.path``), sorted by name."""
+def _scan(group: str) -> list[tuple[metadata.EntryPoint, str | None, str | None]]:
+    """:func:`entry_points` with each one's distribution name and version (its metadata parsed once, not per use)."""
     seen: set[tuple[str | None, str, str]] = set()
     unique = []
     for ep in metadata.entry_points(group=group):
-        key = (ep.dist.name if ep.dist else None, ep.name, ep.value)
+        meta = None if ep.dist is None else ep.dist.metadata  # Distribution.name and .version parse the file again each time
+        name, version = (None, None) if meta is None else (meta["Name"], meta["Version"])
+        key = (name, ep.name, ep.value)
         if key not in seen:  # the same distribution found twice on sys.path
             seen.add(key)
-            unique.append(ep)
-    return sorted(unique, key=lambda ep: (ep.name, ep.dist.name if ep.dist else ""))
+            unique.append((ep, name, version))
+    return sorted(unique, key=lambda found: (found[0].name, found[1] or ""))
+
+
+def entry_points(group: str = ENTRY_POINT_GROUP) -> list[metadata.EntryPoint]:
+    """The entry points of ``group``, each once (a distribution may be found twice on ``sys.path``), sorted by name."""
+    return [ep for ep, _, _ in _scan(group)]
 
 
 def _env_list(name: str) -> set[str]:
@@ -391,11 +398,10 @@ def _build() -> PluginState:
     disabled, is_strict = _env_list(DISABLE_ENV), strict()
 
     offers: dict[str, list[tuple[AdvEstimatorSpec, Provider, PluginRecord]]] = {}
-    installed = entry_points()
-    _warn_unmatched_disable(disabled, [ep.name for ep in installed])
-    for ep in installed:
-        dist = ep.dist
-        provider = Provider(ep.name, dist.name if dist else None, dist.version if dist else None)
+    installed = _scan(ENTRY_POINT_GROUP)
+    _warn_unmatched_disable(disabled, [ep.name for ep, _, _ in installed])
+    for ep, distribution, version in installed:
+        provider = Provider(ep.name, distribution, version)
         record = PluginRecord(ep.name, provider.distribution, provider.version)
         records.append(record)
         if ep.name in disabled:

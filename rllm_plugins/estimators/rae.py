@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from itertools import repeat
+from itertools import count, repeat
 from typing import Any
 
 import numpy as np
@@ -97,14 +97,21 @@ def _scan_by_key(r: np.ndarray, counts: np.ndarray, starts: np.ndarray, present:
     every factor at most 1 (nothing overflows).
     """
     sizes = counts[present]
-    q = np.arange(r.size) - np.repeat(starts[present], sizes)  # position within its key
+    q = np.arange(r.size)
+    q -= np.repeat(starts[present], sizes)  # position within its key
     c = (1.0 - decay) * r
+    spare = np.empty(r.size)  # one scratch row for every pass: no (N,) temporary per pass
     step, factor, longest = 1, decay, int(sizes.max())
     while step < longest:
-        c[step:] += factor * np.where(q[step:] >= step, c[:-step], 0.0)  # the right side is computed before the add
+        shifted = np.multiply(c[:-step], factor, out=spare[: r.size - step])  # computed whole before the add
+        shifted[q[step:] < step] = 0.0  # no row of the same key `step` rows before
+        c[step:] += shifted
         step, factor = 2 * step, factor * factor
-    np.multiply((decay ** np.arange(longest, dtype=np.float64))[q], np.repeat(initial[present], sizes), out=out)  # d^q b_0
-    out[1:] += np.where(q[1:] > 0, c[:-1], 0.0)
+    np.multiply(np.take(decay ** np.arange(longest, dtype=np.float64), q, out=spare), np.repeat(initial[present], sizes), out=out)  # d^q b_0
+    carried = spare[: r.size - 1]
+    np.copyto(carried, c[:-1])
+    carried[q[1:] == 0] = 0.0  # a key's first row: nothing carried
+    out[1:] += carried
 
 
 def _scan_one_key(r: np.ndarray, b0: float, decay: float) -> np.ndarray:
@@ -169,7 +176,12 @@ def rae(
         )
     ids = task_ids.tolist() if isinstance(task_ids, np.ndarray) else list(task_ids)
     try:
-        baselines = dict.fromkeys(ids, 0.0)  # the batch's tasks, in order of first appearance
+        if values.size < SCAN_IN_PYTHON_BELOW:
+            first_rows = None
+            baselines = dict.fromkeys(ids, 0.0)  # the batch's tasks, in order of first appearance
+        else:
+            first_rows = _first_rows(ids)
+            baselines = dict.fromkeys(first_rows[0], 0.0)
         "".join(baselines)  # every id a str (a C-level check)
     except TypeError:
         i = next(i for i, t in enumerate(ids) if not isinstance(t, str))
@@ -180,22 +192,37 @@ def rae(
     if known:
         found = known.get_many(baselines, 0.0) if isinstance(known, StateView) else list(map(known.get, baselines, repeat(0.0)))
         baselines = dict(zip(baselines, found, strict=True))
-    if values.size < SCAN_IN_PYTHON_BELOW:
-        return _scan_in_python(values.tolist(), ids, baselines, decay), {"task_baselines": updated(known, baselines)}
+    if first_rows is None:
+        return _scan_in_python(values, ids, baselines, decay), {"task_baselines": updated(known, baselines)}
     names = list(baselines)
-    code_of = dict(zip(names, range(len(names)), strict=True))
-    codes = np.fromiter(map(code_of.__getitem__, ids), dtype=np.int64, count=values.size)  # one C-level lookup per trajectory
-    before, final = ema_scan(values, codes, np.fromiter(baselines.values(), dtype=np.float64, count=len(names)), decay)
+    before, final = ema_scan(values, _codes(*first_rows), np.fromiter(baselines.values(), dtype=np.float64, count=len(names)), decay)
     return values - before, {"task_baselines": updated(known, dict(zip(names, final.tolist(), strict=True)))}
 
 
-def _scan_in_python(rewards: list[float], ids: list[str], baselines: dict[str, float], decay: float) -> np.ndarray:
-    """A small batch's scan row by row (numpy's per-call cost would exceed the work); ``baselines`` updated in place."""
-    keep = 1.0 - decay
-    out: list[float] = []
-    append = out.append
-    for reward, task in zip(rewards, ids, strict=True):
+def _first_rows(ids: list[str]) -> tuple[dict[str, int], np.ndarray]:
+    """Each task's first row (a dict in order of first appearance) and, per row ``(N,)``, its task's first row: one C-level dict call per row."""
+    first: dict[str, int] = {}
+    rows = np.fromiter(map(first.setdefault, ids, count()), dtype=np.int64, count=len(ids))
+    return first, rows
+
+
+def _codes(first: dict[str, int], rows: np.ndarray) -> np.ndarray:
+    """``(N,)`` int64: each row's task numbered ``0 .. len(first) - 1`` in order of first appearance (from :func:`_first_rows`)."""
+    number = np.empty(rows.size, dtype=np.int64)
+    number[np.fromiter(first.values(), dtype=np.int64, count=len(first))] = np.arange(len(first))
+    return number[rows]
+
+
+def _scan_in_python(values: np.ndarray, ids: list[str], baselines: dict[str, float], decay: float) -> np.ndarray:
+    """A small batch's scan row by row (numpy's per-call cost would exceed the work); ``baselines`` updated in place.
+
+    The loop keeps only what must be sequential (the baseline each row reads, and its update); ``(1 - decay) r`` before
+    it and ``r - b`` after it are taken in numpy, with the same float64 operations as the loop would.
+    """
+    read: list[float] = []
+    append = read.append
+    for kept, task in zip((values * (1.0 - decay)).tolist(), ids, strict=True):
         baseline = baselines[task]
-        append(reward - baseline)
-        baselines[task] = decay * baseline + keep * reward
-    return np.array(out)
+        append(baseline)
+        baselines[task] = decay * baseline + kept
+    return values - np.fromiter(read, dtype=np.float64, count=values.size)

@@ -212,8 +212,8 @@ def test_trl_outcome_step_reads_the_reward_table_a_fixed_number_of_times_and_all
     with Passes(n * f) as mode:
         step()
     passes = mode.passes(table=rewards_per_func)
-    # TRL's combination in float32 (weighted product, the all-None test: its numbers exactly) and one float64 copy per-function table
-    assert passes == {"table read": 3.0, "table written": 0.0, "allocations": ["aten.mul.Tensor", "aten.isnan.default", "aten._to_copy.default"]}
+    # torch: TRL's weighted product in float32 (its numbers exactly); numpy: the float64 copy and the all-None test on it
+    assert passes == {"table read": 1.0, "table written": 0.0, "allocations": ["aten.mul.Tensor"]}
     step()
     peak = numpy_peak(step)
     table, per_row = n * f * 8, n * 8

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -217,3 +218,39 @@ def test_an_estimator_returning_its_input_leaves_the_callers_rewards_alone():
     out = normalize_then_sum(rewards, np.array([0, 3]), identity)
     assert rewards.tolist() == [[1.0], [3.0], [2.0]]
     np.testing.assert_allclose(out, [-1.0, 1.0, 0.0], atol=1e-5)
+
+
+def test_an_array_the_estimator_keeps_is_not_written_over():
+    kept: list[np.ndarray] = []
+
+    def keeping(values, offsets, /, **_):
+        kept.append(np.array(values))
+        return kept[-1]
+
+    normalize_then_sum(np.array([[1.0, 4.0], [3.0, 0.0], [2.0, 2.0]]), np.array([0, 3]), keeping, weights=[2.0, 1.0])
+    assert [k.tolist() for k in kept] == [[1.0, 3.0, 2.0], [4.0, 0.0, 2.0]]
+
+
+@pytest.mark.parametrize("f_count", [1, 2, 3])
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce_plus_plus_baseline"])
+def test_normalize_then_sum_needs_no_more_memory_than_the_separate_calls(f_count, estimator):
+    """Its numpy peak is at most that of F calls whose results are kept: each function's advantages are released in time."""
+    n = 1 << 16
+    rng = np.random.default_rng(0)
+    table = np.asfortranarray(rng.normal(size=(n, f_count)))
+    columns = [np.ascontiguousarray(table[:, f]) for f in range(f_count)]
+    offsets, weights = np.arange(0, n + 1, 8), np.linspace(1.0, 0.5, f_count)
+    batched = get_estimator(estimator).batched_form
+
+    def peak(fn) -> int:
+        fn()  # caches built once, outside the measurement
+        tracemalloc.start()
+        try:
+            fn()
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    separate = peak(lambda: [batched(c, offsets) for c in columns])
+    ours = peak(lambda: normalize_then_sum(table, offsets, batched, weights=weights))
+    assert ours < separate + n * 8 // 4, f"normalize_then_sum peaks at {ours} bytes, {f_count} kept calls at {separate}; an (N,) vector is {n * 8}"

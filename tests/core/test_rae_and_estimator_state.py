@@ -254,3 +254,32 @@ def test_estimator_state_load_refuses_malformed_input():
         store.load_state_dict({"rae": {}})
     with pytest.raises(ValueError, match="plain data"):
         store.load_state_dict({"format": 1, "estimators": {"rae": {"a": {"baseline": {1, 2}}}}})
+
+
+@pytest.mark.parametrize("n", [500, 3000])  # the row-by-row scan and the vectorised one
+def test_key_by_task_equals_the_loop_from_a_state_at_every_batch_size(n):
+    rng = np.random.default_rng(n)
+    values = rng.integers(-4, 5, size=n) / 4.0
+    ids = [f"task{i}" for i in rng.integers(0, 60, size=n)]
+    known = {f"task{i}": float(i) / 8 for i in range(0, 80, 3)}  # some of the batch's tasks, and others
+    got, new_state = rae(values, np.arange(n + 1), state={"task_baselines": known}, decay=0.9, key_by="task", task_ids=np.array(ids, dtype=object))
+    baselines, expected = dict(known), []
+    for r, task in zip(values.tolist(), ids, strict=True):
+        b = baselines.get(task, 0.0)
+        expected.append(r - b)
+        baselines[task] = 0.9 * b + 0.1 * r
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
+    returned = dict(new_state["task_baselines"])
+    assert set(returned) == set(baselines)  # the state's tasks and the batch's
+    assert returned == pytest.approx(baselines, abs=1e-12)
+
+
+@pytest.mark.parametrize("n", [500, 3000])
+def test_key_by_task_names_a_bad_task_id_at_every_batch_size(n):
+    ids: list[object] = ["a"] * n
+    ids[n - 2] = 7
+    with pytest.raises(ValueError, match=rf"rae: key_by='task': trajectory {n - 2} has task id 7 \(int\); task ids must be non-empty str"):
+        rae(np.zeros(n), np.arange(n + 1), state={}, key_by="task", task_ids=ids)
+    ids[n - 2] = ""
+    with pytest.raises(ValueError, match=rf"rae: key_by='task': trajectory {n - 2} has an empty task id"):
+        rae(np.zeros(n), np.arange(n + 1), state={}, key_by="task", task_ids=ids)

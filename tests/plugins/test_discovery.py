@@ -205,3 +205,20 @@ def test_a_misspelt_hook_is_named_with_the_hook_it_was_meant_to_be(typo, meant):
     manager.register(module, name="typo")
     with pytest.raises(TypeError, match=rf"its @hookimpl {typo} \(at .*\) is no rllm-plugins hook: the hook is {meant}$"):
         plugins._check_implements_the_hook(manager, module, "typo_module")
+
+
+def test_discovery_parses_each_distributions_metadata_once(load_plugins, monkeypatch):
+    """Distribution.name and .version each parse the metadata file again: discovery reads both from one parse per plugin."""
+    parsed: dict[str, int] = {}
+    parse = metadata.Distribution.metadata.fget
+
+    def counted(dist: metadata.Distribution) -> object:
+        meta = parse(dist)
+        parsed[meta["Name"]] = parsed.get(meta["Name"], 0) + 1
+        return meta
+
+    monkeypatch.setattr(metadata.Distribution, "metadata", property(counted))
+    load_plugins()
+    plugins_found = {r.distribution for r in plugin_state().records if r.name != "builtin" and r.status != "error"}  # an error reads more, to name the line
+    assert plugins_found <= set(parsed)
+    assert {name: parsed[name] for name in plugins_found} == dict.fromkeys(plugins_found, 1)
