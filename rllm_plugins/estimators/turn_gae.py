@@ -74,19 +74,25 @@ def whiten_over_tokens(advantages: np.ndarray, tokens: np.ndarray | None) -> np.
     if total <= 1.0:
         return np.zeros_like(advantages)
     with np.errstate(over="ignore", invalid="ignore"):
-        mean = float(np.dot(weights, advantages)) / total
+        mean = _weighted_sum(weights, advantages) / total
         centred = advantages - mean
-        var = float(np.dot(weights, centred * centred)) / total * total / (total - 1.0)
+        var = _weighted_sum(weights, centred * centred) / total * total / (total - 1.0)
     if math.isfinite(var) and math.isfinite(mean):
         return centred / np.sqrt(var + WHITEN_EPS)
     # magnitudes whose square overflows (from about 1e154): the same formula on values divided by a power of two
     # near the largest (exact), the epsilon divided by its square
     scale = float(power_of_two_scale(np.abs(advantages).max()))
     scaled = advantages / scale
-    mean = float(np.dot(weights, scaled)) / total
+    mean = _weighted_sum(weights, scaled) / total
     centred = scaled - mean
-    var = float(np.dot(weights, centred * centred)) / total * total / (total - 1.0)
+    var = _weighted_sum(weights, centred * centred) / total * total / (total - 1.0)
     return centred / np.sqrt(var + WHITEN_EPS / scale / scale)
+
+
+def _weighted_sum(weights: np.ndarray, values: np.ndarray) -> float:
+    """``sum(weights * values)`` ``(S,)`` by numpy's pairwise summation: the same bits on any machine, and no BLAS call
+    (BLAS's ``dot`` splits a long sum across its threads, which wait on each other when the cores are busy)."""
+    return float(np.add.reduce(weights * values))
 
 
 def turn_gae(
