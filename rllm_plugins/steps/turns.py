@@ -147,6 +147,9 @@ def turn_anchor_codes(tokens: np.ndarray, turns: Turns) -> tuple[np.ndarray, lis
     :class:`TokenIds` is made per distinct segment.
     """
     tokens = np.asarray(tokens)
+    shape = (turns.row_offsets.size - 1, turns.length)
+    if tokens.shape != shape:
+        raise ValueError(f"the token ids have shape {tokens.shape}, the mask the turns were found in {shape}; anchor states are read at the mask's positions")
     count = turns.num_turns
     raw = np.zeros(count, dtype=np.int64)  # code 0: PROMPT_ANCHOR, first seen at turn 0 (the first turn of its row)
     distinct: list[Hashable] = [PROMPT_ANCHOR] if count else []
@@ -199,6 +202,9 @@ def spread_to_tokens(per_turn: np.ndarray, turns: Turns, dtype: np.dtype | type 
     zeros after the last turn; one ``np.repeat`` writes it, so the output is the only ``(B, T)`` allocation.
     """
     rows, count = turns.row_offsets.size - 1, turns.num_turns
+    per_turn = np.asarray(per_turn)
+    if per_turn.shape != (count,):
+        raise ValueError(f"spread_to_tokens: one value per turn is needed, got shape {per_turn.shape} for {count} turns")
     values = np.zeros(2 * count + rows, dtype=dtype)  # per row: gap, turn, gap, turn, ..., trailing gap
     runs = np.empty(2 * count + rows, dtype=np.int64)
     gap = 2 * np.arange(count) + turns.row  # the gap before turn j

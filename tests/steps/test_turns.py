@@ -173,3 +173,11 @@ def test_batches_without_turns_have_none_and_spread_to_zeros(shape):
     assert turns.num_turns == 0 and turns.per_row.tolist() == [0] * shape[0]
     assert turn_anchor_states(np.zeros(shape, dtype=np.int64), turns) == []
     assert spread_to_tokens(np.zeros(0), turns).tolist() == np.zeros(shape).tolist()
+
+
+def test_values_or_tokens_that_do_not_fit_the_turns_are_refused():
+    turns = find_turns(np.array([[1, 0, 1], [1, 1, 0]]))
+    with pytest.raises(ValueError, match=r"spread_to_tokens: one value per turn is needed, got shape \(1,\) for 3 turns"):
+        spread_to_tokens(np.ones(1), turns)
+    with pytest.raises(ValueError, match=r"the token ids have shape \(2, 2\), the mask the turns were found in \(2, 3\)"):
+        turn_anchor_states(np.zeros((2, 2), dtype=np.int64), turns)
