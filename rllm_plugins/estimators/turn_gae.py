@@ -25,7 +25,7 @@ import numpy as np
 
 from ..calling import is_plain_real
 from ..scaled import power_of_two_scale
-from ..steps.batch import StepBatch
+from ..steps.batch import StepBatch, discounted_sums
 from ..steps.forms import step_list_form_of
 from .step_options import check_discount
 
@@ -49,30 +49,21 @@ def check_turn_gae_options(options: Mapping[str, Any]) -> None:
 def turn_gae_returns(step_rewards: np.ndarray, values: np.ndarray, step_offsets: np.ndarray, gamma: float, lam: float) -> np.ndarray:
     """``(S,)`` GAE advantages ``A_t`` of every step (float64), within each trajectory of ``step_offsets`` ``(N + 1,)``.
 
-    Vectorised over trajectories: one pass per distance from a trajectory's end (the order of the plain
-    backward loop).
+    Vectorised over trajectories (:func:`~rllm_plugins.steps.batch.discounted_sums` of the TD errors, factor
+    ``gamma * lam``): one pass per distance from a trajectory's end, in the order of the plain backward loop.
     """
     rewards = np.asarray(step_rewards, dtype=np.float64)
     size = rewards.size
     if size == 0:
         return np.zeros(0)
     step_offsets = np.asarray(step_offsets)
-    ends = np.repeat(step_offsets[1:], np.diff(step_offsets))  # one past each step's trajectory end
-    from_end = ends - np.arange(size) - 1
+    last = np.zeros(size, dtype=bool)
+    last[step_offsets[1:][np.diff(step_offsets) > 0] - 1] = True  # a trajectory's last step: V after it is 0
     following = np.zeros(size)
-    inner = from_end > 0
-    following[inner] = values[np.flatnonzero(inner) + 1]
-    advantages = rewards + gamma * following - values  # delta_t
-    decay = gamma * lam
-    longest = int(from_end.max())
-    if decay == 0 or longest == 0:
-        return advantages
-    order = np.argsort(from_end, kind="stable")
-    bounds = np.cumsum(np.bincount(from_end, minlength=longest + 1))
-    for distance in range(1, longest + 1):
-        steps = order[bounds[distance - 1] : bounds[distance]]
-        advantages[steps] += decay * advantages[steps + 1]
-    return advantages
+    following[:-1] = values[1:]
+    following[last] = 0.0
+    deltas = rewards + gamma * following - values
+    return discounted_sums(deltas, step_offsets, gamma * lam)
 
 
 def whiten_over_tokens(advantages: np.ndarray, tokens: np.ndarray | None) -> np.ndarray:
@@ -83,19 +74,25 @@ def whiten_over_tokens(advantages: np.ndarray, tokens: np.ndarray | None) -> np.
     if total <= 1.0:
         return np.zeros_like(advantages)
     with np.errstate(over="ignore", invalid="ignore"):
-        mean = float(np.dot(weights, advantages)) / total
+        mean = _weighted_sum(weights, advantages) / total
         centred = advantages - mean
-        var = float(np.dot(weights, centred * centred)) / total * total / (total - 1.0)
+        var = _weighted_sum(weights, centred * centred) / total * total / (total - 1.0)
     if math.isfinite(var) and math.isfinite(mean):
         return centred / np.sqrt(var + WHITEN_EPS)
     # magnitudes whose square overflows (from about 1e154): the same formula on values divided by a power of two
     # near the largest (exact), the epsilon divided by its square
     scale = float(power_of_two_scale(np.abs(advantages).max()))
     scaled = advantages / scale
-    mean = float(np.dot(weights, scaled)) / total
+    mean = _weighted_sum(weights, scaled) / total
     centred = scaled - mean
-    var = float(np.dot(weights, centred * centred)) / total * total / (total - 1.0)
+    var = _weighted_sum(weights, centred * centred) / total * total / (total - 1.0)
     return centred / np.sqrt(var + WHITEN_EPS / scale / scale)
+
+
+def _weighted_sum(weights: np.ndarray, values: np.ndarray) -> float:
+    """``sum(weights * values)`` ``(S,)`` by numpy's pairwise summation: the same bits on any machine, and no BLAS call
+    (BLAS's ``dot`` splits a long sum across its threads, which wait on each other when the cores are busy)."""
+    return float(np.add.reduce(weights * values))
 
 
 def turn_gae(

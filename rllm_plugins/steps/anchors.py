@@ -43,12 +43,36 @@ class TokenIds(bytes):
         return tuple(np.frombuffer(self, dtype=np.int64).tolist())
 
 
-def anchor_ids(states: Sequence[Hashable], step_group: Sequence[int] | np.ndarray, where: Callable[[int], str]) -> np.ndarray:
+def anchor_ids(states: Sequence[Hashable], step_group: Sequence[int] | np.ndarray, where: Callable[[int], str], codes: np.ndarray | None = None) -> np.ndarray:
     """One anchor-group id per step ``(S,)`` int64, dense from 0: equal ``(task group, state)`` pairs share an id.
 
     ``where(s)`` names step ``s`` in the error raised for a refused state (unhashable, NaN, None; see the module docstring).
-    States are coded once (one dict lookup per step), then combined with their group in numpy.
+    States are coded once (one dict lookup per step), then combined with their group in numpy. ``codes`` ``(S,)`` int64
+    >= 0, equal exactly where the states are equal (as :func:`~rllm_plugins.steps.turns.turn_anchor_codes` gives them):
+    the states are taken as coded, not hashed; the ids are those the states would give.
     """
+    if codes is not None:
+        state_codes, distinct = _by_first_appearance(np.asarray(codes, dtype=np.int64))
+    else:
+        state_codes, distinct = _state_codes(states, where)
+    groups = np.asarray(step_group if isinstance(step_group, np.ndarray) else list(step_group), dtype=np.int64)
+    if groups.shape != state_codes.shape:
+        raise ValueError(f"anchor_ids: {state_codes.size} states for {groups.size} step groups")
+    if state_codes.size == 0:
+        return state_codes
+    keys = groups * distinct + state_codes
+    span = int(keys.max()) + 1
+    if span <= 4 * keys.size:  # dense keys (few states per task): renumber through a table, no sort
+        present = np.zeros(span, dtype=bool)
+        present[keys] = True
+        renumber = np.cumsum(present, dtype=np.int64) - 1
+        return renumber[keys]
+    _, ids = np.unique(keys, return_inverse=True)
+    return ids.astype(np.int64, copy=False).reshape(-1)
+
+
+def _state_codes(states: Sequence[Hashable], where: Callable[[int], str]) -> tuple[np.ndarray, int]:
+    """``(S,)`` int64 code of each state, dense from 0 in order of first appearance (equal states, one code), and their number."""
     codes: dict[Hashable, int] = {}
     try:
         state_codes = np.fromiter((codes.setdefault(state, len(codes)) for state in states), dtype=np.int64)
@@ -58,20 +82,22 @@ def anchor_ids(states: Sequence[Hashable], step_group: Sequence[int] | np.ndarra
     if not by_value:
         codes = {}
         state_codes = np.fromiter((codes.setdefault(key, len(codes)) for key in _value_keys(states, where)), dtype=np.int64)
-    groups = np.asarray(step_group if isinstance(step_group, np.ndarray) else list(step_group), dtype=np.int64)
-    if groups.shape != state_codes.shape:
-        raise ValueError(f"anchor_ids: {state_codes.size} states for {groups.size} step groups")
-    if state_codes.size == 0:
-        return state_codes
-    keys = groups * len(codes) + state_codes
-    span = int(keys.max()) + 1
-    if span <= 4 * keys.size:  # dense keys (few states per task): renumber through a table, no sort
-        present = np.zeros(span, dtype=bool)
-        present[keys] = True
-        renumber = np.cumsum(present, dtype=np.int64) - 1
-        return renumber[keys]
-    _, ids = np.unique(keys, return_inverse=True)
-    return ids.astype(np.int64, copy=False).reshape(-1)
+    return state_codes, len(codes)
+
+
+def _by_first_appearance(codes: np.ndarray) -> tuple[np.ndarray, int]:
+    """``codes`` ``(S,)`` renumbered dense from 0 in order of first appearance (as :func:`_state_codes` numbers states), and their number."""
+    if codes.size == 0:
+        return codes, 0
+    if codes.ndim != 1 or int(codes.min()) < 0:
+        raise ValueError(f"anchor_ids: codes must be a 1-D array of integers >= 0, got shape {codes.shape}")
+    highest = np.maximum.accumulate(codes)
+    if codes[0] == 0 and (highest[1:] - highest[:-1] <= 1).all():  # already so numbered (each new code one above the last)
+        return codes, int(highest[-1]) + 1
+    distinct, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    rank = np.empty(distinct.size, dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(distinct.size)
+    return rank[inverse.reshape(-1)], distinct.size
 
 
 _VALUE_HASHED = frozenset({str, bytes, TokenIds, int, bool, tuple, frozenset})

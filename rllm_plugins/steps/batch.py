@@ -29,7 +29,7 @@ import numpy as np
 
 from ..segments import GroupLayout
 
-__all__ = ["StepBatch", "discounted_returns"]
+__all__ = ["StepBatch", "discounted_returns", "discounted_sums"]
 
 
 def _offsets(value: np.ndarray, name: str, total: int) -> np.ndarray:
@@ -171,7 +171,7 @@ def discounted_returns(step_rewards: np.ndarray, step_offsets: np.ndarray, gamma
     float64 can hold is finite; one it cannot hold is a ``ValueError`` naming the step.
     """
     with np.errstate(over="ignore", invalid="ignore"):
-        returns = _discounted(step_rewards, step_offsets, gamma)
+        returns = discounted_sums(step_rewards, step_offsets, gamma)
     if np.isfinite(returns).all():
         return returns
     rewards = np.asarray(step_rewards, dtype=np.float64)
@@ -180,7 +180,7 @@ def discounted_returns(step_rewards: np.ndarray, step_offsets: np.ndarray, gamma
     longest = int(np.diff(np.asarray(step_offsets)).max())
     shift = max(1, longest.bit_length())  # |G| <= (steps of the trajectory) * max |r| < 2**shift * max float
     with np.errstate(over="ignore", invalid="ignore"):
-        returns = np.ldexp(_discounted(np.ldexp(rewards, -shift), step_offsets, gamma), shift)
+        returns = np.ldexp(discounted_sums(np.ldexp(rewards, -shift), step_offsets, gamma), shift)
     if not np.isfinite(returns).all():
         s = int(np.flatnonzero(~np.isfinite(returns))[0])
         i = int(np.searchsorted(step_offsets, s, side="right") - 1)
@@ -191,8 +191,9 @@ def discounted_returns(step_rewards: np.ndarray, step_offsets: np.ndarray, gamma
     return returns
 
 
-def _discounted(step_rewards: np.ndarray, step_offsets: np.ndarray, gamma: float) -> np.ndarray:
-    """:func:`discounted_returns` without the overflow handling."""
+def discounted_sums(step_rewards: np.ndarray, step_offsets: np.ndarray, gamma: float) -> np.ndarray:
+    """``G_t = r_t + gamma * G_{t+1}`` within each trajectory ``(S,)`` float64, without the overflow handling of
+    :func:`discounted_returns` (a sum past the float64 range is inf); GAE sums its TD errors with it (``gamma * lam``)."""
     returns = np.array(step_rewards, dtype=np.float64)
     layout = GroupLayout.from_offsets(step_offsets, returns.size)
     if returns.size == 0 or gamma == 0:

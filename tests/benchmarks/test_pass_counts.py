@@ -240,8 +240,10 @@ def _multi_turn_dataproto() -> Any:
 
 
 @pytest.mark.parametrize("name", ["gigpo", "turn_grpo", "step_reinforce"])
-def test_step_level_path_allocates_the_output_and_the_turn_boundaries_only(verl_ready: None, name: str) -> None:
-    """Step level: numpy finds the turns in one (B, T + 1) bool change mask and writes one (B, T) float32 output."""
+def test_step_level_path_allocates_the_output_and_per_turn_values_only(verl_ready: None, name: str) -> None:
+    """Step level: torch passes nothing over (B, T); numpy's peak is the (B, T) float32 output, the environment segments
+    coded as anchor states (their int64 ids, twice: the segments of one length, and one bytes object per distinct one)
+    and per-row vectors (each part alone: :func:`test_step_level_parts_hold_no_numpy_temporary_of_b_by_t`)."""
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
     data = _multi_turn_dataproto()
@@ -254,5 +256,47 @@ def test_step_level_path_allocates_the_output_and_the_turn_boundaries_only(verl_
     passes = mode.passes(**tensors)
     assert passes == {**dict.fromkeys(passes, 0.0), "allocations": []}, passes
     peak = numpy_peak(lambda: compute_advantage(data, adv_estimator=f"rllm_{name}", config=config))
-    output, boundaries = B * T * 4, B * (T + 1)
-    assert peak <= output + 2 * boundaries + 64 * B * 8, f"tracemalloc peak {peak} bytes; output {output}, bool change mask {boundaries}"
+    output, segments = B * T * 4, B * (150 - 100 + 400 - 300) * 8  # the two environment segments of each row, as int64 ids
+    assert peak <= output + 2 * segments + 64 * B * 8, f"tracemalloc peak {peak} bytes; output {output}, environment segments {segments}"
+
+
+PART_ROWS = 512  # rows for the parts alone: a block of rows of find_turns is a small part of the batch
+
+
+@pytest.mark.parametrize("tokens_dtype", [np.int64, np.int32])
+def test_step_level_parts_hold_no_numpy_temporary_of_b_by_t(tokens_dtype: Any) -> None:
+    """The numpy parts of the step level, each alone (``tracemalloc`` peaks; B = 512 rows of 3 turns, T = 4099):
+
+    - ``find_turns`` reads the int64 mask in blocks of rows: two bool blocks (``_BLOCK_ENTRIES`` entries each) and
+      per-turn vectors, no (B, T) temporary, not even of bools;
+    - ``turn_anchor_codes`` copies the environment segments before turns 1 and 2 (50 and 100 tokens of each row) as
+      int64, those of one length at a time, and makes one bytes object per distinct segment: no copy of the tokens
+      (B, T), whatever their dtype;
+    - ``spread_to_tokens`` allocates its (B, T) float32 output and per-turn vectors only;
+    - ``turn_rewards`` reads the float32 rewards in place: per-turn vectors only.
+    """
+    from rllm_plugins.steps.turns import _BLOCK_ENTRIES, find_turns, spread_to_tokens, turn_anchor_codes, turn_rewards
+
+    rows = PART_ROWS
+    rng = np.random.default_rng(0)
+    mask = np.zeros((rows, T), dtype=np.int64)
+    for row, end in enumerate(rng.integers(401, T + 1, size=rows).tolist()):
+        for start, stop in ((0, 100), (150, 300), (400, end)):
+            mask[row, start:stop] = 1
+    tokens = rng.integers(0, 1000, (rows, T)).astype(tokens_dtype)
+    rewards = rng.normal(size=(rows, T)).astype(np.float32)
+    turns = find_turns(mask)
+    count = turns.num_turns
+    per_turn = np.ones(count)
+    segments = rows * (50 + 100) * 8
+    parts = {
+        "find_turns": (lambda: find_turns(mask), 2 * _BLOCK_ENTRIES + 128 * count),
+        "turn_anchor_codes": (lambda: turn_anchor_codes(tokens, turns), 2 * segments + 128 * count),
+        "spread_to_tokens": (lambda: spread_to_tokens(per_turn, turns), rows * T * 4 + 64 * count),
+        "turn_rewards": (lambda: turn_rewards(rewards, turns), 64 * count),
+    }
+    for name, (part, bound) in parts.items():
+        part()  # caches outside the measurement
+        peak = numpy_peak(part)
+        assert peak <= bound, f"{name}: tracemalloc peak {peak} bytes, bound {bound} (B * T = {rows * T}, {count} turns)"
+    assert 2 * _BLOCK_ENTRIES + 128 * count < rows * T, "the bound of find_turns must be below a (B, T) bool"

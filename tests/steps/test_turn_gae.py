@@ -183,3 +183,18 @@ def test_whitening_is_exact_at_any_scale(exponent):
     root = math.sqrt((var + Fraction(1, 10**8)) / scale**2)
     want = [float((a - mean) / scale) / root for a in exact]
     np.testing.assert_allclose(whiten_over_tokens(advantages, weights), want, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_turn_gae_returns_equal_the_plain_loop_bit_for_bit_in_short_and_long_trajectories(seed):
+    """Trajectories of 1 to 80 turns: both ways of the backward pass (per distance, and sorted by distance beyond 32 turns)."""
+    from rllm_plugins.estimators.turn_gae import turn_gae_returns
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 81, size=12)
+    rewards, values = rng.normal(size=int(lengths.sum())), rng.normal(size=int(lengths.sum()))
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    want = []
+    for i in range(lengths.size):
+        want += plain_gae(rewards[offsets[i] : offsets[i + 1]].tolist(), values[offsets[i] : offsets[i + 1]].tolist(), 0.97, 0.9)
+    assert turn_gae_returns(rewards, values, offsets, 0.97, 0.9).tolist() == want

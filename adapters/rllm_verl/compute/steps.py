@@ -33,7 +33,7 @@ from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.steps import StepBatch
 from rllm_plugins.steps.anchors import TokenIds, anchor_ids
 from rllm_plugins.steps.diagnostics import turn_metrics
-from rllm_plugins.steps.turns import PROMPT_ANCHOR, Turns, find_turns, spread_to_tokens, turn_anchor_states, turn_rewards
+from rllm_plugins.steps.turns import PROMPT_ANCHOR, Turns, coded_states, find_turns, spread_to_tokens, turn_anchor_codes, turn_rewards
 from rllm_verl.compute.order import rollout_order
 from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
 from rllm_verl.context import REWARD_KEYS_ENV, V1_BATCH_ENV, add_turn_metrics, algorithm_value, current_keys, fetch_rows
@@ -88,8 +88,9 @@ def resolve_gamma(options: dict[str, Any], config: Any) -> tuple[Any, str]:
     return algorithm_value("gamma", config)
 
 
-def _anchor_states(where: str, index: np.ndarray, turns: Turns, responses: torch.Tensor | None, override: Any) -> list[Hashable]:
-    """Each turn's anchor state: from ``override`` (one sequence of hashables per row, one per turn), else from ``responses``."""
+def _anchor_states(where: str, index: np.ndarray, turns: Turns, responses: torch.Tensor | None, override: Any) -> tuple[list[Hashable], np.ndarray | None]:
+    """Each turn's anchor state: from ``override`` (one sequence of hashables per row, one per turn), else from ``responses``;
+    with the states read from ``responses``, their codes ``(K,)`` (:func:`~rllm_plugins.steps.turns.turn_anchor_codes`), else None."""
     if override is not None:
         states: list[Hashable] = []
         per_row = turns.per_row.tolist()
@@ -104,7 +105,7 @@ def _anchor_states(where: str, index: np.ndarray, turns: Turns, responses: torch
                     "give one anchor state per turn"
                 )
             states.extend(row_states)
-        return states
+        return states, None
     if responses is None:
         raise ValueError(
             f"{where} needs `responses` to form anchor states (the environment tokens before each turn), and the batch has none. "
@@ -117,7 +118,8 @@ def _anchor_states(where: str, index: np.ndarray, turns: Turns, responses: torch
             f"{where}: responses has shape {tuple(responses.shape)} but response_mask {(turns.row_offsets.size - 1, turns.length)}; "
             "anchor states are read from the responses at the positions of the mask, so they must match"
         )
-    return turn_anchor_states(_numpy(responses), turns)
+    codes, distinct = turn_anchor_codes(_numpy(responses), turns)
+    return coded_states(codes, distinct), codes
 
 
 def _numpy(x: torch.Tensor) -> np.ndarray:
@@ -227,10 +229,11 @@ def compute_rllm_step_advantage(
         _warn_if_single_turn(name, where, turns)
     episodes = episodes.with_turns(turns.per_row)
     states: list[Hashable] = []
+    codes = None  # of the states, when read from responses and left as read
     if needs.anchors:
-        states = _anchor_states(where, index, turns, sources.responses, sources.anchor_states)
-        if sources.anchor_states is None:
-            _anchor_outputs_at_their_prompts(where, index, turns, episodes, sources, states)
+        states, codes = _anchor_states(where, index, turns, sources.responses, sources.anchor_states)
+        if sources.anchor_states is None and _anchor_outputs_at_their_prompts(where, index, turns, episodes, sources, states):
+            codes = None
         if options.get("anchor_similarity") is not None:  # greedy clustering: visit the episodes in rollout order
             keys = current_keys(index, where)
             episodes = episodes.reordered(rollout_order(episodes.rows, episodes.row_offsets, episodes.traj_offsets, turns, states, keys, where))
@@ -245,14 +248,15 @@ def compute_rllm_step_advantage(
         group_of_row = np.empty(index.size, dtype=np.int64)
         episode_sizes = np.diff(episodes.row_offsets)
         group_of_row[rows] = np.repeat(np.repeat(np.arange(episodes.traj_offsets.size - 1), np.diff(episodes.traj_offsets)), episode_sizes)
-        ordered_states = [states[j] for j in turn_order.tolist()]
+        in_order = np.array_equal(turn_order, np.arange(turns.num_turns))  # rows grouped by uid already
+        ordered_states = states if in_order else [states[j] for j in turn_order.tolist()]
 
         def place(s: int) -> str:
             j = int(turn_order[s])
             row = int(turns.row[j])
             return f"{where}: row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])}"
 
-        anchors = anchor_ids(ordered_states, group_of_row[turns.row[turn_order]], place)
+        anchors = anchor_ids(ordered_states, group_of_row[turns.row[turn_order]], place, None if codes is None else codes[turn_order])
     gamma, _ = resolve_gamma(dict(options), config)
     added: dict[str, Any] = {}  # verl's own settings, for an estimator whose options leave them out
     if gamma is not None and "gamma" not in options:
@@ -341,8 +345,8 @@ def turn_values(where: str, index: np.ndarray, turns: Turns, values: torch.Tenso
     return per_turn
 
 
-def _anchor_outputs_at_their_prompts(where: str, index: np.ndarray, turns: Turns, episodes: Episodes, sources: StepSources, states: list[Hashable]) -> None:
-    """In a batch of sessions with several outputs, anchor each output's first turn at its own prompt ids (in place).
+def _anchor_outputs_at_their_prompts(where: str, index: np.ndarray, turns: Turns, episodes: Episodes, sources: StepSources, states: list[Hashable]) -> bool:
+    """In a batch of sessions with several outputs, anchor each output's first turn at its own prompt ids (in place); whether it did.
 
     The row rule gives every row's first turn the task prompt's state; a session's later output starts from
     another prompt (the task prompt and what came before, or a fresh observation), so with sessions every
@@ -350,7 +354,7 @@ def _anchor_outputs_at_their_prompts(where: str, index: np.ndarray, turns: Turns
     """
     later = episodes.continuing_rows
     if later.size == 0:
-        return
+        return False
     if sources.prompts is None:
         row = int(later[0])
         raise ValueError(
@@ -359,6 +363,7 @@ def _anchor_outputs_at_their_prompts(where: str, index: np.ndarray, turns: Turns
         )
     for row in episodes.rows.tolist():
         states[int(turns.row_offsets[row])] = _prompt_state(sources.prompts[row])
+    return True
 
 
 _warned_single_turn: set[str] = set()
