@@ -179,7 +179,7 @@ def _code_rows(spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Rows are hashed (a dot product with random odd multipliers, modulo 2**64), grouped by hash, and each row whose
     hash is not its own compared with its group's first: exact. Should two different rows share a hash, they are coded by their bytes.
     """
-    hashed = spans.view(np.uint64) @ _multipliers(spans.shape[1])
+    hashed = np.einsum("ij,j->i", spans.view(np.uint64), _multipliers(spans.shape[1]))  # wraps modulo 2**64
     _, first, codes, sizes = np.unique(hashed, return_index=True, return_inverse=True, return_counts=True)
     codes = codes.reshape(-1)
     shared = np.flatnonzero(sizes[codes] > 1)  # rows whose hash another row has: compared with the first row of that hash
