@@ -16,9 +16,9 @@ def blas_calls(source: str) -> list[int]:
     """Line numbers of ``a @ b`` and of ``np.dot(...)``-style calls (or ``x.dot(...)``) in ``source``."""
     lines = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.BinOp | ast.AugAssign) and isinstance(node.op, ast.MatMult):
-            lines.append(node.lineno)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in BLAS_FUNCTIONS:
+        matmul = isinstance(node, ast.BinOp | ast.AugAssign) and isinstance(node.op, ast.MatMult)
+        call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in BLAS_FUNCTIONS
+        if matmul or call:
             lines.append(node.lineno)
     return sorted(lines)
 
