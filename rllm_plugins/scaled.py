@@ -54,9 +54,10 @@ def unit_scale_retry(standardize: Callable[[np.ndarray, float], np.ndarray], val
 
     For a role-level standardisation (a centring, then one std over all of ``values`` ``(N,)``): it is unchanged when
     values and eps are scaled together, so the retry's result is the true one wherever that is representable.
+    ``standardize`` gets the caller's ``values`` and must not write to them (each returns a new array).
     """
     with np.errstate(over="ignore", invalid="ignore"):
-        out = standardize(values.copy(), epsilon)
+        out = standardize(values, epsilon)
     if np.isfinite(out).all() or not np.isfinite(values).all() or values.size == 0:
         return out
     scale = float(power_of_two_scale(np.abs(values).max()))

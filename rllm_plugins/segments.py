@@ -160,6 +160,13 @@ class GroupLayout:
         scaled_mean += self.sum(scaled - self.expand(scaled_mean)) / sizes
         return np.where(overflowed, scale * scaled_mean, mean)
 
+    def sum_of_squares(self, values: np.ndarray) -> np.ndarray:
+        """Per-group sum of the squares of ``values`` ``(N,)`` -> ``(G,)`` (equal-size groups: without a temporary)."""
+        if self.uniform_size is not None:
+            rows = values.reshape(-1, self.uniform_size)
+            return _row_sums(rows, rows)
+        return self.sum(values * values)
+
     def std(self, values: np.ndarray, mean: np.ndarray | None = None, ddof: int = 0) -> np.ndarray:
         """Per-group standard deviation ``(G,)`` (two-pass; ``ddof=0`` population, 1 sample).
 
@@ -171,12 +178,7 @@ class GroupLayout:
         dof = self.sizes - ddof
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             centred = values - self.expand(mean)
-            if self.uniform_size is not None:  # squares summed per row, without a temporary
-                rows = centred.reshape(-1, self.uniform_size)
-                squares = _row_sums(rows, rows)
-            else:
-                squares = self.sum(centred * centred)
-            var = squares / dof
+            var = self.sum_of_squares(centred) / dof
             std = np.sqrt(var)
             overflowed = np.isinf(std)
             if overflowed.any():  # deviations or their squares beyond the range: both taken on values scaled by the largest

@@ -8,6 +8,7 @@ honours it (``False`` gives ``r_i - mean_role``).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -29,11 +30,24 @@ def _role_z(values: np.ndarray, offsets: np.ndarray, epsilon: float, divide: boo
 
 
 def _role_standardized(values: np.ndarray, epsilon: float) -> np.ndarray:
-    """``(v - role mean) / (role population std + eps)`` ``(N,)``."""
-    role = GroupLayout.from_offsets([0, values.size], values.size)
-    mean = role.mean(values)
-    centred = values - mean[0]
-    centred /= spread_divisor(float(role.std(values, mean)[0]), epsilon)  # the role std, reusing the mean
+    """``(v - role mean) / (role population std + eps)`` ``(N,)``, the numbers of :meth:`GroupLayout.mean` and
+    :meth:`GroupLayout.std` on one group: the output is written once, re-centred and divided in place; beyond the
+    float64 range those overflow-safe methods themselves."""
+    n = values.size
+    role = GroupLayout.from_offsets([0, n], n)
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = role.sum(values)[0] / n
+        centred = values - mean
+        mean += role.sum(centred)[0] / n  # the mean's correction pass
+        np.subtract(values, mean, out=centred)
+        squares = float(role.sum_of_squares(centred)[0])
+    if not (math.isfinite(squares) and math.isfinite(float(mean))):
+        mean = role.mean(values)
+        np.subtract(values, mean[0], out=centred)
+        std = float(role.std(values, mean)[0])
+    else:
+        std = float(np.sqrt(squares / n))
+    centred /= spread_divisor(std, epsilon)
     return centred
 
 
