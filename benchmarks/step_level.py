@@ -118,6 +118,7 @@ def batched_gigpo(outcomes: np.ndarray, rewards: list[list[float]], states: list
 
 
 def peak_bytes(fn: Callable[[], object]) -> int:
+    """Peak bytes ``tracemalloc`` traces during ``fn()`` (numpy's buffers and Python objects; torch's are not seen)."""
     tracemalloc.start()
     try:
         fn()

@@ -12,7 +12,6 @@ vectors need, so a (B, T) numpy temporary fails as well.
 
 from __future__ import annotations
 
-import tracemalloc
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +24,8 @@ pytest.importorskip("verl")
 
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_leaves  # noqa: E402
+
+from benchmarks.step_level import peak_bytes as numpy_peak  # noqa: E402  (tracemalloc's peak during one call)
 
 B, T, N_PER_UID = 64, 4099, 8
 
@@ -85,16 +86,6 @@ def outcome_passes(data: Any, call: Callable[[], object]) -> dict[str, Any]:
     with torch.no_grad(), Passes(B * T) as mode:
         call()
     return mode.passes(rewards=rewards, mask=mask, output=data.batch["advantages"])
-
-
-def numpy_peak(fn: Callable[[], object]) -> int:
-    """Peak bytes traced by ``tracemalloc`` during ``fn()`` (numpy's buffers and Python objects)."""
-    tracemalloc.start()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def _dataproto(padding_rows: int = 0, mask_dtype: Any = None) -> Any:
