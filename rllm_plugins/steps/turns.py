@@ -58,33 +58,53 @@ class Turns:
 def find_turns(mask: np.ndarray) -> Turns:
     """The maximal runs of non-zero entries of each row of ``mask`` ``(B, T)``.
 
-    One read of the mask, in blocks of rows that stay in cache (no ``(B, T)`` temporary): in a block's
-    ``(R, T + 1)`` array of changes, position ``j`` of a row is set where the mask differs between tokens
-    ``j - 1`` and ``j`` (token ``-1`` and ``T`` counting as 0), so a row's set positions alternate run
-    start, run end; ``flatnonzero`` finds them.
+    One read of the mask, in blocks of rows that stay in cache (no ``(B, T)`` temporary). Within a block, flat, the
+    entries that differ from the one before are the candidate boundaries (compared as they are: no pass converting them
+    to bool; a row's first entry is not compared with the row before); a row's non-zero first and last entries add a
+    start at column 0 and an end at column ``T``. A row's entries are equal between two of its candidates, so a candidate
+    is a run boundary exactly where the non-zero-ness of the entry after it differs from that after the candidate before
+    (with a mask of 0 and 1, every candidate is; with other values, ``2`` after ``1`` or ``NaN`` after ``NaN`` is not).
+    A row's boundaries alternate run start, run end.
     """
     mask = np.asarray(mask)
     if mask.ndim != 2:
         raise ValueError(f"the mask of model tokens must be 2-D (batch, response_length), got shape {mask.shape}")
     rows, length = mask.shape
-    width = length + 1
-    block = max(1, min(rows, _BLOCK_ENTRIES // width))
-    change = np.empty((block, width), dtype=bool)
-    model = None if mask.dtype == bool else np.empty((block, length), dtype=bool)
-    found = [np.zeros(0, dtype=np.intp)]
-    for first in range(0, rows if length else 0, block):
+    if rows == 0 or length == 0:
+        none = np.zeros(0, dtype=np.int64)
+        return Turns(none, none, none, np.zeros(rows + 1, dtype=np.int64), length)
+    block = max(1, min(rows, _BLOCK_ENTRIES // length))
+    change = np.empty(block * length, dtype=bool)
+    exact = mask.dtype == bool or not mask.flags.c_contiguous  # compared as bool (a block converted): every candidate is a boundary
+    model = np.empty((block, length), dtype=bool) if exact and mask.dtype != bool else None
+    found, after = [], []
+    for first in range(0, rows, block):
         part = mask[first : first + block]
-        size = part.shape[0]
-        nonzero = part if model is None else np.not_equal(part, 0, out=model[:size])
-        changed = change[:size]
-        changed[:, 0] = nonzero[:, 0]
-        changed[:, -1] = nonzero[:, -1]
-        np.not_equal(nonzero[:, 1:], nonzero[:, :-1], out=changed[:, 1:-1])
-        found.append(np.flatnonzero(changed) + first * width)
-    row, col = np.divmod(np.concatenate(found), width)
+        flat = (part if model is None else np.not_equal(part, 0, out=model[: part.shape[0]])).reshape(-1)
+        changed = np.not_equal(flat[1:], flat[:-1], out=change[: flat.size - 1])
+        changed[length - 1 :: length] = False  # the last entry of a row against the first of the next
+        at = np.flatnonzero(changed)
+        at += 1  # the entry after the change, never in column 0
+        if not exact:
+            after.append(flat[at] != 0)
+        at += first * length
+        found.append(at)
+    inner = np.concatenate(found)
+    # each boundary as 2 * (row * (T + 1) + column) + whether the entry after it is non-zero (a run end at column T)
+    keys = [2 * (inner + inner // length) + (np.concatenate(after) if after else 1)]
+    for column, edge in ((0, mask[:, 0]), (length, mask[:, -1])):
+        keys.append(2 * (np.flatnonzero(edge != 0) * (length + 1) + column) + (column == 0))
+    keys = np.sort(np.concatenate(keys), kind="stable")  # three sorted runs, merged
+    if not exact and keys.size:
+        nonzero = (keys & 1).astype(bool)
+        flips = nonzero[1:] != nonzero[:-1]
+        if not (nonzero[0] and flips.all()):  # not a mask of 0 and 1: the candidates where non-zero-ness flips
+            keys = keys[np.concatenate((nonzero[:1], flips))]
+    starts = keys[0::2] >> 1
+    row, start = np.divmod(starts, length + 1)
     row_offsets = np.zeros(rows + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row[0::2], minlength=rows), out=row_offsets[1:])
-    return Turns(row[0::2].astype(np.int64), col[0::2].astype(np.int64), col[1::2].astype(np.int64), row_offsets, length)
+    np.cumsum(np.bincount(row, minlength=rows), out=row_offsets[1:])
+    return Turns(row, start, (keys[1::2] >> 1) - (starts - start), row_offsets, length)
 
 
 def _first_turns(turns: Turns) -> np.ndarray:
@@ -143,56 +163,135 @@ def turn_anchor_codes(tokens: np.ndarray, turns: Turns) -> tuple[np.ndarray, lis
     """The anchor states of :func:`turn_anchor_states` coded: ``(K,)`` int64 codes and the distinct states, turn ``j``'s
     state being ``distinct[codes[j]]``; codes are dense from 0 in order of first appearance, equal exactly for equal states.
 
-    The environment segments are coded in numpy, those of one length at a time (:func:`_code_rows`); one
-    :class:`TokenIds` is made per distinct segment.
+    The environment segments are read from ``tokens`` those of one length at a time, each as one fixed-size item (no
+    index per token), hashed (:func:`_hash_rows`) and grouped by hash over all lengths at once (:func:`_first_of_equal`,
+    no sort); every segment is then compared with the first one of its group, so codes stay exact (should two different
+    segments share a hash, they are coded by their bytes). One :class:`TokenIds` is made per distinct segment.
     """
     tokens = np.asarray(tokens)
     shape = (turns.row_offsets.size - 1, turns.length)
     if tokens.shape != shape:
         raise ValueError(f"the token ids have shape {tokens.shape}, the mask the turns were found in {shape}; anchor states are read at the mask's positions")
     count = turns.num_turns
-    raw = np.zeros(count, dtype=np.int64)  # code 0: PROMPT_ANCHOR, first seen at turn 0 (the first turn of its row)
-    distinct: list[Hashable] = [PROMPT_ANCHOR] if count else []
-    seen_at = [np.zeros(len(distinct), dtype=np.int64)]  # the first turn of each distinct state
-    later = np.flatnonzero(~_first_turns(turns))
+    if count == 0:
+        return np.zeros(0, dtype=np.int64), []
+    later = np.flatnonzero(~_first_turns(turns))  # code 0: PROMPT_ANCHOR, first seen at turn 0 (the first turn of its row)
+    codes = np.zeros(count, dtype=np.int64)
+    if later.size == 0:
+        return codes, [PROMPT_ANCHOR]
     begin = turns.end[later - 1]  # the segment before turn j: from the end of turn j - 1 of its row to its start
     lengths = turns.start[later] - begin
-    by_length = np.argsort(lengths, kind="stable")
-    cuts = np.flatnonzero(np.diff(lengths[by_length])) + 1
-    for part in np.split(by_length, cuts) if later.size else ():
-        length, at = int(lengths[part[0]]), later[part]
-        spans = np.ascontiguousarray(sliding_window_view(tokens, length, axis=1)[turns.row[at], begin[part]], dtype=np.int64)
-        span_codes, first = _code_rows(spans)
-        raw[at] = len(distinct) + span_codes
-        seen_at.append(at[first])
-        ids, width = memoryview(spans).cast("B"), length * spans.itemsize
-        distinct.extend(TokenIds(ids[k * width : (k + 1) * width]) for k in first.tolist())
-    order = np.argsort(np.concatenate(seen_at))
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    return rank[raw], [distinct[k] for k in order.tolist()]
+    by_length = np.argsort(lengths.astype(np.int16) if lengths.max() < 2**15 else lengths, kind="stable")  # 16 bits: a radix sort
+    bounds = np.flatnonzero(np.diff(lengths[by_length], prepend=-1, append=-1))
+    parts = [by_length[lo:hi] for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
+    keys = np.empty(later.size, dtype=np.uint64)
+    spans = []  # per part: its segments (n, length)
+    for part in parts:
+        spans.append(_segments(tokens, turns.row[later[part]], begin[part], int(lengths[part[0]])))
+        keys[part] = _hash_rows(spans[-1])
+    first = _first_of_equal(keys)
+    place = np.empty(later.size, dtype=np.int64)  # each segment's place in its part
+    place[by_length] = np.arange(later.size) - np.repeat(bounds[:-1], np.diff(bounds))
+    if not (bool((lengths[first] == lengths).all()) and _equal_to_their_first(spans, parts, first, place)):
+        seen: dict[bytes, int] = {}  # two different segments share a hash: coded by their bytes
+        raw = np.empty(later.size, dtype=np.int64)
+        for part, span in zip(parts, spans, strict=True):
+            raw[part] = np.fromiter((seen.setdefault(ids.tobytes(), len(seen)) for ids in span), dtype=np.int64, count=part.size)
+        first = _first_of_equal(raw.view(np.uint64))
+    is_first = first == np.arange(later.size)
+    rank = np.cumsum(is_first) - 1
+    codes[later] = rank[first] + 1
+    distinct: list[Hashable] = [PROMPT_ANCHOR] + [None] * int(rank[-1] + 1)
+    for k, part in enumerate(parts):
+        span, spans[k] = spans[k], None  # released once its states are made
+        new = np.flatnonzero(is_first[part])
+        bytes_view, width = memoryview(span).cast("B"), span.shape[1] * 8
+        for at, code in zip(new.tolist(), rank[part[new]].tolist(), strict=True):
+            distinct[code + 1] = TokenIds(bytes_view[at * width : (at + 1) * width] if span.itemsize == 8 else span[at].astype(np.int64).tobytes())
+    return codes, distinct
 
 
-def _code_rows(spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(n,)`` codes of the rows of ``spans`` ``(n, L)`` int64, dense from 0, equal for equal rows only; ``(d,)`` the first row of each code.
+def _equal_to_their_first(spans: list[np.ndarray], parts: list[np.ndarray], first: np.ndarray, place: np.ndarray) -> bool:
+    """Whether every segment equals the first one of its group (``first``: flat over the parts, of equal length; ``place``:
+    each segment's row in its part's ``spans``), compared in blocks of :data:`_BLOCK_ENTRIES` ids (no copy of all segments)."""
+    for part, span in zip(parts, spans, strict=True):
+        others = np.flatnonzero(first[part] != part)  # the members that are not the first of their group
+        step = max(1, _BLOCK_ENTRIES // span.shape[1])
+        for lo in range(0, others.size, step):
+            at = others[lo : lo + step]
+            if not np.array_equal(span.take(at, axis=0), span.take(place[first[part[at]]], axis=0)):
+                return False
+    return True
 
-    Rows are hashed (a dot product with random odd multipliers, modulo 2**64), grouped by hash, and each row whose
-    hash is not its own compared with its group's first: exact. Should two different rows share a hash, they are coded by their bytes.
+
+def _segments(tokens: np.ndarray, rows: np.ndarray, begins: np.ndarray, length: int) -> np.ndarray:
+    """``tokens[rows[i], begins[i] : begins[i] + length]`` ``(n, length)``, in :func:`_ids_dtype`: each segment read as one
+    item of its bytes (no index per token) where the tokens allow it, else copied."""
+    dtype = _ids_dtype(tokens.dtype)
+    item = np.dtype((np.void, length * dtype.itemsize))
+    if dtype != tokens.dtype or tokens.strides[1] != tokens.itemsize:  # converted, or not contiguous along a row
+        return np.ascontiguousarray(sliding_window_view(tokens, length, axis=1)[rows, begins], dtype=dtype)
+    if tokens.flags.c_contiguous:  # one flat index per segment
+        spans = sliding_window_view(tokens.reshape(-1), length).view(item)[:, 0][rows * tokens.shape[1] + begins]
+    else:
+        spans = sliding_window_view(tokens, length, axis=1).view(item)[..., 0][rows, begins]
+    return spans.view(dtype).reshape(rows.size, length)
+
+
+def _ids_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype segments are read in: the tokens' own for integers (equal bytes, equal ids), int64 for others (as :class:`TokenIds` reads them)."""
+    return dtype if dtype.kind in "iub" else np.dtype(np.int64)
+
+
+def _hash_rows(ids: np.ndarray) -> np.ndarray:
+    """``(n,)`` uint64 hash of each row of ``ids`` ``(n, L)`` (integers): the row as uint64 dotted with odd multipliers, modulo 2**64, plus ``L``."""
+    length = ids.shape[1]
+    hashed = np.einsum("ij,j->i", ids.view(np.uint64) if ids.itemsize == 8 else ids.astype(np.uint64), _multipliers(length))  # wraps modulo 2**64
+    hashed += np.uint64(length)
+    return hashed
+
+
+def _first_of_equal(keys: np.ndarray) -> np.ndarray:
+    """``(n,)`` int64: for each entry of ``keys`` ``(n,)`` uint64, the index of the first entry equal to it.
+
+    A hash table in numpy, no sort: each round writes the entries still open into a table of at least ``2n`` slots
+    (a slot from the key's top bits after an odd multiplier of that round), and an entry whose slot holds an equal key
+    has found its group (equal keys share a slot, so a group is found at once). The first of each group: a minimum.
     """
-    hashed = np.einsum("ij,j->i", spans.view(np.uint64), _multipliers(spans.shape[1]))  # wraps modulo 2**64
-    _, first, codes, sizes = np.unique(hashed, return_index=True, return_inverse=True, return_counts=True)
-    codes = codes.reshape(-1)
-    shared = np.flatnonzero(sizes[codes] > 1)  # rows whose hash another row has: compared with the first row of that hash
-    if np.array_equal(spans[shared], spans[first[codes[shared]]]):
-        return codes, first
-    seen: dict[bytes, int] = {}
-    codes = np.fromiter((seen.setdefault(row.tobytes(), len(seen)) for row in spans), dtype=np.int64, count=spans.shape[0])
-    return codes, np.unique(codes, return_index=True)[1]
+    count = keys.size
+    found = np.empty(count, dtype=np.int64)
+    bits = max(4, (2 * count).bit_length())
+    table = np.empty(1 << bits, dtype=np.int64)
+    todo = np.arange(count)
+    for salt in _SALTS:
+        if todo.size == 0:
+            break
+        open_keys = keys[todo]
+        slots = ((open_keys * np.uint64(salt)) >> np.uint64(64 - bits)).astype(np.intp)
+        table[slots] = todo
+        member = table[slots]
+        same = keys[member] == open_keys
+        found[todo[same]] = member[same]
+        todo = todo[~same]
+    if todo.size:  # keys the multipliers keep on colliding (none in practice): sorted
+        _, inverse = np.unique(keys[todo], return_inverse=True)
+        found[todo] = todo[np.unique(inverse, return_index=True)[1]][inverse.reshape(-1)]
+    lowest = np.full(count, count, dtype=np.int64)
+    np.minimum.at(lowest, found, np.arange(count))
+    return lowest[found]
+
+
+_SALTS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93, 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53)
+_MULTIPLIERS = np.zeros(0, dtype=np.uint64)
 
 
 def _multipliers(length: int) -> np.ndarray:
-    """``(length,)`` uint64 odd multipliers, the same on every call (a fixed seed)."""
-    return np.random.default_rng(_HASH_SEED).integers(0, 2**63, size=length, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    """``(length,)`` uint64 odd multipliers, the same on every call (a fixed seed; drawn once, for the longest length asked)."""
+    global _MULTIPLIERS
+    if _MULTIPLIERS.size < length:
+        drawn = np.random.default_rng(_HASH_SEED).integers(0, 2**63, size=max(length, 2 * _MULTIPLIERS.size, 64), dtype=np.uint64)
+        _MULTIPLIERS = drawn * np.uint64(2) + np.uint64(1)
+    return _MULTIPLIERS[:length]
 
 
 def spread_to_tokens(per_turn: np.ndarray, turns: Turns, dtype: np.dtype | type = np.float32) -> np.ndarray:
