@@ -58,13 +58,15 @@ class Turns:
 def find_turns(mask: np.ndarray) -> Turns:
     """The maximal runs of non-zero entries of each row of ``mask`` ``(B, T)``.
 
-    One read of the mask, in blocks of rows that stay in cache (no ``(B, T)`` temporary). Within a block, flat, the
-    entries that differ from the one before are the candidate boundaries (compared as they are: no pass converting them
-    to bool; a row's first entry is not compared with the row before); a row's non-zero first and last entries add a
-    start at column 0 and an end at column ``T``. A row's entries are equal between two of its candidates, so a candidate
-    is a run boundary exactly where the non-zero-ness of the entry after it differs from that after the candidate before
+    One read of the mask, in blocks that stay in cache (no ``(B, T)`` temporary). Read flat, the entries that differ
+    from the one before are the candidate boundaries, compared as they are (no pass converting them to bool; a mask that
+    is not contiguous is converted a block at a time). Between two candidates the entries are equal, so a candidate is
+    a run boundary exactly where the non-zero-ness of the entry after it differs from that after the candidate before
     (with a mask of 0 and 1, every candidate is; with other values, ``2`` after ``1`` or ``NaN`` after ``NaN`` is not).
-    A row's boundaries alternate run start, run end.
+    A candidate before a row's first entry is that row's start if the entry is non-zero, else the end (at column ``T``)
+    of the row before; the boundaries no candidate marks, a start at column 0 and an end at column ``T`` where a row's
+    first or last entry is non-zero, are read from the mask's first and last columns. A row's boundaries alternate run
+    start, run end.
     """
     mask = np.asarray(mask)
     if mask.ndim != 2:
@@ -73,29 +75,30 @@ def find_turns(mask: np.ndarray) -> Turns:
     if rows == 0 or length == 0:
         none = np.zeros(0, dtype=np.int64)
         return Turns(none, none, none, np.zeros(rows + 1, dtype=np.int64), length)
-    block = max(1, min(rows, _BLOCK_ENTRIES // length))
-    change = np.empty(block * length, dtype=bool)
-    exact = mask.dtype == bool or not mask.flags.c_contiguous  # compared as bool (a block converted): every candidate is a boundary
-    model = np.empty((block, length), dtype=bool) if exact and mask.dtype != bool else None
-    found, after = [], []
-    for first in range(0, rows, block):
-        part = mask[first : first + block]
-        flat = (part if model is None else np.not_equal(part, 0, out=model[: part.shape[0]])).reshape(-1)
-        changed = np.not_equal(flat[1:], flat[:-1], out=change[: flat.size - 1])
-        changed[length - 1 :: length] = False  # the last entry of a row against the first of the next
-        at = np.flatnonzero(changed)
-        at += 1  # the entry after the change, never in column 0
-        if not exact:
-            after.append(flat[at] != 0)
-        at += first * length
-        found.append(at)
-    inner = np.concatenate(found)
-    # each boundary as 2 * (row * (T + 1) + column) + whether the entry after it is non-zero (a run end at column T)
-    keys = [2 * (inner + inner // length) + (np.concatenate(after) if after else 1)]
-    for column, edge in ((0, mask[:, 0]), (length, mask[:, -1])):
-        keys.append(2 * (np.flatnonzero(edge != 0) * (length + 1) + column) + (column == 0))
-    keys = np.sort(np.concatenate(keys), kind="stable")  # three sorted runs, merged
-    if not exact and keys.size:
+    candidates, after = _changes(mask)  # after: None when every candidate is a boundary
+    first, last = mask[:, 0], mask[:, -1]
+    starts_row, ends_row = first != 0, last != 0
+    row, column = np.divmod(candidates, length)
+    keys = row * (length + 1) + column  # a run end at column T
+    at_row_start = np.flatnonzero(column == 0)
+    keys[at_row_start] -= ~starts_row[row[at_row_start]]  # the end of the row before, at its column T
+    keys <<= 1  # times 2, plus whether the entry after is non-zero
+    if after is not None:
+        keys += after
+    # boundaries no candidate marks: row 0's start, the last row's end, and where a row ends and the next starts non-zero
+    both = ends_row[:-1] & starts_row[1:]
+    unmarked_end = np.flatnonzero(both)
+    unmarked_start = np.flatnonzero(both if after is None else both & (last[:-1] == first[1:])) + 1
+    extra = [2 * (unmarked_end + 1) * (length + 1) - 2, 2 * unmarked_start * (length + 1) + 1]
+    if starts_row[0]:
+        extra.append(np.ones(1, dtype=np.int64))
+    if ends_row[-1]:
+        extra.append(np.full(1, 2 * rows * (length + 1) - 2, dtype=np.int64))
+    extra = np.concatenate(extra)
+    if extra.size:
+        extra.sort()
+        keys = np.insert(keys, np.searchsorted(keys, extra), extra)
+    if after is not None and keys.size:
         nonzero = (keys & 1).astype(bool)
         flips = nonzero[1:] != nonzero[:-1]
         if not (nonzero[0] and flips.all()):  # not a mask of 0 and 1: the candidates where non-zero-ness flips
@@ -105,6 +108,36 @@ def find_turns(mask: np.ndarray) -> Turns:
     row_offsets = np.zeros(rows + 1, dtype=np.int64)
     np.cumsum(np.bincount(row, minlength=rows), out=row_offsets[1:])
     return Turns(row, start, (keys[1::2] >> 1) - (starts - start), row_offsets, length)
+
+
+def _changes(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(C,)`` flat index ``q >= 1`` of each entry of ``mask`` ``(B, T)`` that differs from the entry before, and whether
+    each is non-zero (None: a bool mask, every change is of non-zero-ness), in blocks of :data:`_BLOCK_ENTRIES` entries."""
+    rows, length = mask.shape
+    size = rows * length
+    found, after = [np.zeros(0, dtype=np.int64)], []
+    if mask.flags.c_contiguous:
+        change = np.empty(min(size, _BLOCK_ENTRIES), dtype=bool)
+        flat = mask.reshape(-1)
+        for begin in range(1, size, _BLOCK_ENTRIES):
+            stop = min(size, begin + _BLOCK_ENTRIES)
+            at = np.flatnonzero(np.not_equal(flat[begin:stop], flat[begin - 1 : stop - 1], out=change[: stop - begin]))
+            at += begin
+            if mask.dtype != bool:
+                after.append(flat[at] != 0)  # still in cache
+            found.append(at)
+        return np.concatenate(found), None if mask.dtype == bool else np.concatenate([np.zeros(0, dtype=bool), *after])
+    block = max(1, _BLOCK_ENTRIES // length)  # rows, converted to bool with the last entry of the block before
+    model, change = np.zeros(block * length + 1, dtype=bool), np.empty(block * length, dtype=bool)
+    for first in range(0, rows, block):
+        part = mask[first : first + block]
+        count = part.size
+        np.not_equal(part, 0, out=model[1 : count + 1].reshape(part.shape))
+        at = np.flatnonzero(np.not_equal(model[1 : count + 1], model[:count], out=change[:count]))
+        at += first * length
+        found.append(at[at > 0])
+        model[0] = model[count]
+    return np.concatenate(found), None
 
 
 def _first_turns(turns: Turns) -> np.ndarray:
