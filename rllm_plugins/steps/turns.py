@@ -79,7 +79,7 @@ def find_turns(mask: np.ndarray) -> Turns:
     first, last = mask[:, 0], mask[:, -1]
     starts_row, ends_row = first != 0, last != 0
     row, column = np.divmod(candidates, length)
-    keys = row * (length + 1) + column  # a run end at column T
+    keys = candidates + row  # row * (T + 1) + column: a run end at column T
     at_row_start = np.flatnonzero(column == 0)
     keys[at_row_start] -= ~starts_row[row[at_row_start]]  # the end of the row before, at its column T
     keys <<= 1  # times 2, plus whether the entry after is non-zero

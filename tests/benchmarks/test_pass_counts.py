@@ -258,8 +258,8 @@ PART_ROWS = 512  # rows for the parts alone: a block of rows of find_turns is a 
 def test_step_level_parts_hold_no_numpy_temporary_of_b_by_t(tokens_dtype: Any) -> None:
     """The numpy parts of the step level, each alone (``tracemalloc`` peaks; B = 512 rows of 3 turns, T = 4099):
 
-    - ``find_turns`` reads the int64 mask in blocks of rows: two bool blocks (``_BLOCK_ENTRIES`` entries each) and
-      per-turn vectors, no (B, T) temporary, not even of bools;
+    - ``find_turns`` compares the int64 mask's entries as they are, in blocks: one bool block (``_BLOCK_ENTRIES``
+      entries) and per-turn vectors, no (B, T) temporary, not even of bools;
     - ``turn_anchor_codes`` copies the environment segments before turns 1 and 2 (50 and 100 tokens of each row) as
       int64, those of one length at a time, and makes one bytes object per distinct segment: no copy of the tokens
       (B, T), whatever their dtype;
@@ -281,7 +281,7 @@ def test_step_level_parts_hold_no_numpy_temporary_of_b_by_t(tokens_dtype: Any) -
     per_turn = np.ones(count)
     segments = rows * (50 + 100) * 8
     parts = {
-        "find_turns": (lambda: find_turns(mask), 2 * _BLOCK_ENTRIES + 128 * count),
+        "find_turns": (lambda: find_turns(mask), _BLOCK_ENTRIES + 64 * count),
         "turn_anchor_codes": (lambda: turn_anchor_codes(tokens, turns), 2 * segments + 128 * count),
         "spread_to_tokens": (lambda: spread_to_tokens(per_turn, turns), rows * T * 4 + 64 * count),
         "turn_rewards": (lambda: turn_rewards(rewards, turns), 64 * count),
@@ -290,4 +290,4 @@ def test_step_level_parts_hold_no_numpy_temporary_of_b_by_t(tokens_dtype: Any) -
         part()  # caches outside the measurement
         peak = numpy_peak(part)
         assert peak <= bound, f"{name}: tracemalloc peak {peak} bytes, bound {bound} (B * T = {rows * T}, {count} turns)"
-    assert 2 * _BLOCK_ENTRIES + 128 * count < rows * T, "the bound of find_turns must be below a (B, T) bool"
+    assert _BLOCK_ENTRIES + 64 * count < rows * T, "the bound of find_turns must be below a (B, T) bool"

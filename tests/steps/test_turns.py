@@ -79,6 +79,49 @@ def test_turns_found_in_blocks_of_rows_are_the_runs_of_non_zero_entries(monkeypa
     assert turns.per_row.tolist() == [sum(1 for w in want if w[0] == b) for b in range(rows)]
 
 
+
+MASK_VALUES = {
+    np.int64: [0, 1, 2, -1, np.iinfo(np.int64).min, np.iinfo(np.int64).max],
+    np.int32: [0, 1, 7, -1],
+    np.uint8: [0, 1, 255],
+    np.float32: [0.0, -0.0, 1.0, 0.5, np.nan, -np.inf],
+    bool: [False, True],
+}
+
+
+@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("dtype", list(MASK_VALUES))
+def test_turns_of_masks_of_any_values_dtype_and_memory_layout(monkeypatch, seed, dtype):
+    """The mask's entries are compared as they are, not as bools: a change between two non-zero values (1 to 2, -1 to
+    INT64_MIN, NaN to NaN) is no boundary, and zero counts as zero however written (-0.0). Rows that end non-zero next to
+    rows that start non-zero, equal or not; blocks of a few entries; C order, Fortran order and reversed columns."""
+    monkeypatch.setattr(turns_module, "_BLOCK_ENTRIES", int(np.random.default_rng(seed).integers(1, 64)))
+    rng = np.random.default_rng(seed)
+    rows, length = int(rng.integers(1, 10)), int(rng.integers(1, 12))
+    values = np.array(MASK_VALUES[dtype], dtype=dtype)
+    mask = rng.choice(values, size=(rows, length), p=np.r_[0.4, np.full(values.size - 1, 0.6 / (values.size - 1))])
+    for layout in (mask, np.asfortranarray(mask), np.ascontiguousarray(mask[:, ::-1])[:, ::-1]):
+        turns = find_turns(layout)
+        want = [(b, start, end) for b in range(rows) for start, end in plain_turns((mask[b] != 0).tolist())]
+        assert list(zip(turns.row.tolist(), turns.start.tolist(), turns.end.tolist(), strict=True)) == want
+        assert turns.per_row.tolist() == [sum(1 for w in want if w[0] == b) for b in range(rows)]
+        assert turns.row.dtype == turns.start.dtype == turns.end.dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    ("mask", "want"),
+    [
+        ([[1, 1], [1, 1]], [(0, 0, 2), (1, 0, 2)]),  # a row ends and the next starts with the same value: no change between them
+        ([[1, 2], [2, 1]], [(0, 0, 2), (1, 0, 2)]),  # 1 to 2 to 2 to 1: changes, no boundaries
+        ([[0, 2], [0, 0], [-1, 0]], [(0, 1, 2), (2, 0, 1)]),
+        ([[3], [3], [0], [3]], [(0, 0, 1), (1, 0, 1), (3, 0, 1)]),
+    ],
+)
+def test_turns_at_the_edges_of_rows(mask, want):
+    for dtype in (np.int64, np.float64, bool):
+        turns = find_turns(np.array(mask).astype(dtype))
+        assert list(zip(turns.row.tolist(), turns.start.tolist(), turns.end.tolist(), strict=True)) == want
+
 def plain_states(tokens, mask):
     """Each turn's state as the rule says: PROMPT_ANCHOR, else the int64 bytes of the tokens between it and the turn before."""
     states = []
@@ -120,6 +163,34 @@ def test_anchor_codes_are_dense_in_order_of_first_appearance_and_equal_exactly_f
     assert states == want
     assert len({id(state) for state in states}) == len(set(states))  # equal states, one object
 
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("layout", ["fortran", "strided", "uint8", "bool"])
+def test_anchor_codes_of_tokens_in_any_layout(seed, layout):
+    """Tokens not contiguous along a row (read by copy), or of narrow integer dtypes (read as their own bytes): the same states."""
+    tokens, mask = repeating_case(seed)
+    if layout == "fortran":
+        tokens = np.asfortranarray(tokens)
+    elif layout == "strided":
+        tokens = np.repeat(tokens, 2, axis=1)[:, ::2]
+    else:
+        tokens = (tokens % 2).astype(layout)
+    want = plain_states(tokens, mask)
+    codes, distinct = turn_anchor_codes(tokens, find_turns(mask))
+    assert [distinct[c] for c in codes.tolist()] == want
+    assert distinct == list(dict.fromkeys(want))
+
+
+def test_anchor_codes_stay_exact_when_the_hash_table_keeps_colliding(monkeypatch):
+    """Every key in one slot each round (a zero salt): the rounds find one group each, the rest are grouped by a sort."""
+    monkeypatch.setattr(turns_module, "_SALTS", (0,))
+    for seed in range(10):
+        tokens, mask = repeating_case(seed)
+        want = plain_states(tokens, mask)
+        codes, distinct = turn_anchor_codes(tokens, find_turns(mask))
+        assert [distinct[c] for c in codes.tolist()] == want
+        assert distinct == list(dict.fromkeys(want))
 
 def test_segments_whose_hashes_collide_are_still_told_apart(monkeypatch):
     """Every hash made equal (all multipliers 0): codes fall back to the segments' bytes and stay exact."""
