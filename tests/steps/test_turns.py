@@ -79,7 +79,6 @@ def test_turns_found_in_blocks_of_rows_are_the_runs_of_non_zero_entries(monkeypa
     assert turns.per_row.tolist() == [sum(1 for w in want if w[0] == b) for b in range(rows)]
 
 
-
 MASK_VALUES = {
     np.int64: [0, 1, 2, -1, np.iinfo(np.int64).min, np.iinfo(np.int64).max],
     np.int32: [0, 1, 7, -1],
@@ -121,6 +120,7 @@ def test_turns_at_the_edges_of_rows(mask, want):
     for dtype in (np.int64, np.float64, bool):
         turns = find_turns(np.array(mask).astype(dtype))
         assert list(zip(turns.row.tolist(), turns.start.tolist(), turns.end.tolist(), strict=True)) == want
+
 
 def plain_states(tokens, mask):
     """Each turn's state as the rule says: PROMPT_ANCHOR, else the int64 bytes of the tokens between it and the turn before."""
@@ -164,7 +164,6 @@ def test_anchor_codes_are_dense_in_order_of_first_appearance_and_equal_exactly_f
     assert len({id(state) for state in states}) == len(set(states))  # equal states, one object
 
 
-
 @pytest.mark.parametrize("seed", range(10))
 @pytest.mark.parametrize("layout", ["fortran", "strided", "uint8", "bool"])
 def test_anchor_codes_of_tokens_in_any_layout(seed, layout):
@@ -191,6 +190,7 @@ def test_anchor_codes_stay_exact_when_the_hash_table_keeps_colliding(monkeypatch
         codes, distinct = turn_anchor_codes(tokens, find_turns(mask))
         assert [distinct[c] for c in codes.tolist()] == want
         assert distinct == list(dict.fromkeys(want))
+
 
 def test_segments_whose_hashes_collide_are_still_told_apart(monkeypatch):
     """Every hash made equal (all multipliers 0): codes fall back to the segments' bytes and stay exact."""
