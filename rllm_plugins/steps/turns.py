@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -49,9 +50,9 @@ class Turns:
     def num_turns(self) -> int:
         return int(self.row.size)
 
-    @property
+    @cached_property
     def per_row(self) -> np.ndarray:
-        """``(B,)`` number of turns of each row."""
+        """``(B,)`` number of turns of each row (computed once; not to be written to)."""
         return np.diff(self.row_offsets)
 
 
@@ -264,8 +265,9 @@ def _segments(tokens: np.ndarray, rows: np.ndarray, begins: np.ndarray, length: 
     item = np.dtype((np.void, length * dtype.itemsize))
     if dtype != tokens.dtype or tokens.strides[1] != tokens.itemsize:  # converted, or not contiguous along a row
         return np.ascontiguousarray(sliding_window_view(tokens, length, axis=1)[rows, begins], dtype=dtype)
-    if tokens.flags.c_contiguous:  # one flat index per segment
-        spans = sliding_window_view(tokens.reshape(-1), length).view(item)[:, 0][rows * tokens.shape[1] + begins]
+    if tokens.flags.c_contiguous:  # one flat index per segment: the item at each entry of the flat tokens
+        windows = np.ndarray((tokens.size - length + 1,), dtype=item, buffer=tokens, strides=(tokens.itemsize,))
+        spans = windows[rows * tokens.shape[1] + begins]
     else:
         spans = sliding_window_view(tokens, length, axis=1).view(item)[..., 0][rows, begins]
     return spans.view(dtype).reshape(rows.size, length)
