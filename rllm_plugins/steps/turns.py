@@ -332,24 +332,21 @@ def _multipliers(length: int) -> np.ndarray:
 def spread_to_tokens(per_turn: np.ndarray, turns: Turns, dtype: np.dtype | type = np.float32) -> np.ndarray:
     """``(B, T)`` array where every model token of turn ``j`` holds ``per_turn[j]`` ``(K,)`` and every other token 0.
 
-    Each row is a run-length code: a gap of zeros before each turn, the turn's value over its tokens, the
-    zeros after the last turn; one ``np.repeat`` writes it, so the output is the only ``(B, T)`` allocation.
+    The output, flat, is a run-length code: a gap of zeros before each turn (a row's tokens after its last turn and the
+    next rows' before their first are one gap), the turn's value over its tokens, the zeros after the last turn; one
+    ``np.repeat`` writes it, so the output is the only ``(B, T)`` allocation.
     """
     rows, count = turns.row_offsets.size - 1, turns.num_turns
     per_turn = np.asarray(per_turn)
     if per_turn.shape != (count,):
         raise ValueError(f"spread_to_tokens: one value per turn is needed, got shape {per_turn.shape} for {count} turns")
-    values = np.zeros(2 * count + rows, dtype=dtype)  # per row: gap, turn, gap, turn, ..., trailing gap
-    runs = np.empty(2 * count + rows, dtype=np.int64)
-    gap = 2 * np.arange(count) + turns.row  # the gap before turn j
-    values[gap + 1] = per_turn
-    runs[gap + 1] = turns.end - turns.start
-    previous_end = np.empty(count, dtype=np.int64)
-    previous_end[1:] = turns.end[:-1]
-    has = turns.per_row > 0
-    previous_end[turns.row_offsets[:-1][has]] = 0
-    runs[gap] = turns.start - previous_end
-    last_end = np.zeros(rows, dtype=np.int64)
-    last_end[has] = turns.end[turns.row_offsets[1:][has] - 1]
-    runs[2 * turns.row_offsets[1:] + np.arange(rows)] = turns.length - last_end
+    values = np.zeros(2 * count + 1, dtype=dtype)  # gap, turn, gap, turn, ..., the gap after the last turn
+    values[1::2] = per_turn
+    runs = np.empty(2 * count + 1, dtype=np.int64)
+    starts = turns.row * turns.length + turns.start  # flat
+    ends = starts + (turns.end - turns.start)
+    runs[1::2] = ends - starts
+    runs[2:-1:2] = starts[1:] - ends[:-1]
+    runs[0] = starts[0] if count else rows * turns.length
+    runs[-1] = rows * turns.length - (ends[-1] if count else 0)
     return np.repeat(values, runs).reshape(rows, turns.length)
