@@ -165,11 +165,14 @@ def test_anchor_codes_are_dense_in_order_of_first_appearance_and_equal_exactly_f
 
 
 @pytest.mark.parametrize("seed", range(10))
-@pytest.mark.parametrize("layout", ["fortran", "strided", "uint8", "bool"])
+@pytest.mark.parametrize("layout", ["fortran", "strided", "rows_apart", "uint8", "bool"])
 def test_anchor_codes_of_tokens_in_any_layout(seed, layout):
-    """Tokens not contiguous along a row (read by copy), or of narrow integer dtypes (read as their own bytes): the same states."""
+    """Tokens not contiguous along a row (read by copy), rows contiguous but apart (the columns of a wider array), or of
+    narrow integer dtypes (read as their own bytes): the same states."""
     tokens, mask = repeating_case(seed)
-    if layout == "fortran":
+    if layout == "rows_apart":
+        tokens = np.concatenate([tokens, np.full_like(tokens, 7)], axis=1)[:, : tokens.shape[1]]
+    elif layout == "fortran":
         tokens = np.asfortranarray(tokens)
     elif layout == "strided":
         tokens = np.repeat(tokens, 2, axis=1)[:, ::2]
