@@ -336,7 +336,9 @@ def turn_values(where: str, index: np.ndarray, turns: Turns, values: torch.Tenso
             f"{where}: values has shape {tuple(values.shape)} but response_mask {(turns.row_offsets.size - 1, turns.length)}; "
             "the critic's values are read at each turn's first model token, so they must match"
         )
-    per_turn = _numpy(values)[turns.row, turns.start].astype(np.float64)  # gathered first: (K,) converted, not (B, T)
+    critic = _numpy(values)  # gathered first (a flat index per turn where contiguous): (K,) converted, not (B, T)
+    gathered = critic.reshape(-1)[turns.row * turns.length + turns.start] if critic.flags.c_contiguous else critic[turns.row, turns.start]
+    per_turn = gathered.astype(np.float64)
     if not np.isfinite(per_turn).all():
         j = int(np.flatnonzero(~np.isfinite(per_turn))[0])
         row = int(turns.row[j])
