@@ -66,6 +66,7 @@ __all__ = [
 
 TURN_REWARDS_KEY = "turn_rewards"  # rollout_func extra key: per completion, one reward per turn
 ANCHOR_STATES_KEY = "anchor_states"  # rollout_func extra key: per completion, one hashable anchor state per turn
+_BLOCK_ENTRIES = 1 << 20  # mask entries per block of rows in local_turns: its bool buffer (1 MiB) stays in cache
 
 
 @dataclass(frozen=True)
@@ -142,14 +143,30 @@ class RowTurns:
 def local_turns(completion_mask: np.ndarray, tool_mask: np.ndarray | None) -> Turns:
     """The turns of this process's rows ``(B, T)``: runs of ``completion_mask * tool_mask`` non-zero (``completion_mask`` alone without ``tool_mask``).
 
-    Each mask is read once (``np.logical_and``: one bool ``(B, T)`` temporary, whatever the masks' dtype).
+    Each mask is read once, whatever its dtype: their ``np.logical_and`` is taken in blocks of rows into one bool buffer
+    that stays in cache, and the turns of each block found there.
     """
     if tool_mask is None:
         return find_turns(completion_mask)
     completion_mask, tool_mask = np.asarray(completion_mask), np.asarray(tool_mask)
-    if tool_mask.shape != completion_mask.shape:
-        raise ValueError(f"tool_mask has shape {tool_mask.shape}, completion_mask {completion_mask.shape}; they must mark the same tokens")
-    return find_turns(np.logical_and(completion_mask, tool_mask))
+    if completion_mask.ndim != 2 or tool_mask.shape != completion_mask.shape:
+        raise ValueError(f"tool_mask has shape {tool_mask.shape}, completion_mask {completion_mask.shape}; both must be (batch, completion_length)")
+    rows, length = completion_mask.shape
+    block = max(1, _BLOCK_ENTRIES // max(length, 1))
+    if rows <= block:
+        return find_turns(np.logical_and(completion_mask, tool_mask))
+    model = np.empty((block, length), dtype=bool)
+    parts = [
+        find_turns(np.logical_and(completion_mask[b : b + block], tool_mask[b : b + block], out=model[: min(block, rows - b)])) for b in range(0, rows, block)
+    ]
+    per_row = np.concatenate([part.per_row for part in parts])
+    return Turns(
+        np.concatenate([part.row + b for b, part in zip(range(0, rows, block), parts, strict=True)]),
+        np.concatenate([part.start for part in parts]),
+        np.concatenate([part.end for part in parts]),
+        offsets_from_sizes(per_row),
+        length,
+    )
 
 
 def prompt_anchor_codes(prompt_ids: np.ndarray, prompt_mask: np.ndarray) -> tuple[np.ndarray, list[Hashable]]:
