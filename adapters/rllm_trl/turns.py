@@ -69,12 +69,12 @@ ANCHOR_STATES_KEY = "anchor_states"  # rollout_func extra key: per completion, o
 _BLOCK_ENTRIES = 1 << 20  # mask entries per block of rows in local_turns: its bool buffer (1 MiB) stays in cache
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RowTurns:
     """What every process needs to know about rows (its own, or the gathered batch's), as arrays: turn counts, anchor states, overrides.
 
     ``num_turns`` ``(R,)`` int64 the runs of model tokens of each row (0 for a row TRL masked entirely: ``masked``, and
-    for a row without model tokens: ``idle``); ``has_tokens`` ``(R,)`` bool whether ``completion_mask`` has any 1;
+    for a row without model tokens: ``idle``); ``has_tokens`` ``(R,)`` bool whether ``completion_mask`` has a non-zero entry;
     ``codes`` ``(S,)`` int64 the default anchor state of each step (row ``r`` owns ``num_steps[r]`` of them, in row
     order) as an index into ``states``, equal codes exactly for equal states (None when the estimator reads none);
     ``anchor_overrides`` and ``reward_overrides`` the rollout's :data:`ANCHOR_STATES_KEY` and :data:`TURN_REWARDS_KEY`
@@ -213,6 +213,8 @@ def row_turns(
     ``completion_mask`` is read only on the rows without a turn (a row with a turn has a token).
     """
     num_turns = turns.per_row
+    if overrides is not None and len(overrides) != num_turns.size:
+        raise ValueError(f"row_turns: {len(overrides)} input dicts for {num_turns.size} completions; give one per completion")
     has_tokens = num_turns > 0
     empty = np.flatnonzero(~has_tokens)
     if empty.size:
@@ -220,8 +222,6 @@ def row_turns(
     codes, states = None, ()
     if with_anchors:
         codes, states = _step_codes(completion_ids, turns, *prompt_anchor_codes(prompt_ids, prompt_mask))
-    if overrides is not None and len(overrides) != num_turns.size:
-        raise ValueError(f"row_turns: {len(overrides)} input dicts for {num_turns.size} completions; give one per completion")
     anchors, rewards = {}, {}
     for b, example in enumerate(overrides or ()):
         if example.get(ANCHOR_STATES_KEY) is not None:
@@ -347,6 +347,8 @@ def step_advantages(
     traj_offsets = np.concatenate([[0], np.cumsum(scorable.reshape(-1, G).sum(axis=1), dtype=np.int64)])
     anchors, states = None, None
     if needs.anchors:
+        if rows.codes is None:
+            raise ValueError(f"{who} reads anchor states, and the completions were described without them (row_turns(..., with_anchors=False))")
         kept_rows = np.flatnonzero(scorable)
 
         def where(s: int) -> str:
@@ -362,8 +364,6 @@ def step_advantages(
             states = list(itertools.compress(every, keep.tolist()))
             anchors = anchor_ids(states, group_index, where)
         else:  # the default states, coded exactly when the rows were described
-            if rows.codes is None:
-                raise ValueError(f"{who} reads anchor states, and the completions were described without them (row_turns(..., with_anchors=False))")
             codes = rows.codes[keep]
             states = coded_states(codes, rows.states)
             anchors = anchor_ids(states, group_index, where, codes=_by_first_appearance(codes, len(rows.states)))
