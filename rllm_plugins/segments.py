@@ -17,7 +17,7 @@ from functools import cached_property
 
 import numpy as np
 
-__all__ = ["GroupLayout", "check_offsets", "offsets_from_sizes"]
+__all__ = ["GroupLayout", "check_offsets", "offsets_from_sizes", "row_maxima"]
 
 
 def offsets_from_sizes(sizes: np.ndarray | list[int]) -> np.ndarray:
@@ -67,7 +67,7 @@ def _block_sum_of_squares(values: np.ndarray, start: int, stop: int, buffer: np.
     return np.add.reduce(squares)
 
 
-def _row_maxima(rows: np.ndarray) -> np.ndarray:
+def row_maxima(rows: np.ndarray) -> np.ndarray:
     """Maximum of each row of ``rows`` ``(G, k)`` -> ``(G,)`` (NaN propagates, as in ``ndarray.max``).
 
     Short rows are reduced column by column (k - 1 in-place ``np.maximum`` over ``G`` values),
@@ -169,7 +169,7 @@ class GroupLayout:
     def max(self, values: np.ndarray) -> np.ndarray:
         """Per-group maximum ``(G,)``; -inf for empty groups."""
         if self.uniform_size is not None:
-            return _row_maxima(values.reshape(-1, self.uniform_size))
+            return row_maxima(values.reshape(-1, self.uniform_size))
         nonempty, starts = self._nonempty_starts
         if nonempty is None and starts.size and values.dtype.kind == "f":
             return np.maximum.reduceat(values, starts)

@@ -74,6 +74,28 @@ def test_random_groups_match_the_formula_over_every_subset(seed):
     assert batched.tolist() == pytest.approx([float(a) for g in groups for a in by_subsets(g, k)], abs=1e-12)
 
 
+@pytest.mark.parametrize("scale", [1.0, 3.0, 1e-300, 1e300])
+def test_k_one_is_each_reward_over_n_centred_bit_for_bit_with_ties_equal(scale):
+    """k = 1 (the default): credit r / n on each row divided by a power of two near its largest magnitude, mean-centred
+    with one correction pass, written plainly; tied rewards (0/1 rewards, signed zeros) get identical advantages."""
+    rng = np.random.default_rng(0)
+    signed_zeros = [rng.choice([-0.0, 0.0, 1.0], size=(64, 16)), np.full((2, 16), -0.0), rng.choice([-5e-324, -0.0, -1.0], size=(8, 16))]
+    rows = np.concatenate([rng.integers(0, 2, size=(64, 16)), rng.normal(size=(64, 16)), *signed_zeros]) * scale
+    _, exponent = np.frexp(np.abs(rows).max(axis=1, keepdims=True))
+    power = np.where(np.abs(rows).max(axis=1, keepdims=True) > 0, np.ldexp(1.0, exponent - 1), 1.0)
+    credit = rows / power * (1 / 16) + 0.0
+    centre = credit.mean(axis=1, keepdims=True)
+    centre += (credit - centre).mean(axis=1, keepdims=True)
+    want = (credit - centre) * power
+    got = pkpo(rows.reshape(-1), np.arange(0, rows.size + 1, 16), k=1).reshape(rows.shape)
+    assert got.view(np.int64).tolist() == want.view(np.int64).tolist()
+    for r, a in zip(rows.tolist(), got.tolist(), strict=True):
+        by_reward: dict[float, set[float]] = {}
+        for reward, advantage in zip(r, a, strict=True):
+            by_reward.setdefault(reward, set()).add(advantage)
+        assert all(len(advantages) == 1 for advantages in by_reward.values())
+
+
 def test_a_group_of_one_and_k_at_or_above_the_group_size_give_zero():
     advantages, _ = calculate_pkpo_advantages([np.array([2.5]), np.array([1.0, 2.0, 3.0]), np.array([0.0, 1.0])], k=3)
     assert [a.tolist() for a in advantages] == [[0.0], [0.0, 0.0, 0.0], [0.0, 0.0]]
