@@ -104,19 +104,33 @@ def _credit_at_k_one(scaled: np.ndarray, n: int) -> np.ndarray:
 def _sorted_credit(rows: np.ndarray, scale: np.ndarray, k: int) -> np.ndarray:
     """Pass@k credit ``(G, n)`` of ``rows`` divided by ``scale`` ``(G, 1)``: each row sorted, weighted, given back in its order.
 
-    Tied rewards get bit-identical credit: each run of ties takes the credit of its first sorted position.
+    Tied rewards get bit-identical credit: each run of ties takes the credit of its first sorted position. The two scans
+    along a row (the shared credit's running sum, the ties') go column by column when the rows are many and short
+    (``n`` operations over ``G`` values each beat ``G`` scans of ``n``), else row by row; the numbers are the same.
     """
     g, n = rows.shape
     order = np.argsort(rows, axis=1)  # any order of ties: tied rewards get the same credit
-    ordered = np.take_along_axis(rows, order, axis=1) / scale
+    flat = order + np.arange(0, g * n, n)[:, None]  # (G, n) each sorted position's place in rows.ravel()
+    ordered = rows.ravel()[flat] / scale
     own, shared = _credit_weights(n, k)
-    upto = np.cumsum(ordered * shared, axis=1)
+    upto = ordered * shared
+    by_columns = g >= 4 * n
+    if by_columns:
+        for p in range(1, n):
+            np.add(upto[:, p - 1], upto[:, p], out=upto[:, p])
+    else:
+        upto = np.cumsum(upto, axis=1)
     credit_sorted = own * ordered + (upto[:, -1:] - upto)  # + sum over q > p
-    positions = np.broadcast_to(np.arange(n), (g, n))
-    run_start = np.maximum.accumulate(np.where(np.diff(ordered, axis=1, prepend=np.nan) != 0, positions, 0), axis=1)
-    credit_sorted = np.take_along_axis(credit_sorted, run_start, axis=1)
+    tied = np.diff(ordered, axis=1) == 0  # (G, n - 1) position p + 1 ties position p (NaN ties nothing)
+    if by_columns:
+        for p in range(1, n):
+            np.copyto(credit_sorted[:, p], credit_sorted[:, p - 1], where=tied[:, p - 1])
+    else:
+        starts = np.where(tied, 0, np.arange(1, n))  # a run's first position, 0 inside a run
+        run_start = np.maximum.accumulate(np.concatenate((np.zeros((g, 1), dtype=starts.dtype), starts), axis=1), axis=1)
+        credit_sorted = np.take_along_axis(credit_sorted, run_start, axis=1)
     credit = np.empty(g * n)
-    credit[(order + np.arange(0, g * n, n)[:, None]).ravel()] = credit_sorted.ravel()
+    credit[flat] = credit_sorted
     return credit.reshape(g, n)
 
 

@@ -96,6 +96,21 @@ def test_k_one_is_each_reward_over_n_centred_bit_for_bit_with_ties_equal(scale):
         assert all(len(advantages) == 1 for advantages in by_reward.values())
 
 
+@pytest.mark.parametrize("n", [2, 3, 6, 9])
+def test_many_groups_in_one_call_match_the_formula_and_each_group_alone_bit_for_bit(n):
+    """Enough groups that the credit is scanned column by column: the same numbers as each group alone (a row scan)."""
+    rng = random.Random(n)
+    groups = [[Fraction(rng.choice([0, 1, 2, 5]), rng.choice([1, 2, 4])) for _ in range(n)] for _ in range(8 * n)]  # ties on purpose
+    values = np.array([float(r) for g in groups for r in g])
+    for k in sorted({1, 2, max(1, n // 2), n}):
+        together = pkpo(values, np.arange(0, values.size + 1, n), k=k)
+        alone = np.concatenate([pkpo(values[i : i + n], np.array([0, n]), k=k) for i in range(0, values.size, n)])
+        assert together.view(np.int64).tolist() == alone.view(np.int64).tolist()
+        assert together.tolist() == pytest.approx([float(a) for g in groups for a in by_subsets(g, k)], abs=1e-12)
+        for g, a in zip(groups, together.reshape(-1, n).tolist(), strict=True):
+            assert len({(r, x) for r, x in zip(g, a, strict=True)}) == len(set(g))  # tied rewards: one advantage
+
+
 def test_a_group_of_one_and_k_at_or_above_the_group_size_give_zero():
     advantages, _ = calculate_pkpo_advantages([np.array([2.5]), np.array([1.0, 2.0, 3.0]), np.array([0.0, 1.0])], k=3)
     assert [a.tolist() for a in advantages] == [[0.0], [0.0, 0.0, 0.0], [0.0, 0.0]]
