@@ -43,30 +43,6 @@ def _row_sums(rows: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray
     return rows.sum(axis=1) if weights is None else (rows * weights).sum(axis=1)
 
 
-_BLOCK = 1 << 16  # values squared at a time by _pairwise_sum_of_squares: 512 KiB of float64, kept in cache
-
-
-def _pairwise_sum_of_squares(values: np.ndarray) -> float:
-    """``np.add.reduce(values * values)`` bit for bit, for ``values`` ``(N,)`` float64, without the ``(N,)`` temporary.
-
-    numpy sums a float64 array pairwise: a block of up to 128 values in 8 running sums, a longer one split after
-    ``n // 2`` rounded down to a multiple of 8 and the halves' sums added. That tree is followed here down to blocks
-    of at most :data:`_BLOCK` values, each squared into one cache-sized buffer and summed by numpy itself (its sum
-    starts from +0.0, which can change only the sign of a zero sum, and the total's is +0.0 in both).
-    """
-    return 0.0 + _block_sum_of_squares(values, 0, values.size, np.empty(min(values.size, _BLOCK)))
-
-
-def _block_sum_of_squares(values: np.ndarray, start: int, stop: int, buffer: np.ndarray) -> float:
-    """numpy's pairwise sum of ``values[start:stop] ** 2``, its blocks of at most :data:`_BLOCK` squared into ``buffer``."""
-    if stop - start > _BLOCK:
-        half = (stop - start) // 2
-        half -= half % 8
-        return _block_sum_of_squares(values, start, start + half, buffer) + _block_sum_of_squares(values, start + half, stop, buffer)
-    squares = np.multiply(values[start:stop], values[start:stop], out=buffer[: stop - start])
-    return np.add.reduce(squares)
-
-
 def row_maxima(rows: np.ndarray) -> np.ndarray:
     """Maximum of each row of ``rows`` ``(G, k)`` -> ``(G,)`` (NaN propagates, as in ``ndarray.max``).
 
@@ -202,10 +178,8 @@ class GroupLayout:
         return np.where(overflowed, scale * scaled_mean, mean)
 
     def sum_of_squares(self, values: np.ndarray) -> np.ndarray:
-        """Per-group sum of the squares of ``values`` ``(N,)`` -> ``(G,)`` (equal-size short groups and one long group: without a temporary)."""
+        """Per-group sum of the squares of ``values`` ``(N,)`` -> ``(G,)`` (equal-size groups: without a temporary)."""
         if self.uniform_size is not None:
-            if self.num_groups == 1 and self.uniform_size > _BLOCK and values.dtype == np.float64:  # one long group: a role
-                return np.array([_pairwise_sum_of_squares(values.reshape(-1))])
             rows = values.reshape(-1, self.uniform_size)
             return _row_sums(rows, rows)
         return self.sum(values * values)

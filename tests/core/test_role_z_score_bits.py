@@ -1,9 +1,9 @@
 """prpo's role z-score is the two-pass mean and population std bit for bit, at every size.
 
 The reference is written plainly with numpy's own pairwise sums (``np.add.reduce``): the mean with one correction pass,
-the deviations from it, their squares summed, then ``(v - mean) / (std + eps)``. Sizes straddle the blocks in which a
-long role's squares are summed without an ``(N,)`` temporary, and the data include roles whose mean the correction
-moves (the output re-centred) and roles where it does not.
+the deviations from it, their squares summed, then ``(v - mean) / (std + eps)``. Sizes straddle the blocks in which numpy
+sums long arrays, and the data include roles whose mean the correction moves (the output re-centred) and roles where it
+does not.
 """
 
 from __future__ import annotations
