@@ -380,8 +380,11 @@ def _trl(report: Report, quick: bool) -> None:
         return torch.as_tensor(compute_advantages(batch, "grpo"), dtype=torch.float32)
 
     def outcome_tokens() -> object:
-        per_row = outcome()
-        return per_row.unsqueeze(-1) * torch.from_numpy(tool_mask)  # what any (B, T) output costs at least
+        per_row = outcome().numpy()
+        out = np.empty(tool_mask.shape, dtype=np.float32)  # what any (B, T) output costs at least: the mask cast in, then scaled
+        out[...] = tool_mask  # in numpy's memory, as the step-level path's output (torch's would fault once per 4 KiB page)
+        out *= per_row[:, None]
+        return torch.from_numpy(out)
 
     def step() -> object:
         batch = prepare_batch(rewards, weights, n)

@@ -49,15 +49,18 @@ def scaled_standardize(layout: GroupLayout, values: np.ndarray, *, epsilon: floa
     return centred
 
 
-def unit_scale_retry(standardize: Callable[[np.ndarray, float], np.ndarray], values: np.ndarray, epsilon: float) -> np.ndarray:
+def unit_scale_retry(
+    standardize: Callable[[np.ndarray, float], np.ndarray], values: np.ndarray, epsilon: float, *, first: np.ndarray | None = None
+) -> np.ndarray:
     """``standardize(values, epsilon)``, taken again on ``values`` and ``epsilon`` divided by one power of two where it overflows.
 
     For a role-level standardisation (a centring, then one std over all of ``values`` ``(N,)``): it is unchanged when
     values and eps are scaled together, so the retry's result is the true one wherever that is representable.
-    ``standardize`` gets the caller's ``values`` and must not write to them (each returns a new array).
+    ``standardize`` gets the caller's ``values`` and must not write to them (each returns a new array). ``first``: the
+    result of ``standardize(values, epsilon)`` when the caller has it already (not taken again).
     """
     with np.errstate(over="ignore", invalid="ignore"):
-        out = standardize(values, epsilon)
+        out = standardize(values, epsilon) if first is None else first
     if np.isfinite(out).all() or not np.isfinite(values).all() or values.size == 0:
         return out
     scale = float(power_of_two_scale(np.abs(values).max()))

@@ -17,7 +17,7 @@ from functools import cached_property
 
 import numpy as np
 
-__all__ = ["GroupLayout", "offsets_from_sizes"]
+__all__ = ["GroupLayout", "check_offsets", "offsets_from_sizes", "row_maxima"]
 
 
 def offsets_from_sizes(sizes: np.ndarray | list[int]) -> np.ndarray:
@@ -43,7 +43,7 @@ def _row_sums(rows: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray
     return rows.sum(axis=1) if weights is None else (rows * weights).sum(axis=1)
 
 
-def _row_maxima(rows: np.ndarray) -> np.ndarray:
+def row_maxima(rows: np.ndarray) -> np.ndarray:
     """Maximum of each row of ``rows`` ``(G, k)`` -> ``(G,)`` (NaN propagates, as in ``ndarray.max``).
 
     Short rows are reduced column by column (k - 1 in-place ``np.maximum`` over ``G`` values),
@@ -55,6 +55,31 @@ def _row_maxima(rows: np.ndarray) -> np.ndarray:
     for j in range(1, rows.shape[1]):
         np.maximum(out, rows[:, j], out=out)
     return out
+
+
+def _checked_ends(offsets: np.ndarray | list[int], num_values: int) -> np.ndarray:
+    """``offsets`` as a 1-D int64 array ``(G + 1,)`` from 0 to ``num_values`` (its order not checked)."""
+    offsets = np.asarray(offsets)
+    if offsets.ndim != 1 or offsets.size == 0:
+        raise ValueError(f"offsets must be a 1-D array of G + 1 group boundaries, got shape {offsets.shape}")
+    if offsets.dtype.kind not in "iu":  # np.integer: signed or unsigned
+        raise ValueError(f"offsets must be integers, got dtype {offsets.dtype}")
+    offsets = offsets.astype(np.int64, copy=False)
+    if offsets[0] != 0 or offsets[-1] != num_values:
+        raise ValueError(f"offsets must start at 0 and end at the number of values ({num_values}), got {offsets[0]} .. {offsets[-1]}")
+    return offsets
+
+
+def _refuse_decreasing(sizes: np.ndarray) -> None:
+    bad = int(np.argmin(sizes))
+    raise ValueError(f"offsets must be non-decreasing; group {bad} has size {int(sizes[bad])}")
+
+
+def check_offsets(offsets: np.ndarray | list[int], num_values: int) -> None:
+    """:meth:`GroupLayout.from_offsets`' checks (same errors) without describing the layout: for statistics over the whole role."""
+    offsets = _checked_ends(offsets, num_values)
+    if offsets.size > 1 and (offsets[1:] < offsets[:-1]).any():
+        _refuse_decreasing(offsets[1:] - offsets[:-1])
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,18 +97,10 @@ class GroupLayout:
     @classmethod
     def from_offsets(cls, offsets: np.ndarray | list[int], num_values: int) -> GroupLayout:
         """Validate ``offsets`` against ``num_values`` and describe the layout."""
-        offsets = np.asarray(offsets)
-        if offsets.ndim != 1 or offsets.size == 0:
-            raise ValueError(f"offsets must be a 1-D array of G + 1 group boundaries, got shape {offsets.shape}")
-        if offsets.dtype.kind not in "iu":  # np.integer: signed or unsigned
-            raise ValueError(f"offsets must be integers, got dtype {offsets.dtype}")
-        offsets = offsets.astype(np.int64, copy=False)
-        if offsets[0] != 0 or offsets[-1] != num_values:
-            raise ValueError(f"offsets must start at 0 and end at the number of values ({num_values}), got {offsets[0]} .. {offsets[-1]}")
+        offsets = _checked_ends(offsets, num_values)
         sizes = offsets[1:] - offsets[:-1]
         if sizes.size and sizes.min() < 0:
-            bad = int(np.argmin(sizes))
-            raise ValueError(f"offsets must be non-decreasing; group {bad} has size {int(sizes[bad])}")
+            _refuse_decreasing(sizes)
         uniform = None
         if sizes.size and sizes[0] > 0 and num_values == sizes[0] * sizes.size:
             # equal total and positive first size: uniform iff every boundary is a multiple
@@ -128,7 +145,7 @@ class GroupLayout:
     def max(self, values: np.ndarray) -> np.ndarray:
         """Per-group maximum ``(G,)``; -inf for empty groups."""
         if self.uniform_size is not None:
-            return _row_maxima(values.reshape(-1, self.uniform_size))
+            return row_maxima(values.reshape(-1, self.uniform_size))
         nonempty, starts = self._nonempty_starts
         if nonempty is None and starts.size and values.dtype.kind == "f":
             return np.maximum.reduceat(values, starts)

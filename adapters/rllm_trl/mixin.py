@@ -42,6 +42,7 @@ from rllm_trl.turn_sources import multi_turn_path, single_turn_warning, turn_sou
 from rllm_trl.turns import (
     ANCHOR_STATES_KEY,
     TURN_REWARDS_KEY,
+    RowTurns,
     StepAdvantages,
     compute_step_metrics,
     local_turns,
@@ -208,8 +209,8 @@ class RLLMAdvantageMixin:
             prompt_ids=output["prompt_ids"].detach().cpu().numpy(),
             prompt_mask=output["prompt_mask"].detach().cpu().numpy(),
         )
-        rows = gather_object(local)  # every process needs the turns (and anchor states) of the rows of its groups
-        batch = without_rows(batch, np.array([row.idle for row in rows], dtype=bool))  # no model token: nothing to train
+        rows = RowTurns.concat(gather_object([local]))  # every process needs the turns (and anchor states) of the rows of its groups
+        batch = without_rows(batch, rows.idle)  # no model token: nothing to train
         options = {**settings.estimator_kwargs, "norm_adv_by_std_in_grpo": settings.norm_adv_by_std_in_grpo}
         state = self.estimator_state if mode == "train" else EstimatorState.from_json(self.estimator_state.to_json())  # eval: a copy
         sequence_part, token_part = sequence_transforms(settings.transforms, role_parts(batch.roles, batch.group_roles))

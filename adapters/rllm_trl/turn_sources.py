@@ -9,7 +9,6 @@ then computes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,18 +69,18 @@ def single_turn_warning(estimator: str, path: MultiTurnPath) -> str:
     )
 
 
-def turn_sources(estimator: str, rows: Sequence[RowTurns], path: MultiTurnPath, *, has_tool_mask: bool, needs_anchors: bool) -> str:
+def turn_sources(estimator: str, rows: RowTurns, path: MultiTurnPath, *, has_tool_mask: bool, needs_anchors: bool) -> str:
     """One line: where the turns, each turn's step reward and (with ``needs_anchors``) anchor state of the gathered ``rows`` came from."""
-    active = [row for row in rows if row.num_turns]
-    count = len(active)
+    active = rows.num_turns > 0
+    count = int(active.sum())
     turns = f"turns from {path.tool_mask_source()}" if has_tool_mask else "one turn per completion (no tool_mask)"
-    given = sum(row.reward_override is not None for row in active)
+    given = sum(bool(active[row]) for row in rows.reward_overrides)
     rewards = "the completion's reward on its last turn, 0 before"
     if given:
         rewards = f"the rollout_func's {TURN_REWARDS_KEY} on {given} of {count} completions" + (f", else {rewards}" if given < count else "")
     parts = [f"adv_estimator={estimator!r}: {turns}", f"step rewards: {rewards}"]
     if needs_anchors:
-        given = sum(row.anchor_override is not None for row in active)
+        given = sum(bool(active[row]) for row in rows.anchor_overrides)
         anchors = "turn 0 the completion's prompt ids, turn k the environment tokens right before it"
         if given:
             anchors = f"the rollout_func's {ANCHOR_STATES_KEY} on {given} of {count} completions" + (f", else {anchors}" if given < count else "")

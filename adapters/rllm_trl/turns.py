@@ -22,15 +22,17 @@ group's statistics as in the outcome path; its advantage reaches no token and it
 A row with tokens but no model token (``tool_mask``/``env_mask`` 0 on every completion token) has
 nothing to train: it gets advantage 0 and stays out of every statistic, as an unscorable row.
 
-The work is split so that processes agree: :func:`row_turns` describes this process's rows (cheap,
-picklable), every process gathers all rows' descriptions, and :func:`step_advantages` computes the
-per-turn advantages of the gathered batch identically everywhere.
+The work is split so that processes agree: :func:`row_turns` describes this process's rows as arrays
+(:class:`RowTurns`: turn counts, anchor states coded per step, the overrides; one picklable object), every
+process gathers all processes' descriptions and joins them (:meth:`RowTurns.concat`), and
+:func:`step_advantages` computes the per-turn advantages of the gathered batch identically everywhere.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -44,7 +46,7 @@ from rllm_plugins.state.store import EstimatorState
 from rllm_plugins.steps import StepBatch
 from rllm_plugins.steps.anchors import TokenIds, anchor_ids
 from rllm_plugins.steps.diagnostics import turn_metrics
-from rllm_plugins.steps.turns import PROMPT_ANCHOR, Turns, find_turns, spread_to_tokens, turn_anchor_states
+from rllm_plugins.steps.turns import PROMPT_ANCHOR, Turns, coded_states, find_turns, spread_to_tokens, turn_anchor_codes
 from rllm_trl.outcome import DEFAULT_ROLE, RewardBatch
 
 __all__ = [
@@ -54,7 +56,7 @@ __all__ = [
     "StepAdvantages",
     "compute_step_metrics",
     "local_turns",
-    "prompt_anchor_states",
+    "prompt_anchor_codes",
     "role_parts",
     "row_turns",
     "spread_local",
@@ -64,57 +66,134 @@ __all__ = [
 
 TURN_REWARDS_KEY = "turn_rewards"  # rollout_func extra key: per completion, one reward per turn
 ANCHOR_STATES_KEY = "anchor_states"  # rollout_func extra key: per completion, one hashable anchor state per turn
+_BLOCK_ENTRIES = 1 << 20  # mask entries per block of rows in local_turns: its bool buffer (1 MiB) stays in cache
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RowTurns:
-    """What every process needs to know about one completion: its turn count, anchor states and overrides.
+    """What every process needs to know about rows (its own, or the gathered batch's), as arrays: turn counts, anchor states, overrides.
 
-    ``num_turns`` the runs of model tokens (0 for a row TRL masked entirely: ``masked``, and for a row
-    without model tokens: ``idle``); ``has_tokens`` whether ``completion_mask`` has any 1;
-    ``states`` the default anchor states (None when the estimator reads none); ``anchor_override``
-    and ``reward_override`` the rollout's :data:`ANCHOR_STATES_KEY` and :data:`TURN_REWARDS_KEY` values, or None.
+    ``num_turns`` ``(R,)`` int64 the runs of model tokens of each row (0 for a row TRL masked entirely: ``masked``, and
+    for a row without model tokens: ``idle``); ``has_tokens`` ``(R,)`` bool whether ``completion_mask`` has a non-zero entry;
+    ``codes`` ``(S,)`` int64 the default anchor state of each step (row ``r`` owns ``num_steps[r]`` of them, in row
+    order) as an index into ``states``, equal codes exactly for equal states (None when the estimator reads none);
+    ``anchor_overrides`` and ``reward_overrides`` the rollout's :data:`ANCHOR_STATES_KEY` and :data:`TURN_REWARDS_KEY`
+    values by row (rows without one are absent).
     """
 
-    num_turns: int
-    has_tokens: bool
-    states: tuple[Hashable, ...] | None
-    anchor_override: Any = None
-    reward_override: Any = None
+    num_turns: np.ndarray
+    has_tokens: np.ndarray
+    codes: np.ndarray | None = None
+    states: tuple[Hashable, ...] = ()
+    anchor_overrides: Mapping[int, Any] = field(default_factory=dict)
+    reward_overrides: Mapping[int, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.num_turns.size)
 
     @property
-    def masked(self) -> bool:
-        """TRL masked the whole completion (``completion_mask`` all 0): it counts as one turn without tokens."""
-        return self.num_turns == 0 and not self.has_tokens
+    def masked(self) -> np.ndarray:
+        """``(R,)`` bool: TRL masked the whole completion (``completion_mask`` all 0): it counts as one turn without tokens."""
+        return (self.num_turns == 0) & ~self.has_tokens
 
     @property
-    def idle(self) -> bool:
-        """The completion has tokens but none of the model's (``tool_mask`` 0 on all): advantage 0, out of every statistic."""
-        return self.num_turns == 0 and self.has_tokens
+    def idle(self) -> np.ndarray:
+        """``(R,)`` bool: the completion has tokens but none of the model's (``tool_mask`` 0 on all): advantage 0, out of every statistic."""
+        return (self.num_turns == 0) & self.has_tokens
 
     @property
-    def num_steps(self) -> int:
-        """Values the row owns in :class:`StepAdvantages`: one per turn; one for a masked or idle row."""
-        return max(self.num_turns, 1)
+    def num_steps(self) -> np.ndarray:
+        """``(R,)`` int64 values each row owns in :class:`StepAdvantages`: one per turn; one for a masked or idle row."""
+        return np.maximum(self.num_turns, 1)
+
+    def step_states(self) -> list[Hashable]:
+        """``(S,)`` the default anchor state of each step (equal states are one object)."""
+        if self.codes is None:
+            raise ValueError("these rows were described without anchor states (row_turns(..., with_anchors=False))")
+        return coded_states(self.codes, self.states)
+
+    @staticmethod
+    def concat(parts: Sequence[RowTurns]) -> RowTurns:
+        """The rows of ``parts`` one after the other (each process's, as ``gather_object`` returns them): codes of equal states made equal."""
+        if not parts:
+            raise ValueError("RowTurns.concat: no rows given")
+        if len(parts) == 1:
+            return parts[0]
+        if len({part.codes is None for part in parts}) != 1:
+            raise ValueError("RowTurns.concat: some rows were described with anchor states and some without; give with_anchors the same value on every process")
+        codes = None
+        index: dict[Hashable, int] = {}
+        if parts[0].codes is not None:
+            renumbered = []
+            for part in parts:
+                remap = np.fromiter((index.setdefault(state, len(index)) for state in part.states), dtype=np.int64, count=len(part.states))
+                renumbered.append(remap[part.codes])
+            codes = np.concatenate(renumbered)
+        firsts = np.cumsum([0, *(len(part) for part in parts[:-1])]).tolist()
+        return RowTurns(
+            np.concatenate([part.num_turns for part in parts]),
+            np.concatenate([part.has_tokens for part in parts]),
+            codes,
+            tuple(index),
+            {first + row: value for first, part in zip(firsts, parts, strict=True) for row, value in part.anchor_overrides.items()},
+            {first + row: value for first, part in zip(firsts, parts, strict=True) for row, value in part.reward_overrides.items()},
+        )
 
 
 def local_turns(completion_mask: np.ndarray, tool_mask: np.ndarray | None) -> Turns:
-    """The turns of this process's rows: runs of ``completion_mask * tool_mask`` (``completion_mask`` alone without ``tool_mask``)."""
-    mask = np.asarray(completion_mask) != 0
-    if tool_mask is not None:
-        mask &= np.asarray(tool_mask) != 0
-    return find_turns(mask)
+    """The turns of this process's rows ``(B, T)``: runs of ``completion_mask * tool_mask`` non-zero (``completion_mask`` alone without ``tool_mask``).
+
+    Each mask is read once, whatever its dtype: their ``np.logical_and`` is taken in blocks of rows into one bool buffer
+    that stays in cache, and the turns of each block found there.
+    """
+    if tool_mask is None:
+        return find_turns(completion_mask)
+    completion_mask, tool_mask = np.asarray(completion_mask), np.asarray(tool_mask)
+    if completion_mask.ndim != 2 or tool_mask.shape != completion_mask.shape:
+        raise ValueError(f"tool_mask has shape {tool_mask.shape}, completion_mask {completion_mask.shape}; both must be (batch, completion_length)")
+    rows, length = completion_mask.shape
+    block = max(1, _BLOCK_ENTRIES // max(length, 1))
+    if rows <= block:
+        return find_turns(np.logical_and(completion_mask, tool_mask))
+    model = np.empty((block, length), dtype=bool)
+    parts = [
+        find_turns(np.logical_and(completion_mask[b : b + block], tool_mask[b : b + block], out=model[: min(block, rows - b)])) for b in range(0, rows, block)
+    ]
+    per_row = np.concatenate([part.per_row for part in parts])
+    return Turns(
+        np.concatenate([part.row + b for b, part in zip(range(0, rows, block), parts, strict=True)]),
+        np.concatenate([part.start for part in parts]),
+        np.concatenate([part.end for part in parts]),
+        offsets_from_sizes(per_row),
+        length,
+    )
 
 
-def prompt_anchor_states(prompt_ids: np.ndarray, prompt_mask: np.ndarray) -> list[Hashable]:
-    """``(B,)`` turn-0 anchor state of each row: ``(PROMPT_ANCHOR, its prompt ids)`` (:class:`TokenIds`), padding (``prompt_mask`` 0) left out.
+def prompt_anchor_codes(prompt_ids: np.ndarray, prompt_mask: np.ndarray) -> tuple[np.ndarray, list[Hashable]]:
+    """``(B,)`` int64 code of each row's turn-0 anchor state, and the distinct states: ``(PROMPT_ANCHOR, its prompt ids)``
+    (:class:`TokenIds`), padding (``prompt_mask`` 0) left out; codes dense from 0 in order of first appearance.
 
-    Equal prompts give equal states on every process (the ids are taken as int64 whatever the padding);
-    the tag keeps a prompt apart from an environment segment of the same ids.
+    Equal prompts give equal states on every process (the ids are taken as int64 whatever the padding); the tag keeps a
+    prompt apart from an environment segment of the same ids. A state is made for each row whose ids or mask differ from
+    the row before (a group's rows share one prompt), then equal states are merged.
     """
     ids = np.asarray(prompt_ids, dtype=np.int64)
     keep = np.asarray(prompt_mask) != 0
-    return [(PROMPT_ANCHOR, TokenIds.of(ids[b][keep[b]])) for b in range(ids.shape[0])]
+    if ids.ndim != 2 or keep.shape != ids.shape:
+        raise ValueError(f"prompt_ids {ids.shape} and prompt_mask {keep.shape} must be one 2-D (batch, prompt_length) shape")
+    new = np.ones(ids.shape[0], dtype=bool)
+    new[1:] = (ids[1:] != ids[:-1]).any(axis=1) | (keep[1:] != keep[:-1]).any(axis=1)
+    starts = np.flatnonzero(new)
+    kept, width = keep[starts], ids.shape[1]
+    first, count = (kept.argmax(axis=1), kept.sum(axis=1)) if width else (np.zeros(starts.size, dtype=np.intp),) * 2
+    run = count == width - first - (kept[:, ::-1].argmax(axis=1) if width else 0)  # its kept ids first to last, no hole
+    blob, width = ids[starts].tobytes(), width * 8  # a row whose kept ids are one run (left or right padding): its bytes sliced
+    index: dict[Hashable, int] = {}
+    run_codes = []
+    for k, (b, one_run, begin, size) in enumerate(zip(starts.tolist(), run.tolist(), (8 * first).tolist(), (8 * count).tolist(), strict=True)):
+        state = TokenIds(blob[k * width + begin : k * width + begin + size]) if one_run else TokenIds.of(ids[b][keep[b]])
+        run_codes.append(index.setdefault((PROMPT_ANCHOR, state), len(index)))
+    return np.array(run_codes, dtype=np.int64)[np.cumsum(new) - 1], list(index)
 
 
 def row_turns(
@@ -126,24 +205,51 @@ def row_turns(
     with_anchors: bool,
     prompt_ids: np.ndarray,
     prompt_mask: np.ndarray,
-) -> list[RowTurns]:
-    """One :class:`RowTurns` per local row; ``overrides[b]`` is row ``b``'s input dict (the rollout's extra keys land there).
+) -> RowTurns:
+    """The :class:`RowTurns` of the local rows ``(B, T)`` whose turns are ``turns``; ``overrides[b]`` is row ``b``'s input dict
+    (the rollout's extra keys land there).
 
     ``prompt_ids``/``prompt_mask`` ``(B, P)``, left-padded as in TRL's batch: turn 0 is anchored at each row's own prompt.
+    ``completion_mask`` is read only on the rows without a turn (a row with a turn has a token).
     """
-    has_tokens = (np.asarray(completion_mask) != 0).any(axis=1).tolist()
-    states = turn_anchor_states(completion_ids, turns) if with_anchors else None
-    first = prompt_anchor_states(prompt_ids, prompt_mask) if with_anchors else None
-    counts = turns.per_row.tolist()
-    offsets = turns.row_offsets.tolist()
-    out = []
-    for b, n in enumerate(counts):
-        row_states = None
-        if states is not None and first is not None:
-            row_states = (first[b], *states[offsets[b] + 1 : offsets[b + 1]])  # turn 0's PROMPT_ANCHOR -> the row's own prompt
-        example = overrides[b] if overrides is not None else {}
-        out.append(RowTurns(n, bool(has_tokens[b]), row_states, example.get(ANCHOR_STATES_KEY), example.get(TURN_REWARDS_KEY)))
-    return out
+    num_turns = turns.per_row
+    if overrides is not None and len(overrides) != num_turns.size:
+        raise ValueError(f"row_turns: {len(overrides)} input dicts for {num_turns.size} completions; give one per completion")
+    has_tokens = num_turns > 0
+    empty = np.flatnonzero(~has_tokens)
+    if empty.size:
+        has_tokens[empty] = (np.asarray(completion_mask)[empty] != 0).any(axis=1)
+    codes, states = None, ()
+    if with_anchors:
+        codes, states = _step_codes(completion_ids, turns, *prompt_anchor_codes(prompt_ids, prompt_mask))
+    anchors, rewards = {}, {}
+    for b, example in enumerate(overrides or ()):
+        if example.get(ANCHOR_STATES_KEY) is not None:
+            anchors[b] = example[ANCHOR_STATES_KEY]
+        if example.get(TURN_REWARDS_KEY) is not None:
+            rewards[b] = example[TURN_REWARDS_KEY]
+    return RowTurns(num_turns, has_tokens, codes, states, anchors, rewards)
+
+
+def _step_codes(completion_ids: np.ndarray, turns: Turns, prompt_codes: np.ndarray, prompts: list[Hashable]) -> tuple[np.ndarray, tuple[Hashable, ...]]:
+    """``(S,)`` code of each step's default anchor state (turn 0 and a row without turns: its prompt's; turn k: the segment before it), and the states."""
+    env_codes, env_states = turn_anchor_codes(completion_ids, turns)
+    num_turns = turns.per_row
+    step_offsets = offsets_from_sizes(np.maximum(num_turns, 1))
+    codes = np.empty(int(step_offsets[-1]), dtype=np.int64)
+    codes[np.arange(turns.num_turns) + (step_offsets[:-1] - turns.row_offsets[:-1])[turns.row]] = env_codes  # a row with turns: one step each
+    codes[step_offsets[:-1]] = prompt_codes + len(env_states)  # turn 0's PROMPT_ANCHOR -> the row's own prompt
+    return codes, (*env_states, *prompts)
+
+
+def _by_first_appearance(codes: np.ndarray, count: int) -> np.ndarray:
+    """``codes`` ``(S,)`` (each in ``range(count)``) renumbered dense from 0 in order of first appearance: one scatter, no sort of ``S``."""
+    first = np.full(count, codes.size, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(codes.size))
+    present = np.flatnonzero(first < codes.size)
+    rank = np.empty(count, dtype=np.int64)
+    rank[present[np.argsort(first[present])]] = np.arange(present.size)
+    return rank[codes]
 
 
 def _where(row: int, num_generations: int) -> str:
@@ -226,39 +332,41 @@ def step_advantages(
     G = num_generations  # noqa: N806 - the paper's name
     if len(rows) != rewards.size:
         raise ValueError(f"{len(rows)} completions described for {rewards.size} rewards")
-    counts = np.array([row.num_steps for row in rows], dtype=np.int64)
-    offsets = np.zeros(counts.size + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    scorable = ~np.isnan(rewards) & ~np.array([row.idle for row in rows], dtype=bool)
+    counts = rows.num_steps
+    offsets = offsets_from_sizes(counts)
+    scorable = ~np.isnan(rewards) & ~rows.idle
+    overridable = scorable & (rows.num_turns > 0)  # a masked row's overrides are ignored
     step_rewards = np.zeros(int(offsets[-1]))
     step_rewards[offsets[1:] - 1] = np.where(scorable, rewards, 0.0)
-    for i, row in enumerate(rows):
-        if row.reward_override is not None and row.num_turns and scorable[i]:
-            step_rewards[offsets[i] : offsets[i + 1]] = _checked_rewards(row.reward_override, row.num_turns, _where(i, G))
+    for i in sorted(rows.reward_overrides):
+        if overridable[i]:
+            step_rewards[offsets[i] : offsets[i + 1]] = _checked_rewards(rows.reward_overrides[i], int(rows.num_turns[i]), _where(i, G))
 
     keep = np.repeat(scorable, counts)  # the steps of scorable rows, in row order (rows are already in group order)
-    kept_counts = counts[scorable]
-    step_offsets = np.zeros(kept_counts.size + 1, dtype=np.int64)
-    np.cumsum(kept_counts, out=step_offsets[1:])
+    step_offsets = offsets_from_sizes(counts[scorable])
     traj_offsets = np.concatenate([[0], np.cumsum(scorable.reshape(-1, G).sum(axis=1), dtype=np.int64)])
     anchors, states = None, None
     if needs.anchors:
-        states = list[Hashable]()
-        for i, row in enumerate(rows):
-            if not scorable[i]:
-                continue
-            row_states: Sequence[Hashable] = row.states if row.states is not None else ()
-            if row.anchor_override is not None and row.num_turns:
-                row_states = _checked_states(row.anchor_override, row.num_turns, _where(i, G))
-            states.extend(row_states)  # one per step: the defaults by construction, an override checked above
+        if rows.codes is None:
+            raise ValueError(f"{who} reads anchor states, and the completions were described without them (row_turns(..., with_anchors=False))")
         kept_rows = np.flatnonzero(scorable)
 
         def where(s: int) -> str:
             j = int(np.searchsorted(step_offsets, s, side="right") - 1)
             return f"{_where(int(kept_rows[j]), G)}, turn {s - int(step_offsets[j])}"
 
-        group_index = np.repeat(np.arange(traj_offsets.size - 1), np.diff(step_offsets[traj_offsets])).tolist()
-        anchors = anchor_ids(states, group_index, where)
+        group_index = np.repeat(np.arange(traj_offsets.size - 1), np.diff(step_offsets[traj_offsets]))
+        overridden = [i for i in sorted(rows.anchor_overrides) if overridable[i]]
+        if overridden:  # any hashable per turn: coded by anchor_ids, which checks each
+            every = rows.step_states()
+            for i in overridden:  # one per step: the defaults by construction, an override checked here
+                every[offsets[i] : offsets[i + 1]] = _checked_states(rows.anchor_overrides[i], int(rows.num_turns[i]), _where(i, G))
+            states = list(itertools.compress(every, keep.tolist()))
+            anchors = anchor_ids(states, group_index, where)
+        else:  # the default states, coded exactly when the rows were described
+            codes = rows.codes[keep]
+            states = coded_states(codes, rows.states)
+            anchors = anchor_ids(states, group_index, where, codes=_by_first_appearance(codes, len(rows.states)))
     if needs.lengths and lengths is None:
         raise ValueError(f"{who} reads the completion lengths, and none were given")
     batch = StepBatch(rewards[scorable], traj_offsets, step_rewards[keep], step_offsets, anchors, states, lengths[scorable] if needs.lengths else None)
@@ -296,16 +404,16 @@ def role_parts(roles: Sequence[str], group_roles: np.ndarray) -> list[tuple[str,
     return [(role, np.asarray(group_roles) == r, None) for r, role in enumerate(roles)]
 
 
-def spread_local(result: StepAdvantages, rows: Sequence[RowTurns], first_row: int, turns: Turns) -> np.ndarray:
+def spread_local(result: StepAdvantages, rows: RowTurns, first_row: int, turns: Turns) -> np.ndarray:
     """``(B, T)`` float32 advantages of this process's rows (gathered rows ``first_row:first_row + B``, whose turns are ``turns``).
 
     Turn k's advantage on its model tokens, 0 on tool/environment tokens and padding.
     """
     count = turns.row_offsets.size - 1
-    local = rows[first_row : first_row + count]
-    values = result.values[result.offsets[first_row] : result.offsets[first_row + count]]
-    real = np.repeat(np.array([row.num_turns > 0 for row in local], dtype=bool), np.array([row.num_steps for row in local], dtype=np.int64))
-    return spread_to_tokens(values[real], turns, dtype=np.float32)
+    if not np.array_equal(rows.num_turns[first_row : first_row + count], turns.per_row):
+        raise ValueError(f"spread_local: the turns of rows {first_row}:{first_row + count} are not those the rows were described with")
+    at = np.arange(turns.num_turns) + (result.offsets[first_row : first_row + count] - turns.row_offsets[:-1])[turns.row]  # turn j's value
+    return spread_to_tokens(result.values[at], turns, dtype=np.float32)
 
 
 def without_rows(batch: RewardBatch, out: np.ndarray) -> RewardBatch:

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..calling import is_finite_real, short_repr
 from ..scaled import power_of_two_scale
-from ..segments import GroupLayout
+from ..segments import GroupLayout, row_maxima
 from ..spec import list_form_of
 
 __all__ = ["calculate_pkpo_advantages", "check_pkpo_group_size", "check_pkpo_options", "pkpo"]
@@ -78,26 +78,60 @@ def _pkpo_rows(rows: np.ndarray, k: int) -> np.ndarray:
 
     Each row is computed divided by a power of two near its largest magnitude (exact: PKPO is linear, so
     ``A(c r) = c A(r)``), so no sum overflows where the advantages fit float64 (``[1e308, 1e308, 0]``, k=2: 0, 0, 0).
-    Tied rewards get bit-identical credit: each run of ties takes the credit of its first sorted position.
     """
-    g, n = rows.shape
-    scale = power_of_two_scale(np.abs(rows).max(axis=1))[:, None]
-    order = np.argsort(rows, axis=1)  # any order of ties: tied rewards get the same credit
-    ordered = np.take_along_axis(rows, order, axis=1) / scale
-    own, shared = _credit_weights(n, k)
-    upto = np.cumsum(ordered * shared, axis=1)
-    credit_sorted = own * ordered + (upto[:, -1:] - upto)  # + sum over q > p
-    positions = np.broadcast_to(np.arange(n), (g, n))
-    run_start = np.maximum.accumulate(np.where(np.diff(ordered, axis=1, prepend=np.nan) != 0, positions, 0), axis=1)
-    credit_sorted = np.take_along_axis(credit_sorted, run_start, axis=1)
-    credit = np.empty(g * n)
-    credit[(order + np.arange(0, g * n, n)[:, None]).ravel()] = credit_sorted.ravel()
-    credit = credit.reshape(g, n)
+    largest = row_maxima(np.abs(rows))
+    scale = power_of_two_scale(largest)[:, None]
+    at_k_one = k == 1 and np.isfinite(largest).all()  # the default k: no sort
+    credit = _credit_at_k_one(rows / scale, rows.shape[1]) if at_k_one else _sorted_credit(rows, scale, k)
     centre = credit.mean(axis=1, keepdims=True)
     centre += (credit - centre).mean(axis=1, keepdims=True)  # one correction pass: equal credits centre to exactly 0
     credit -= centre
     with np.errstate(over="ignore"):  # an advantage beyond the range stays inf, refused where the advantages are checked
         return credit * scale
+
+
+def _credit_at_k_one(scaled: np.ndarray, n: int) -> np.ndarray:
+    """:func:`_sorted_credit` at ``k = 1`` for finite ``scaled`` ``(G, n)``, bit for bit, written in place without sorting.
+
+    There every position's own weight is ``C(p, 0) / C(n, 1) = 1 / n`` and every shared one 0, so the credit at any position
+    is ``scaled / n`` plus a sum of zeros, ``+0.0`` (it turns a ``-0.0`` credit into ``+0.0``, nothing else).
+    """
+    scaled *= 1 / n
+    scaled += 0.0
+    return scaled
+
+
+def _sorted_credit(rows: np.ndarray, scale: np.ndarray, k: int) -> np.ndarray:
+    """Pass@k credit ``(G, n)`` of ``rows`` divided by ``scale`` ``(G, 1)``: each row sorted, weighted, given back in its order.
+
+    Tied rewards get bit-identical credit: each run of ties takes the credit of its first sorted position. The two scans
+    along a row (the shared credit's running sum, the ties') go column by column when the rows are many and short
+    (``n`` operations over ``G`` values each beat ``G`` scans of ``n``), else row by row; the numbers are the same.
+    """
+    g, n = rows.shape
+    order = np.argsort(rows, axis=1)  # any order of ties: tied rewards get the same credit
+    flat = order + np.arange(0, g * n, n)[:, None]  # (G, n) each sorted position's place in rows.ravel()
+    ordered = rows.ravel()[flat] / scale
+    own, shared = _credit_weights(n, k)
+    upto = ordered * shared
+    by_columns = g >= 4 * n
+    if by_columns:
+        for p in range(1, n):
+            np.add(upto[:, p - 1], upto[:, p], out=upto[:, p])
+    else:
+        upto = np.cumsum(upto, axis=1)
+    credit_sorted = own * ordered + (upto[:, -1:] - upto)  # + sum over q > p
+    tied = np.diff(ordered, axis=1) == 0  # (G, n - 1) position p + 1 ties position p (NaN ties nothing)
+    if by_columns:
+        for p in range(1, n):
+            np.copyto(credit_sorted[:, p], credit_sorted[:, p - 1], where=tied[:, p - 1])
+    else:
+        starts = np.where(tied, 0, np.arange(1, n))  # a run's first position, 0 inside a run
+        run_start = np.maximum.accumulate(np.concatenate((np.zeros((g, 1), dtype=starts.dtype), starts), axis=1), axis=1)
+        credit_sorted = np.take_along_axis(credit_sorted, run_start, axis=1)
+    credit = np.empty(g * n)
+    credit[flat] = credit_sorted
+    return credit.reshape(g, n)
 
 
 def pkpo(values: np.ndarray, offsets: np.ndarray, /, *, k: int | None = None, algorithm_config: Any = None, **_: Any) -> np.ndarray:

@@ -14,41 +14,52 @@ from typing import Any
 import numpy as np
 
 from ..scaled import unit_scale_retry
-from ..segments import GroupLayout
+from ..segments import GroupLayout, check_offsets
 from ..spec import list_form_of
 from .grpo import spread_divisor
 
 
 def _role_z(values: np.ndarray, offsets: np.ndarray, epsilon: float, divide: bool) -> np.ndarray:
-    GroupLayout.from_offsets(offsets, len(values))
+    check_offsets(offsets, len(values))  # the groups are validated, not described: one statistic over the role
     if values.size == 0:
         return np.zeros(0)
-    if divide:  # magnitudes near the float64 range: taken again scaled (rllm_plugins.scaled)
-        return unit_scale_retry(_role_standardized, values, epsilon)
+    if divide:
+        out, finite = _role_standardized(values, epsilon)
+        if finite:  # a finite mean and sum of squares and eps >= 0 give finite advantages: nothing to scan
+            return out
+        # magnitudes near the float64 range: taken again scaled (rllm_plugins.scaled)
+        return unit_scale_retry(lambda v, e: _role_standardized(v, e)[0], values, epsilon, first=out)
     with np.errstate(over="ignore"):  # a deviation beyond the range stays inf, refused where the advantages are checked
         return values - GroupLayout.from_offsets([0, values.size], values.size).mean(values)[0]
 
 
-def _role_standardized(values: np.ndarray, epsilon: float) -> np.ndarray:
+def _role_standardized(values: np.ndarray, epsilon: float) -> tuple[np.ndarray, bool]:
     """``(v - role mean) / (role population std + eps)`` ``(N,)``, the numbers of :meth:`GroupLayout.mean` and
-    :meth:`GroupLayout.std` on one group: the output is written once, re-centred and divided in place; beyond the
-    float64 range those overflow-safe methods themselves."""
+    :meth:`GroupLayout.std` on one group, and whether every advantage is known finite without looking.
+
+    The output is written once and divided in place; re-centred only where the mean's correction pass moved the mean
+    (else it already holds ``v - mean``). Beyond the float64 range, those overflow-safe methods themselves. A finite
+    mean and sum of squares bound every deviation, and ``eps >= 0`` keeps the divisor positive or inf
+    (:func:`~rllm_plugins.estimators.grpo.spread_divisor`): then each advantage is finite (at most ``sqrt(N)``).
+    """
     n = values.size
     role = GroupLayout.from_offsets([0, n], n)
     with np.errstate(over="ignore", invalid="ignore"):
-        mean = role.sum(values)[0] / n
-        centred = values - mean
-        mean += role.sum(centred)[0] / n  # the mean's correction pass
-        np.subtract(values, mean, out=centred)
+        first = role.sum(values)[0] / n
+        centred = values - first
+        mean = first + role.sum(centred)[0] / n  # the mean's correction pass
+        if mean != first:
+            np.subtract(values, mean, out=centred)
         squares = float(role.sum_of_squares(centred)[0])
-    if not (math.isfinite(squares) and math.isfinite(float(mean))):
-        mean = role.mean(values)
-        np.subtract(values, mean[0], out=centred)
-        std = float(role.std(values, mean)[0])
-    else:
-        std = float(np.sqrt(squares / n))
-    centred /= spread_divisor(std, epsilon)
-    return centred
+        finite = math.isfinite(squares) and math.isfinite(float(mean))
+        if finite:
+            std = float(np.sqrt(squares / n))
+        else:
+            mean = role.mean(values)
+            np.subtract(values, mean[0], out=centred)
+            std = float(role.std(values, mean)[0])
+        centred /= spread_divisor(std, epsilon)
+    return centred, finite and epsilon >= 0
 
 
 def prpo(values: np.ndarray, offsets: np.ndarray, /, *, epsilon: float = 1e-6, **_: Any) -> np.ndarray:

@@ -74,6 +74,43 @@ def test_random_groups_match_the_formula_over_every_subset(seed):
     assert batched.tolist() == pytest.approx([float(a) for g in groups for a in by_subsets(g, k)], abs=1e-12)
 
 
+@pytest.mark.parametrize("scale", [1.0, 3.0, 1e-300, 1e300])
+def test_k_one_is_each_reward_over_n_centred_bit_for_bit_with_ties_equal(scale):
+    """k = 1 (the default): credit r / n on each row divided by a power of two near its largest magnitude, mean-centred
+    with one correction pass, written plainly; tied rewards (0/1 rewards, signed zeros) get identical advantages."""
+    rng = np.random.default_rng(0)
+    signed_zeros = [rng.choice([-0.0, 0.0, 1.0], size=(64, 16)), np.full((2, 16), -0.0), rng.choice([-5e-324, -0.0, -1.0], size=(8, 16))]
+    rows = np.concatenate([rng.integers(0, 2, size=(64, 16)), rng.normal(size=(64, 16)), *signed_zeros]) * scale
+    _, exponent = np.frexp(np.abs(rows).max(axis=1, keepdims=True))
+    power = np.where(np.abs(rows).max(axis=1, keepdims=True) > 0, np.ldexp(1.0, exponent - 1), 1.0)
+    credit = rows / power * (1 / 16) + 0.0
+    centre = credit.mean(axis=1, keepdims=True)
+    centre += (credit - centre).mean(axis=1, keepdims=True)
+    want = (credit - centre) * power
+    got = pkpo(rows.reshape(-1), np.arange(0, rows.size + 1, 16), k=1).reshape(rows.shape)
+    assert got.view(np.int64).tolist() == want.view(np.int64).tolist()
+    for r, a in zip(rows.tolist(), got.tolist(), strict=True):
+        by_reward: dict[float, set[float]] = {}
+        for reward, advantage in zip(r, a, strict=True):
+            by_reward.setdefault(reward, set()).add(advantage)
+        assert all(len(advantages) == 1 for advantages in by_reward.values())
+
+
+@pytest.mark.parametrize("n", [2, 3, 6, 9])
+def test_many_groups_in_one_call_match_the_formula_and_each_group_alone_bit_for_bit(n):
+    """Enough groups that the credit is scanned column by column: the same numbers as each group alone (a row scan)."""
+    rng = random.Random(n)
+    groups = [[Fraction(rng.choice([0, 1, 2, 5]), rng.choice([1, 2, 4])) for _ in range(n)] for _ in range(8 * n)]  # ties on purpose
+    values = np.array([float(r) for g in groups for r in g])
+    for k in sorted({1, 2, max(1, n // 2), n}):
+        together = pkpo(values, np.arange(0, values.size + 1, n), k=k)
+        alone = np.concatenate([pkpo(values[i : i + n], np.array([0, n]), k=k) for i in range(0, values.size, n)])
+        assert together.view(np.int64).tolist() == alone.view(np.int64).tolist()
+        assert together.tolist() == pytest.approx([float(a) for g in groups for a in by_subsets(g, k)], abs=1e-12)
+        for g, a in zip(groups, together.reshape(-1, n).tolist(), strict=True):
+            assert len({(r, x) for r, x in zip(g, a, strict=True)}) == len(set(g))  # tied rewards: one advantage
+
+
 def test_a_group_of_one_and_k_at_or_above_the_group_size_give_zero():
     advantages, _ = calculate_pkpo_advantages([np.array([2.5]), np.array([1.0, 2.0, 3.0]), np.array([0.0, 1.0])], k=3)
     assert [a.tolist() for a in advantages] == [[0.0], [0.0, 0.0, 0.0], [0.0, 0.0]]
