@@ -52,8 +52,10 @@ class Turns:
 
     @cached_property
     def per_row(self) -> np.ndarray:
-        """``(B,)`` number of turns of each row (computed once; not to be written to)."""
-        return np.diff(self.row_offsets)
+        """``(B,)`` number of turns of each row (computed once, read-only)."""
+        counts = np.diff(self.row_offsets)
+        counts.flags.writeable = False
+        return counts
 
 
 def find_turns(mask: np.ndarray) -> Turns:
