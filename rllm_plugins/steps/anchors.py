@@ -43,6 +43,9 @@ class TokenIds(bytes):
         return tuple(np.frombuffer(self, dtype=np.int64).tolist())
 
 
+_TABLE_SPAN = 16  # anchor_ids renumbers through a table while the key span is at most this many times the steps (else sorts)
+
+
 def anchor_ids(states: Sequence[Hashable], step_group: Sequence[int] | np.ndarray, where: Callable[[int], str], codes: np.ndarray | None = None) -> np.ndarray:
     """One anchor-group id per step ``(S,)`` int64, dense from 0: equal ``(task group, state)`` pairs share an id.
 
@@ -62,11 +65,13 @@ def anchor_ids(states: Sequence[Hashable], step_group: Sequence[int] | np.ndarra
         return state_codes
     keys = groups * distinct + state_codes
     span = int(keys.max()) + 1
-    if span <= 4 * keys.size:  # dense keys (few states per task): renumber through a table, no sort
+    if span <= _TABLE_SPAN * keys.size:  # keys dense enough: renumber through a table (1 + 4 bytes per key value), no sort
         present = np.zeros(span, dtype=bool)
         present[keys] = True
-        renumber = np.cumsum(present, dtype=np.int64) - 1
-        return renumber[keys]
+        renumber = np.cumsum(present, dtype=np.int32 if span < 2**31 else np.int64)  # int32's running sum: 5x int64's speed
+        ids = renumber[keys].astype(np.int64)
+        ids -= 1
+        return ids
     _, ids = np.unique(keys, return_inverse=True)
     return ids.astype(np.int64, copy=False).reshape(-1)
 
