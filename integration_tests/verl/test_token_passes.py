@@ -59,9 +59,12 @@ def test_write_advantages_is_the_per_row_value_times_the_mask_in_the_output_dtyp
 
 
 def test_write_advantages_blocks_cover_every_row_of_a_long_batch() -> None:
-    mask = torch.ones(3000, 37, dtype=torch.int64)  # 256 KiB blocks of 1,771 rows: a partial last block
-    per_row = np.arange(3000, dtype=np.float64)
-    assert torch.equal(write_advantages(per_row, mask, torch.float32), torch.arange(3000, dtype=torch.float32).unsqueeze(-1).expand(3000, 37))
+    from rllm_verl.compute.tokens import _BLOCK_BYTES
+
+    rows = 2 * _BLOCK_BYTES // (37 * 4) + 5  # two blocks of float32 rows and a partial third
+    mask = torch.ones(rows, 37, dtype=torch.int64)
+    per_row = np.arange(rows, dtype=np.float64)
+    assert torch.equal(write_advantages(per_row, mask, torch.float32), torch.arange(rows, dtype=torch.float32).unsqueeze(-1).expand(rows, 37))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64])

@@ -13,7 +13,7 @@ import torch
 __all__ = ["empty_output", "mask_lengths", "reward_sums", "rows_with_tokens", "write_advantages"]
 
 _HALF = (torch.float16, torch.bfloat16)
-_BLOCK_BYTES = 1 << 18  # output rows written per block: 256 KiB, within a core's L2 cache
+_BLOCK_BYTES = 1 << 20  # output rows written per block: 1 MiB (the mask block cast in stays cached; fewer calls than 256 KiB: measured faster)
 _NUMPY_DTYPES = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}
 _FULL_SCAN = 8  # more than 1/8 of the rows without a token in column 0: scan the whole mask once instead of those rows
 

@@ -26,6 +26,7 @@ from rllm_verl.extension import NO_DEFAULT, Extension
 
 __all__ = ["V1_BATCH", "V1_BATCH_ENV"]
 
+
 def extend(original: Callable[..., Any]) -> Callable[..., Any]:
     """verl's ``PPOTrainer._compute_advantage``, with its batch visible to :func:`fetch_rows` during the call."""
 
