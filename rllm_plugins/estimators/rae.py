@@ -25,6 +25,7 @@ sorted by key, then a segmented scan by doubling over all keys at once. Below
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from itertools import count, repeat
@@ -67,6 +68,14 @@ def ema_scan(values: np.ndarray, codes: np.ndarray, initial: np.ndarray, decay: 
     before = np.empty(n, dtype=np.float64)
     final = np.array(initial, dtype=np.float64)
     if n == 0:
+        return before, final
+    if k == 1:  # one key (the role): its rows are the whole scan, no grouping
+        if decay == 0.0:  # b = the previous reward
+            before[1:] = values[:-1]
+            before[0] = final[0]
+        else:
+            before[:] = _scan_one_key(values, float(final[0]), decay)
+        final[0] = decay * before[-1] + (1.0 - decay) * values[-1]
         return before, final
     grouped = bool(np.all(codes[1:] >= codes[:-1]))  # rows of a key already contiguous (one key, say): no sort
     order = None if grouped else np.argsort(codes.astype(np.uint16) if k <= 1 << 16 else codes, kind="stable")  # 16-bit keys: a radix sort
@@ -114,6 +123,15 @@ def _scan_by_key(r: np.ndarray, counts: np.ndarray, starts: np.ndarray, present:
     out[1:] += carried
 
 
+@functools.lru_cache(maxsize=8)
+def _powers(decay: float, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """``d^-q`` ``(width,)`` (at most 1e200) and ``d^q`` ``(width + 1,)``, read-only: made once per decay and chunk width (each ``pow`` costs)."""
+    grow = decay ** -np.arange(width, dtype=np.float64)
+    shrink = decay ** np.arange(width + 1, dtype=np.float64)
+    grow.flags.writeable = shrink.flags.writeable = False
+    return grow, shrink
+
+
 def _scan_one_key(r: np.ndarray, b0: float, decay: float) -> np.ndarray:
     """The baselines read by the rows ``r`` (N,) of one key starting from ``b0``: the grid is ``r`` padded and reshaped.
 
@@ -123,8 +141,7 @@ def _scan_one_key(r: np.ndarray, b0: float, decay: float) -> np.ndarray:
     chunk = max(1, min(_MAX_CHUNK, int(_SCALE_LIMIT / -math.log(decay))))
     chunks = (r.size - 1) // chunk + 1
     width = chunk if chunks > 1 else r.size
-    grow = decay ** -np.arange(width, dtype=np.float64)  # d^-q, at most 1e200
-    shrink = decay ** np.arange(width + 1, dtype=np.float64)  # d^q
+    grow, shrink = _powers(decay, width)
     grid = np.zeros(chunks * width)
     grid[: r.size] = r
     grid = grid.reshape(chunks, width)

@@ -90,6 +90,21 @@ def test_long_scans_are_exact_past_the_chunk_length():
         np.testing.assert_allclose(final, b, rtol=0, atol=1e-9)
 
 
+@pytest.mark.parametrize("decay", [0.0, 1e-9, 0.5, 0.95])
+def test_one_key_scans_as_one_present_key_of_several_does_bit_for_bit(decay):
+    """The role's scan (one key) skips the grouping; it equals the grouped scan where only that key occurs, and the loop."""
+    values = np.random.default_rng(1).integers(-4, 5, size=3000) / 4.0
+    alone, alone_final = ema_scan(values, np.zeros(values.size, dtype=np.int64), np.array([0.25]), decay)
+    grouped, grouped_final = ema_scan(values, np.zeros(values.size, dtype=np.int64), np.array([0.25, 7.0]), decay)
+    assert alone.tobytes() == grouped.tobytes() and alone_final[0] == grouped_final[0] and grouped_final[1] == 7.0
+    b, expected = 0.25, []
+    for r in values.tolist():
+        expected.append(b)
+        b = decay * b + (1 - decay) * r
+    np.testing.assert_allclose(alone, expected, rtol=0, atol=1e-9)
+    assert alone_final[0] == pytest.approx(b, abs=1e-9)
+
+
 def test_same_config_continues_and_a_fresh_config_starts_from_zero():
     config = AlgorithmConfig(estimator="rae")
     collect_reward_and_advantage_from_trajectory_groups([group("q", "a", [1.0])], config)
