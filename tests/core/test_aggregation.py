@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 import statistics
-import tracemalloc
 
 import numpy as np
 import pytest
 
+from benchmarks.step_level import peak_bytes
 from rllm_plugins.aggregation import aggregate_advantages, check_aggregation, normalize_then_sum, sum_then_normalize, whiten
 from rllm_plugins.registry import get_estimator
 
@@ -244,12 +244,7 @@ def test_normalize_then_sum_needs_no_more_memory_than_the_separate_calls(f_count
 
     def peak(fn) -> int:
         fn()  # caches built once, outside the measurement
-        tracemalloc.start()
-        try:
-            fn()
-            return tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        return peak_bytes(fn)
 
     separate = peak(lambda: [batched(c, offsets) for c in columns])
     ours = peak(lambda: normalize_then_sum(table, offsets, batched, weights=weights))

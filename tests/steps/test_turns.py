@@ -184,20 +184,17 @@ def test_anchor_codes_of_tokens_in_any_layout(seed, layout):
     assert distinct == list(dict.fromkeys(want))
 
 
-def test_anchor_codes_stay_exact_when_the_hash_table_keeps_colliding(monkeypatch):
-    """Every key in one slot each round (a zero salt): the rounds find one group each, the rest are grouped by a sort."""
-    monkeypatch.setattr(turns_module, "_SALTS", (0,))
-    for seed in range(10):
-        tokens, mask = repeating_case(seed)
-        want = plain_states(tokens, mask)
-        codes, distinct = turn_anchor_codes(tokens, find_turns(mask))
-        assert [distinct[c] for c in codes.tolist()] == want
-        assert distinct == list(dict.fromkeys(want))
-
-
-def test_segments_whose_hashes_collide_are_still_told_apart(monkeypatch):
-    """Every hash made equal (all multipliers 0): codes fall back to the segments' bytes and stay exact."""
-    monkeypatch.setattr(turns_module, "_multipliers", lambda length: np.zeros(length, dtype=np.uint64))
+@pytest.mark.parametrize(
+    "attribute, value",
+    [
+        ("_SALTS", (0,)),  # every key in one slot each round: the rounds find one group each, the rest are grouped by a sort
+        ("_multipliers", lambda length: np.zeros(length, dtype=np.uint64)),  # every hash equal: codes fall back to the segments' bytes
+    ],
+    ids=["hash table keeps colliding", "hashes collide"],
+)
+def test_anchor_codes_stay_exact_when_hashing_fails(monkeypatch, attribute, value):
+    """Segments a broken hash cannot tell apart are still coded exactly."""
+    monkeypatch.setattr(turns_module, attribute, value)
     for seed in range(10):
         tokens, mask = repeating_case(seed)
         want = plain_states(tokens, mask)
