@@ -18,6 +18,7 @@ from rllm_trl.turns import ANCHOR_STATES_KEY, RowTurns, local_turns, row_turns, 
 
 from rllm_plugins.estimators import gigpo
 from rllm_plugins.steps import StepBatch
+from rllm_plugins.steps.turns import PROMPT_ANCHOR
 
 PROMPT = "<prompt>"  # the tag of a turn-0 state, as the module docstring gives it
 DTYPES = [bool, np.int8, np.int32, np.int64, np.float32]
@@ -207,3 +208,18 @@ def test_bad_descriptions_are_refused_with_what_and_how_to_fix():
         step_advantages(bare, np.ones(2), 2, "gigpo", {})
     with pytest.raises(ValueError, match=r"^RowTurns.concat: some rows were described with anchor states and some without"):
         RowTurns.concat([rows, bare])
+
+
+def test_rows_are_described_by_arrays_and_one_entry_per_distinct_state():
+    """No Python object per row or per step: counts and codes are arrays, and a state repeated across rows is stored once."""
+    rng = np.random.default_rng(3)
+    batch = hostile_batch(rng, 12, 8, 3)
+    batch["prompt_ids"][:] = batch["prompt_ids"][0]  # one prompt for every row
+    batch["prompt_mask"][:] = batch["prompt_mask"][0]
+    rows, _ = describe(batch, True, [0, 5, 12])
+    assert all(isinstance(a, np.ndarray) for a in (rows.num_turns, rows.has_tokens, rows.codes))
+    assert rows.codes.size == int(rows.num_steps.sum())
+    _, _, states = plain_rows(batch, True)
+    distinct = {s for row in states for s in row}
+    assert len(rows.states) == len(set(rows.states)) < rows.codes.size  # each state stored once
+    assert set(rows.states) - {PROMPT_ANCHOR} == distinct  # (the row rule's placeholder for turn 0 may stay listed)
