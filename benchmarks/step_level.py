@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .report import Report, Target, script_main
-from .timing import Table, format_bytes, format_ratio, format_time, measure_interleaved
+from .timing import Table, format_bytes, format_ratio, format_time, measure_interleaved, page_faults_per_call
 
 __all__ = ["CATALOGUE_TARGETS", "loop_gigpo", "make_steps", "run"]
 
@@ -324,6 +324,33 @@ def make_multi_turn_dataproto(rows: int, length: int, n: int, seed: int = 0) -> 
     return DataProto.from_dict(tensors={**tensors, "values": values}, non_tensors={"uid": uid})
 
 
+PARTS_PREFIX = "part"
+ALL_PARTS = f"{PARTS_PREFIX}: the four together"
+
+
+def step_parts(data: Any) -> dict[str, Callable[[], object]]:
+    """The numpy parts of verl's step level on ``data``'s tensors, each alone, and the four in a row: turns found (one read
+    of the mask), turn rewards summed (one of the rewards), anchor codes (the environment segments), the output spread."""
+    from rllm_plugins.steps.turns import find_turns, spread_to_tokens, turn_anchor_codes, turn_rewards
+
+    mask, rewards, responses = (data.batch[key].numpy() for key in ("response_mask", "token_level_rewards", "responses"))
+    turns = find_turns(mask)
+    per_turn = turn_rewards(rewards, turns)
+
+    def together() -> object:
+        found = find_turns(mask)
+        turn_anchor_codes(responses, found)
+        return spread_to_tokens(turn_rewards(rewards, found), found)
+
+    return {
+        f"{PARTS_PREFIX}: find_turns (the mask read)": lambda: find_turns(mask),
+        f"{PARTS_PREFIX}: turn_rewards (the rewards read)": lambda: turn_rewards(rewards, turns),
+        f"{PARTS_PREFIX}: turn_anchor_codes": lambda: turn_anchor_codes(responses, turns),
+        f"{PARTS_PREFIX}: spread_to_tokens (the output written)": lambda: spread_to_tokens(per_turn, turns),
+        ALL_PARTS: together,
+    }
+
+
 def _verl(report: Report, quick: bool) -> None:
     import torch
     from omegaconf import OmegaConf
@@ -347,20 +374,34 @@ def _verl(report: Report, quick: bool) -> None:
         kept["returns"] = torch.from_numpy(returns)
 
     impls[GRPO_TWO_OUTPUTS] = grpo_two_outputs
-    times = measure_interleaved(impls, 1 if quick else 3, 0.0 if quick else 3.0, 1 if quick else 5)
+    parts = step_parts(data)
+    times = measure_interleaved({**impls, **parts}, 1 if quick else 3, 0.0 if quick else 3.0, 1 if quick else 5)
     output = rows * length * 4
     table = Table(
         f"verl: compute_advantage on {rows:,} multi-turn rows x {length:,} tokens (n={n}, 2-10 turns)",
-        ["estimator", "time", "vs rllm_grpo", "peak extra memory", "vs (B,T) output"],
+        ["estimator", "time", "vs rllm_grpo", "page faults per call", "peak extra memory", "vs (B,T) output"],
     )
     peaks = {}
     for name, fn in impls.items():
         for key in ("advantages", "returns"):
             data.batch.pop(key, None)
         peaks[name] = peak_extra_memory(fn)[0]
-        table.add(name, format_time(times[name]), format_ratio(times[name] / times["rllm_grpo"]), format_bytes(peaks[name]), format_ratio(peaks[name] / output))
+        cells = [format_time(times[name]), format_ratio(times[name] / times["rllm_grpo"]), f"{page_faults_per_call(fn):,.0f}"]
+        table.add(name, *cells, format_bytes(peaks[name]), format_ratio(peaks[name] / output))
+    for name, fn in parts.items():
+        table.add(name, format_time(times[name]), format_ratio(times[name] / times["rllm_grpo"]), f"{page_faults_per_call(fn):,.0f}", "—", "—")
     table.notes.append(
         f"(B,T) float32 output: {format_bytes(output)}; turns, turn rewards and anchor states (environment token bytes) are found on every call."
+    )
+    table.notes.append(
+        f"{PARTS_PREFIX}: the numpy functions every step-level estimator calls on the (B, T) tensors of these rows, each timed alone "
+        f"(rllm_plugins.steps.turns); '{ALL_PARTS}' is the least the step level does in numpy before any estimator or check runs. "
+        "rllm_grpo reads the mask and writes its output in one torch cast per block; finding the turns is a separate read of the "
+        "mask that numpy cannot fuse with the write."
+    )
+    table.notes.append(
+        "page faults per call: pages first touched by a call (fresh memory from the kernel: 4 KiB, or 2 MiB with huge pages). "
+        "Whether a (B,T) output is fresh depends on the process's allocator history; where it is, every row pays it once."
     )
     table.notes.append(
         f"{GRPO_TWO_OUTPUTS}: rllm_grpo, then a second float32 output filled (written, nothing read); a value-based estimator ({', '.join(VALUE_BASED)}) "
