@@ -1,16 +1,18 @@
-"""Run every benchmark and print its tables: ``python -m benchmarks.run [--quick] [--only core,verl] [--json F] [--store F] [--check] [--plot F]``.
+"""Run every benchmark and print its tables: ``python -m benchmarks.run [--quick] [--only core,verl] [--json F] [--store F] [--check] ...``.
 
-A benchmark whose framework is not installed (verl, TRL's adapter) reports "not available"
-instead of failing. ``--store FILE`` merges the reports of this run into FILE (each with its machine, versions and
-date; reports not run stay as they were) and regenerates docs/benchmarks.md from it (:mod:`benchmarks.docs`);
-``make bench`` stores into :data:`benchmarks.docs.RESULTS`. ``--check`` exits with status 1 when a target of this run
-is missed.
+Each benchmark runs in a fresh process (:func:`_run_fresh`; ``--same-process``: all in this one). A benchmark whose
+framework is not installed (verl, TRL's adapter) reports "not available" instead of failing. ``--store FILE`` merges
+the reports of this run into FILE (each with its machine, versions and date; reports not run stay as they were) and
+regenerates docs/benchmarks.md from it (:mod:`benchmarks.docs`); ``make bench`` stores into
+:data:`benchmarks.docs.RESULTS`. ``--check`` exits with status 1 when a target of this run is missed.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
+import multiprocessing
 import sys
 import time
 from collections.abc import Callable
@@ -24,7 +26,7 @@ from .timing import describe_machine, machine_info
 __all__ = ["BENCHMARKS", "main"]
 
 BENCHMARKS: dict[str, Callable[[bool], Report]] = {
-    "startup": startup.run,  # first: fresh processes, before this one grows
+    "startup": startup.run,
     "core": core_estimators.run,
     "multi_objective": multi_objective.run,
     "trl": trl_advantage.run,
@@ -44,11 +46,25 @@ def _run_one(name: str, quick: bool) -> Report:
 
 
 def _set_torch_threads(threads: int) -> None:
+    """torch's intra-op threads (``threads <= 0``: torch's default)."""
     try:
         import torch
     except ImportError:
         return
-    torch.set_num_threads(threads)
+    if threads > 0:
+        torch.set_num_threads(threads)
+
+
+def _run_fresh(name: str, quick: bool, threads: int) -> Report:
+    """``name``'s report, run in a fresh process: no report's allocator, page or profiler state reaches another's timings.
+
+    Whether a large array is fresh memory (a page fault per page first touched) depends on what the process allocated
+    and freed before, and torch's profiler (the verl reports' peak memory) changes how the kernel backs later fresh
+    mappings: in one process, a report's times would depend on the reports before it.
+    """
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context, initializer=_set_torch_threads, initargs=(threads,)) as pool:
+        return pool.submit(_run_one, name, quick).result()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -65,6 +81,11 @@ def main(argv: list[str] | None = None) -> None:
         default=1,
         help="torch intra-op threads (default 1: on a shared machine, multi-threaded ops wait for descheduled threads; 0 keeps torch's default)",
     )
+    parser.add_argument(
+        "--same-process",
+        action="store_true",
+        help="run every report in this process instead of a fresh one each (faster to start; a report's times then depend on the reports before it)",
+    )
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = sorted(set(names) - set(BENCHMARKS))
@@ -72,14 +93,13 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
     if args.store and args.quick:
         parser.error("--quick runs are smoke tests: they are not stored (drop --store)")
-    if args.torch_threads > 0:
-        _set_torch_threads(args.torch_threads)
+    _set_torch_threads(args.torch_threads)  # for machine_info; each report sets its own process's
     machine = machine_info()
     print(f"Machine: {describe_machine(machine)}\n", flush=True)
     reports, stored = [], {}
     for name in names:
         start = time.perf_counter()
-        report = _run_one(name, args.quick)
+        report = _run_one(name, args.quick) if args.same_process else _run_fresh(name, args.quick, args.torch_threads)
         reports.append(report)
         stored[name] = {"machine": machine_info(), "seconds": round(time.perf_counter() - start), **report.as_dict()}
         print(report.markdown(), flush=True)

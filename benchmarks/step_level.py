@@ -381,15 +381,15 @@ def _verl(report: Report, quick: bool) -> None:
         f"verl: compute_advantage on {rows:,} multi-turn rows x {length:,} tokens (n={n}, 2-10 turns)",
         ["estimator", "time", "vs rllm_grpo", "page faults per call", "peak extra memory", "vs (B,T) output"],
     )
+    faults = {name: f"{page_faults_per_call(fn):,.0f}" for name, fn in {**impls, **parts}.items()}  # before the profiler runs
     peaks = {}
     for name, fn in impls.items():
         for key in ("advantages", "returns"):
             data.batch.pop(key, None)
         peaks[name] = peak_extra_memory(fn)[0]
-        cells = [format_time(times[name]), format_ratio(times[name] / times["rllm_grpo"]), f"{page_faults_per_call(fn):,.0f}"]
-        table.add(name, *cells, format_bytes(peaks[name]), format_ratio(peaks[name] / output))
-    for name, fn in parts.items():
-        table.add(name, format_time(times[name]), format_ratio(times[name] / times["rllm_grpo"]), f"{page_faults_per_call(fn):,.0f}", "—", "—")
+    for name in (*impls, *parts):
+        memory = (format_bytes(peaks[name]), format_ratio(peaks[name] / output)) if name in peaks else ("—", "—")
+        table.add(name, format_time(times[name]), format_ratio(times[name] / times["rllm_grpo"]), faults[name], *memory)
     table.notes.append(
         f"(B,T) float32 output: {format_bytes(output)}; turns, turn rewards and anchor states (environment token bytes) are found on every call."
     )
@@ -471,7 +471,7 @@ def _trl(report: Report, quick: bool) -> None:
 def run(quick: bool = False) -> Report:
     report = Report("step_level")
     _core(report, quick)
-    for name, part in (("rllm_gigpo in verl", _verl), ("gigpo in TRL", _trl)):
+    for name, part in (("gigpo in TRL", _trl), ("rllm_gigpo in verl", _verl)):  # verl's measures memory with torch's profiler: last
         try:
             part(report, quick)
         except ImportError as error:

@@ -194,11 +194,13 @@ def run(quick: bool = False) -> Report:
     )
     table.notes.append("peak extra memory: torch profiler (CPU allocations and frees, replayed in order) + tracemalloc (numpy).")
     table.notes.append("retained: still allocated after the call (the outputs: verl's estimators return one tensor as both advantages and returns).")
+    timed = []  # every shape timed before any is profiled: torch's profiler changes how later fresh memory is backed
     for rows, length, n in shapes:
         data = make_dataproto(rows, length, n)
-        label = f"{rows:,} x {length:,} ({n})"
         impls = {name: fn for name, fn in _implementations(data, available).items() if fn is not None}
-        times = measure_interleaved(impls, rounds, budget, min_runs)
+        timed.append((rows, length, n, data, impls, measure_interleaved(impls, rounds, budget, min_runs)))
+    for rows, length, n, data, impls, times in timed:
+        label = f"{rows:,} x {length:,} ({n})"
         memory = {name: _memory(data, fn) for name, fn in impls.items() if not name.startswith("rllm_") or name in OURS}
         output = format_bytes(rows * length * 4)
         for name in (FLOOR, FLOOR_SUM, FLOOR_LENGTHS, *outcome_names(), *VERLS):

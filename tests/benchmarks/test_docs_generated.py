@@ -73,12 +73,12 @@ def test_check_exits_with_status_1_when_a_target_is_missed(monkeypatch, capsys, 
         report.targets.append(Target.check("fake vs its floor", value, 1.3))
         return report
 
-    monkeypatch.setitem(run.BENCHMARKS, "fake", fake)
+    monkeypatch.setitem(run.BENCHMARKS, "fake", fake)  # seen by this process only
     if status is None:
-        run.main(["--only", "fake", "--check", "--torch-threads", "0"])
+        run.main(["--only", "fake", "--check", "--torch-threads", "0", "--same-process"])
         return
     with pytest.raises(SystemExit) as exit_:
-        run.main(["--only", "fake", "--check", "--torch-threads", "0"])
+        run.main(["--only", "fake", "--check", "--torch-threads", "0", "--same-process"])
     assert exit_.value.code == status
     assert "fake vs its floor: 1.4x (target ≤ 1.3x) — MISSED" in capsys.readouterr().err
 
