@@ -1,13 +1,13 @@
-"""docs/benchmarks.md's tables and verdicts, generated from the stored results: ``python -m benchmarks.docs [--check]``.
+"""The docs' benchmark tables and verdicts, generated from the stored results: ``python -m benchmarks.docs [--check]``.
 
 ``make bench`` (``python -m benchmarks.run --store benchmarks/results.json``) stores each report it runs, with the
-machine, versions and date it ran on, in :data:`RESULTS`, and rewrites the generated regions of :data:`DOCS`:
+machine, versions and date it ran on, in :data:`RESULTS`, and rewrites the generated regions of each of :data:`PAGES`:
 
 - ``<!-- benchmarks.docs: targets -->`` … ``<!-- /benchmarks.docs -->``: every stored target, its value, bound and
-  verdict (derived here from the value and the bound, not copied);
+  verdict (derived here from the value and the bound, not copied); ``targets NAME``: those of report NAME only;
 - ``<!-- benchmarks.docs: report NAME -->`` … ``<!-- /benchmarks.docs -->``: where and when report NAME ran, and its tables.
 
-Everything outside those regions is written by hand. ``--check`` exits with status 1 when the page differs from what
+Everything outside those regions is written by hand. ``--check`` exits with status 1 when a page differs from what
 the stored results give (an edited table, results stored without regenerating).
 """
 
@@ -23,11 +23,12 @@ from typing import Any
 from .report import VERDICTS, follows
 from .timing import Table, describe_machine
 
-__all__ = ["DOCS", "RESULTS", "load", "render", "store", "verdict", "write"]
+__all__ = ["DOCS", "PAGES", "RESULTS", "load", "render", "store", "verdict", "write"]
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results.json"
 DOCS = ROOT / "docs" / "benchmarks.md"
+PAGES = (DOCS, ROOT / "docs" / "turn_level.md")  # every page with generated regions
 REGION = re.compile(r"(<!-- benchmarks\.docs: (?P<what>[^>]*?) -->\n)(?P<body>.*?)(<!-- /benchmarks\.docs -->)", re.DOTALL)
 TARGET_COLUMNS = ("benchmark", "target", "measured", "value", "bound", "verdict")
 
@@ -55,9 +56,12 @@ def _bound(target: dict[str, Any]) -> str:
     return "—" if target.get("bound") is None else f"{'≤' if target['at_most'] else '≥'} {target['bound']:.6g}"
 
 
-def _targets(results: dict[str, Any]) -> str:
+def _targets(results: dict[str, Any], only: str | None = None) -> str:
+    """Every stored target (``only``: those of that report) as a table, its verdict derived from its value and bound."""
     table = Table("Targets", TARGET_COLUMNS)
     for name, report in results["reports"].items():
+        if only is not None and name != only:
+            continue
         for t in report["targets"]:
             value = "—" if t.get("value") is None else f"{t['value']:.6g}"
             table.add(name, t["name"], t["measured"], value, _bound(t), verdict(t))
@@ -81,19 +85,23 @@ def render(text: str, results: dict[str, Any]) -> str:
 
     def body(match: re.Match[str]) -> str:
         what = match["what"].strip()
-        if what == "targets":
-            generated = _targets(results)
-        elif what.startswith("report "):
-            generated = _report(what.split(" ", 1)[1].strip(), results)
+        kind, _, name = what.partition(" ")
+        if kind == "targets":
+            generated = _targets(results, name.strip() or None)
+        elif kind == "report" and name.strip():
+            generated = _report(name.strip(), results)
         else:
-            raise ValueError(f"{DOCS.name}: unknown generated region {what!r} (known: 'targets', 'report NAME')")
+            raise ValueError(f"unknown generated region {what!r} (known: 'targets', 'targets NAME', 'report NAME')")
         return f"{match[1]}\n{generated}\n{match[4]}"
 
     return REGION.sub(body, text)
 
 
-def write(results: Path = RESULTS, docs: Path = DOCS) -> None:
-    docs.write_text(render(docs.read_text(encoding="utf-8"), load(results)), encoding="utf-8")
+def write(results: Path = RESULTS, pages: tuple[Path, ...] = PAGES) -> None:
+    """Rewrite the generated regions of ``pages`` from the results stored at ``results``."""
+    stored = load(results)
+    for page in pages:
+        page.write_text(render(page.read_text(encoding="utf-8"), stored), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -103,8 +111,9 @@ def main(argv: list[str] | None = None) -> None:
     if not args.check:
         write()
         return
-    if DOCS.read_text(encoding="utf-8") != render(DOCS.read_text(encoding="utf-8"), load()):
-        print(f"{DOCS} differs from {RESULTS}: run `python -m benchmarks.docs`", file=sys.stderr)
+    stale = [page for page in PAGES if page.read_text(encoding="utf-8") != render(page.read_text(encoding="utf-8"), load())]
+    if stale:
+        print(f"{', '.join(map(str, stale))} differ from {RESULTS}: run `python -m benchmarks.docs`", file=sys.stderr)
         sys.exit(1)
 
 

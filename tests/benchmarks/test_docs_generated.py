@@ -29,8 +29,24 @@ def _targets_rows() -> list[list[str]]:
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
 
 
-def test_the_page_is_what_the_stored_results_give():
-    assert docs.render(PAGE, RESULTS) == PAGE, "docs/benchmarks.md differs from benchmarks/results.json: run `python -m benchmarks.docs`"
+@pytest.mark.parametrize("page", docs.PAGES, ids=lambda page: page.name)
+def test_the_page_is_what_the_stored_results_give(page):
+    text = page.read_text(encoding="utf-8")
+    assert "<!-- benchmarks.docs: " in text, f"{page.name} is in benchmarks.docs.PAGES but has no generated region"
+    assert docs.render(text, RESULTS) == text, f"{page.name} differs from benchmarks/results.json: run `python -m benchmarks.docs`"
+
+
+def test_a_targets_region_of_one_report_holds_that_reports_targets_only():
+    results = {
+        "reports": {
+            name: {"targets": [{"name": f"{name} target", "measured": "1x", "goal": "≤ 2x", "met": True, "value": 1.0, "bound": 2.0, "at_most": True}]}
+            for name in ("core", "step_level")
+        }
+    }
+    text = docs.render("<!-- benchmarks.docs: targets step_level -->\n<!-- /benchmarks.docs -->", results)
+    assert "| step_level | step_level target | 1x | 1 | ≤ 2 | met |" in text and "core target" not in text
+    with pytest.raises(ValueError, match="unknown generated region 'report'"):
+        docs.render("<!-- benchmarks.docs: report -->\n<!-- /benchmarks.docs -->", results)
 
 
 def test_every_benchmark_has_a_region_and_every_stored_report_is_one_of_them():
