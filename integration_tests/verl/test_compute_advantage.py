@@ -128,6 +128,15 @@ def test_bad_input_is_a_value_error_naming_the_problem(kwargs, message):
         get_adv_estimator_fn("rllm_grpo")(**call)
 
 
+@pytest.mark.parametrize("name", ["rllm_turn_grpo", "rllm_step_reinforce"])
+def test_a_step_level_estimator_refuses_an_all_zero_mask_as_the_outcome_level_does(name):
+    call = {"token_level_rewards": torch.ones(2, 2), "index": np.array(["a", "a"], dtype=object), "config": None}
+    with pytest.raises(ValueError, match=f"'{name}': response_mask is all zero over 2 rows; every advantage would be masked out"):
+        get_adv_estimator_fn(name)(response_mask=torch.zeros(2, 2, dtype=torch.int64), **call)
+    advantages, _ = get_adv_estimator_fn(name)(response_mask=torch.tensor([[1, 0], [0, 0]]), **call)  # one row with a token is enough
+    assert advantages[1].abs().sum() == 0
+
+
 def test_opo_without_lengths_is_never_reached_because_the_mask_gives_them():
     advantages, _ = get_adv_estimator_fn("rllm_opo")(
         token_level_rewards=torch.tensor([[0.0, 1.0], [0.0, 0.0]]), response_mask=torch.tensor([[1, 1], [1, 0]]), index=np.array(["p", "p"], dtype=object)

@@ -34,12 +34,11 @@ from rllm_verl.compute.multi_objective import reward_key_options, reward_table
 from rllm_verl.compute.order import scan_order
 from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
 from rllm_verl.compute.steps import Episodes, StepSources, compute_rllm_step_advantage, step_sources
-from rllm_verl.compute.tokens import mask_lengths, reward_sums, rows_with_tokens, write_advantages
+from rllm_verl.compute.tokens import check_has_tokens, mask_lengths, reward_sums, rows_with_tokens, write_advantages
 from rllm_verl.context import algorithm_value, current_keys, current_non_tensor_batch, current_tensor, verl_arguments
 
 __all__ = [
     "ESTIMATOR_KWARGS_KEY",
-    "check_has_tokens",
     "check_inputs",
     "check_representable",
     "compute_rllm_advantage",
@@ -198,12 +197,6 @@ def check_inputs(where: str, token_level_rewards: Any, response_mask: Any, index
         raise ValueError(f"{where}: index (uid) has {len(index)} entries for {token_level_rewards.shape[0]} rows")
 
 
-def check_has_tokens(where: str, has_tokens: np.ndarray) -> None:
-    """Raise ``ValueError`` when no row has a model token (``has_tokens`` (B,) bool, :func:`~rllm_verl.compute.tokens.rows_with_tokens`)."""
-    if has_tokens.size > 0 and not has_tokens.any():
-        raise ValueError(f"{where}: response_mask is all zero over {has_tokens.size} rows; every advantage would be masked out")
-
-
 def compute_rllm_advantage(
     name: str,
     token_level_rewards: torch.Tensor,
@@ -243,8 +236,6 @@ def compute_rllm_advantage(
             "(one score per row and key) cannot apply; remove gdpo_reward_keys or choose an outcome-level rllm_* estimator"
         )
     with torch.no_grad():
-        has_tokens = rows_with_tokens(response_mask)
-        check_has_tokens(where, has_tokens)
         try:
             order, offsets = group_rows(index)
         except ValueError as error:  # a NaN uid
@@ -265,6 +256,8 @@ def compute_rllm_advantage(
             if needs.values and values is None:  # the critic's (B, T), as verl's gae takes them
                 values = current_tensor(index, "values")
             return compute_rllm_step_advantage(name, call, where, token_level_rewards, response_mask, index, episodes, config, dtype, sources, values)
+        has_tokens = rows_with_tokens(response_mask)  # the step level knows its rows' turns instead
+        check_has_tokens(where, has_tokens)
         if keyed is None:  # step level reads the rewards per turn instead
             scores = reward_sums(token_level_rewards)
             if not np.isfinite(scores).all():

@@ -36,6 +36,7 @@ from rllm_plugins.steps.diagnostics import turn_metrics
 from rllm_plugins.steps.turns import PROMPT_ANCHOR, Turns, coded_states, find_turns, spread_to_tokens, turn_anchor_codes, turn_rewards
 from rllm_verl.compute.order import rollout_order
 from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
+from rllm_verl.compute.tokens import check_has_tokens
 from rllm_verl.context import REWARD_KEYS_ENV, V1_BATCH_ENV, add_turn_metrics, algorithm_value, current_keys, fetch_rows
 
 __all__ = ["ANCHOR_STATES_KEY", "Episodes", "StepSources", "compute_rllm_step_advantage", "resolve_gamma", "step_sources"]
@@ -216,6 +217,7 @@ def compute_rllm_step_advantage(
     """
     mask = _numpy(response_mask)
     turns = find_turns(mask)
+    check_has_tokens(where, turns.per_row > 0)
     step_rewards = turn_rewards(_numpy(token_level_rewards), turns)
     if not np.isfinite(step_rewards).all():
         j = int(np.flatnonzero(~np.isfinite(step_rewards))[0])

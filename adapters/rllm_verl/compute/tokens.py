@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["empty_output", "mask_lengths", "reward_sums", "rows_with_tokens", "write_advantages"]
+__all__ = ["check_has_tokens", "empty_output", "mask_lengths", "reward_sums", "rows_with_tokens", "write_advantages"]
 
 _HALF = (torch.float16, torch.bfloat16)
 _BLOCK_BYTES = 1 << 20  # output rows written per block: 1 MiB (the mask block cast in stays cached; fewer calls than 256 KiB: measured faster)
@@ -54,6 +54,12 @@ def rows_with_tokens(response_mask: torch.Tensor) -> np.ndarray:
         return _nonzero_rows(response_mask)
     has[rest] = _nonzero_rows(response_mask.index_select(0, torch.from_numpy(rest).to(response_mask.device)))
     return has
+
+
+def check_has_tokens(where: str, has_tokens: np.ndarray) -> None:
+    """Raise ``ValueError`` when no row has a model token (``has_tokens`` (B,) bool, :func:`rows_with_tokens`)."""
+    if has_tokens.size > 0 and not has_tokens.any():
+        raise ValueError(f"{where}: response_mask is all zero over {has_tokens.size} rows; every advantage would be masked out")
 
 
 def _nonzero_rows(x: torch.Tensor) -> np.ndarray:

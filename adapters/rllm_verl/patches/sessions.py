@@ -51,9 +51,9 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any, keys:
     from rllm_plugins.run import Call, Wording, run_outcome
     from rllm_verl.compute.multi_objective import reward_key_options, reward_table
     from rllm_verl.compute.order import scan_order
-    from rllm_verl.compute.outcome import check_has_tokens, check_inputs, check_representable, estimator_options, group_rows, model_rows, output_dtype
+    from rllm_verl.compute.outcome import check_inputs, check_representable, estimator_options, group_rows, model_rows, output_dtype
     from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
-    from rllm_verl.compute.tokens import mask_lengths, rows_with_tokens, write_advantages
+    from rllm_verl.compute.tokens import check_has_tokens, mask_lengths, rows_with_tokens, write_advantages
 
     where = f"advantage estimator 'rllm_{name}' (sessions of compute_advantage_for_multi_trajectories)"
     rewards, mask, uids = data.batch["token_level_rewards"], data.batch["response_mask"], data.non_tensor_batch["uid"]
