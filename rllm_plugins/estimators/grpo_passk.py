@@ -30,7 +30,7 @@ def _best_gaps(values: np.ndarray, layout: GroupLayout) -> tuple[np.ndarray, np.
         rest[winner] = -np.inf
         second = layout.max(rest)
     gap = np.subtract(best, second, out=np.zeros(best.size), where=layout.sizes > 1)  # empty groups: no -inf - -inf
-    gap += 0.0  # a zero gap is +0.0 (best 0.0 or -0.0 and second the other zero)
+    gap += 0.0  # a tie's gap is +0.0, whichever zero numpy's min/max keep for 0.0 against -0.0 (-0.0 - 0.0 would be -0.0)
     return gap, winner
 
 
