@@ -17,7 +17,7 @@ from functools import cached_property
 
 import numpy as np
 
-__all__ = ["GroupLayout", "check_offsets", "offsets_from_sizes", "row_maxima"]
+__all__ = ["GroupLayout", "check_offsets", "offsets_from_sizes", "row_maxima", "row_top_two"]
 
 
 def offsets_from_sizes(sizes: np.ndarray | list[int]) -> np.ndarray:
@@ -55,6 +55,37 @@ def row_maxima(rows: np.ndarray) -> np.ndarray:
     for j in range(1, rows.shape[1]):
         np.maximum(out, rows[:, j], out=out)
     return out
+
+
+def row_top_two(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The two largest values of each row of float ``rows`` ``(G, k)``, ``k >= 1``, and where the largest is: ``(best, second, column)``, each ``(G,)``.
+
+    ``best`` is :func:`row_maxima`'s, bit for bit; ``second`` is the largest value once the first maximum is
+    removed (``best`` again when the maximum is tied, -inf for rows of one; a tie of 0.0 and -0.0 may give
+    either zero); ``column`` (integers) is the first column holding ``best``. NaN propagates to ``best`` and ``second``.
+    Short rows are scanned column by column (a few in-place ufuncs over ``G`` values each, no ``(G, k)`` temporary).
+    """
+    num_rows, k = rows.shape
+    if k > _SHORT_ROW:
+        column = rows.argmax(axis=1)
+        rest = rows.copy()
+        rest[np.arange(num_rows), column] = -np.inf
+        return rows.max(axis=1), rest.max(axis=1), column
+    best = rows[:, 0].copy()
+    second = np.full(num_rows, -np.inf, dtype=rows.dtype)
+    column = np.zeros(num_rows, dtype=np.int8)  # k <= 64
+    value = np.empty(num_rows, dtype=rows.dtype)
+    lower = np.empty(num_rows, dtype=rows.dtype)
+    raised_at = np.empty(num_rows, dtype=np.int8)
+    for j in range(1, k):
+        np.copyto(value, rows[:, j])  # one strided read; the four uses below read contiguous memory
+        np.minimum(best, value, out=lower)  # the smaller of the two is a candidate for second
+        np.maximum(second, lower, out=second)
+        np.greater(value, best, out=raised_at.view(np.bool_))  # strictly: a tie keeps the earlier column
+        np.multiply(raised_at, np.int8(j), out=raised_at)
+        np.maximum(column, raised_at, out=column)  # j exceeds every earlier column
+        np.maximum(best, value, out=best)  # row_maxima's steps, in its order
+    return best, second, column
 
 
 def _checked_ends(offsets: np.ndarray | list[int], num_values: int) -> np.ndarray:
@@ -102,11 +133,8 @@ class GroupLayout:
         if sizes.size and sizes.min() < 0:
             _refuse_decreasing(sizes)
         uniform = None
-        if sizes.size and sizes[0] > 0 and num_values == sizes[0] * sizes.size:
-            # equal total and positive first size: uniform iff every boundary is a multiple
-            k = int(sizes[0])
-            if np.array_equal(offsets, np.arange(0, num_values + 1, k, dtype=np.int64)):
-                uniform = k
+        if sizes.size and sizes[0] > 0 and num_values == sizes[0] * sizes.size and (sizes == sizes[0]).all():
+            uniform = int(sizes[0])
         return cls(offsets=offsets, sizes=sizes, uniform_size=uniform)
 
     @property
@@ -161,10 +189,11 @@ class GroupLayout:
         averaged on values scaled by its largest magnitude.
         """
         sizes = np.maximum(self.sizes, 1)
-        with np.errstate(over="ignore", invalid="ignore"):  # an overflowed sum is handled below
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflowed sum is handled below; the check's sum may overflow too
             mean = self.sum(values) / sizes
-            mean += self.sum(values - self.expand(mean)) / sizes
-        if not (math.isfinite(float(mean.sum())) or np.isfinite(mean).all()):  # one sum in the common case
+            mean += self.sum(self._minus(values, mean)) / sizes
+            finite = math.isfinite(float(mean.sum())) or np.isfinite(mean).all()  # one sum in the common case
+        if not finite:
             return self._rescaled_mean(values, mean, sizes)
         return mean
 
@@ -194,7 +223,7 @@ class GroupLayout:
             mean = self.mean(values)
         dof = self.sizes - ddof
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            centred = values - self.expand(mean)
+            centred = self._minus(values, mean)
             var = self.sum_of_squares(centred) / dof
             std = np.sqrt(var)
             overflowed = np.isinf(std)
@@ -205,6 +234,12 @@ class GroupLayout:
                 rescaled = scale * np.sqrt(self.sum(scaled * scaled) / dof)
                 std = np.where(overflowed, rescaled, std)
         return np.where(dof > 0, std, np.nan)
+
+    def _minus(self, values: np.ndarray, per_group: np.ndarray) -> np.ndarray:
+        """``values - self.expand(per_group)`` ``(N,)``; equal-size groups broadcast over the rows instead (no ``(N,)`` copy of ``per_group``)."""
+        if self.uniform_size is not None:
+            return (values.reshape(-1, self.uniform_size) - per_group[:, None]).reshape(-1)
+        return values - self.expand(per_group)
 
     def expand(self, per_group: np.ndarray) -> np.ndarray:
         """Broadcast a per-group ``(G,)`` array to the values ``(N,)`` (a read-only view for a single group)."""

@@ -15,7 +15,6 @@ while a typo never trains with a default:
 
 from __future__ import annotations
 
-import difflib
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -61,6 +60,8 @@ def split_trainer_fields(node: Mapping[Any, Any], known: Iterable[str], where: s
             f"{where}: unknown key(s) {verl_keys}: these are verl's `algorithm` section, not rLLM's algorithm node. "
             f"Pass rLLM's node (cfg.rllm.algorithm) or the whole config; AlgorithmConfig reads: {', '.join(sorted(known))}"
         )
+    import difflib  # only for unknown keys: not paid by `import rllm_plugins`
+
     estimator_keys = tuple(estimator_keys)
     for key in unknown:
         others = [candidate for candidate in estimator_keys if candidate != key]  # a key is never its own near miss

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+
+def _new_uid() -> str:
+    import uuid  # on the first Trajectory made without a uid: not paid by `import rllm_plugins`
+
+    return str(uuid.uuid4())
 
 
 @dataclass
@@ -41,7 +46,7 @@ class Trajectory:
     steps: list[Step] = field(default_factory=list)
     reward: float | None = None
     name: str = "default_traj_name"
-    uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    uid: str = field(default_factory=_new_uid)
     metadata: dict[str, Any] | None = None
 
 

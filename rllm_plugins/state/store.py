@@ -29,7 +29,6 @@ exists) is passed to stateful estimators that name it, so they can key their sta
 from __future__ import annotations
 
 import copy
-import json
 import os
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
@@ -208,10 +207,14 @@ class EstimatorState:
         self._states, self._options, self._accepted, self._source, self._unchecked = states, kept, accepted, source, unchecked
 
     def to_json(self) -> str:
+        import json  # only here and in from_json: not paid by `import rllm_plugins`
+
         return json.dumps({"format": STATE_FORMAT, "estimators": self._states, "options": self._options})
 
     @classmethod
     def from_json(cls, text: str) -> EstimatorState:
+        import json
+
         out = cls()
         out.load_state_dict(json.loads(text))
         return out

@@ -12,11 +12,14 @@ clusters), each ``O(len(a) * len(b))`` at worst.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from difflib import SequenceMatcher
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .anchors import TokenIds
+
+if TYPE_CHECKING:
+    from difflib import SequenceMatcher
 
 __all__ = ["similar_anchor_ids"]
 
@@ -53,6 +56,8 @@ def similar_anchor_ids(
     """
     if anchors.size == 0:
         return anchors.copy()
+    from difflib import SequenceMatcher  # only with anchor_similarity: not paid by `import rllm_plugins`
+
     ids, first = np.unique(anchors, return_index=True)  # first step of each anchor id
     order = np.argsort(first, kind="stable")  # anchor ids in order of first appearance
     cluster_of = np.empty(int(ids.max()) + 1, dtype=np.int64)

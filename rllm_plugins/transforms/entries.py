@@ -8,7 +8,6 @@ option values a transform refuses raise ``ValueError`` naming the entry, before 
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +70,8 @@ def resolve_transforms(entries: Any, where: str, *, trial: bool = True) -> tuple
     if entries is None:
         return ()
     if isinstance(entries, str):
+        import json  # only for entries given as text: not paid by `import rllm_plugins`
+
         try:
             entries = json.loads(entries) if entries.strip().startswith("[") else [entries]
         except json.JSONDecodeError as e:

@@ -87,3 +87,12 @@ def test_grpo_passk_on_an_empty_group_warns_nothing_and_credits_only_the_best_el
     std = exact_std([1.0, 0.0, 2.0], 0)
     assert advantages[0].tolist() == []
     np.testing.assert_allclose(advantages[1], [0.0, 0.0, (2.0 - 1.0) / (std + 1e-6)], rtol=1e-15)
+
+
+def test_groups_whose_sums_overflow_both_ways_warn_nothing():
+    """Their first means are +inf and -inf: the check that sends them to the rescaled mean adds the two."""
+    layout = GroupLayout.from_offsets([0, 3, 6], 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mean = layout.mean(np.array([1.7e308, 1.7e308, -1.7e308, 1.7e308, -1.7e308, -1.7e308]))
+    assert mean.tolist() == [exact_mean([1.7e308, 1.7e308, -1.7e308]), exact_mean([1.7e308, -1.7e308, -1.7e308])]
