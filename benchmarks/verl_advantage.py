@@ -28,7 +28,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from .report import Report, Target, script_main
-from .timing import Table, format_bytes, format_ratio, format_time, measure_interleaved
+from .timing import Table, format_bytes, format_ratio, format_time, measure_interleaved, page_faults_per_call
 
 __all__ = ["make_dataproto", "peak_extra_memory", "run"]
 
@@ -41,7 +41,7 @@ TARGET_VS_VECTORIZED = 1.1
 TARGET_VS_LOOPED = 10.0
 TARGET_VS_FLOOR_SUM = 1.3
 COLUMNS = ("rows x tokens (n)", "estimator", "time", "vs floor", "vs floor + reward sum", "vs grpo_vectorized", "peak extra memory", "retained")
-COLUMNS += ("(B,T) float32 output",)
+COLUMNS += ("(B,T) float32 output", "page faults per call")
 
 
 def make_dataproto(rows: int, length: int, n: int, seed: int = 0) -> Any:
@@ -194,23 +194,29 @@ def run(quick: bool = False) -> Report:
     )
     table.notes.append("peak extra memory: torch profiler (CPU allocations and frees, replayed in order) + tracemalloc (numpy).")
     table.notes.append("retained: still allocated after the call (the outputs: verl's estimators return one tensor as both advantages and returns).")
+    table.notes.append(
+        "page faults per call: pages a call first touches (fresh memory from the kernel), counted after the timings and before the "
+        "profiler runs; how many a row pays depends on the allocator's history in this process, which is why every report runs in a fresh one."
+    )
     timed = []  # every shape timed before any is profiled: torch's profiler changes how later fresh memory is backed
     for rows, length, n in shapes:
         data = make_dataproto(rows, length, n)
         impls = {name: fn for name, fn in _implementations(data, available).items() if fn is not None}
-        timed.append((rows, length, n, data, impls, measure_interleaved(impls, rounds, budget, min_runs)))
-    for rows, length, n, data, impls, times in timed:
+        times = measure_interleaved(impls, rounds, budget, min_runs)
+        faults = {name: page_faults_per_call(fn, 1 if quick else 3) for name, fn in impls.items()}
+        timed.append((rows, length, n, data, impls, times, faults))
+    for rows, length, n, data, impls, times, faults in timed:
         label = f"{rows:,} x {length:,} ({n})"
         memory = {name: _memory(data, fn) for name, fn in impls.items() if not name.startswith("rllm_") or name in OURS}
         output = format_bytes(rows * length * 4)
         for name in (FLOOR, FLOOR_SUM, FLOOR_LENGTHS, *outcome_names(), *VERLS):
             if name not in impls:
-                table.add(label, name, "not available", "—", "—", "—", "—", "—", output)
+                table.add(label, name, "not available", "—", "—", "—", "—", "—", output, "—")
                 continue
             seconds = times[name]
             peak, retained = (format_bytes(m) for m in memory[name]) if name in memory else ("—", "—")
             ratios = (format_ratio(seconds / times[base]) for base in (FLOOR, FLOOR_SUM, "grpo_vectorized"))
-            table.add(label, name, format_time(seconds), *ratios, peak, retained, output)
+            table.add(label, name, format_time(seconds), *ratios, peak, retained, output, f"{faults[name]:,.0f}")
             report.point("verl", name, rows, seconds)
         if available:
             report.targets += _targets(label, times, largest=rows == max(r for r, _, _ in shapes), quick=quick)
