@@ -3,7 +3,7 @@
 Each benchmark runs in a fresh process (:func:`_run_fresh`; ``--same-process``: all in this one). A benchmark whose
 framework is not installed (verl, TRL's adapter) reports "not available" instead of failing. ``--store FILE`` merges
 the reports of this run into FILE (each with its machine, versions and date; reports not run stay as they were) and
-regenerates docs/benchmarks.md from it (:mod:`benchmarks.docs`); ``make bench`` stores into
+regenerates the docs' generated regions from it (:data:`benchmarks.docs.PAGES`); ``make bench`` stores into
 :data:`benchmarks.docs.RESULTS`. ``--check`` exits with status 1 when a target of this run is missed.
 """
 
@@ -58,9 +58,9 @@ def _set_torch_threads(threads: int) -> None:
 def _run_fresh(name: str, quick: bool, threads: int) -> Report:
     """``name``'s report, run in a fresh process: no report's allocator, page or profiler state reaches another's timings.
 
-    Whether a large array is fresh memory (a page fault per page first touched) depends on what the process allocated
-    and freed before, and torch's profiler (the verl reports' peak memory) changes how the kernel backs later fresh
-    mappings: in one process, a report's times would depend on the reports before it.
+    How many page faults a large fresh array costs depends on what the process allocated and freed before, and on this
+    machine it changed once torch's profiler (the verl reports' peak memory) had run: in one process, a report's times
+    would depend on the reports before it.
     """
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=context, initializer=_set_torch_threads, initargs=(threads,)) as pool:
