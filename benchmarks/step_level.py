@@ -394,8 +394,9 @@ def _verl(report: Report, quick: bool) -> None:
         f"(B,T) float32 output: {format_bytes(output)}; turns, turn rewards and anchor states (environment token bytes) are found on every call."
     )
     table.notes.append(
-        f"{PARTS_PREFIX}: the numpy functions every step-level estimator calls on the (B, T) tensors of these rows, each timed alone "
-        f"(rllm_plugins.steps.turns); '{ALL_PARTS}' is the least the step level does in numpy before any estimator or check runs. "
+        f"{PARTS_PREFIX}: the numpy functions the step level calls on the (B, T) tensors of these rows, each timed alone "
+        f"(rllm_plugins.steps.turns; the anchor codes for rllm_gigpo only); '{ALL_PARTS}' is the least rllm_gigpo does in numpy "
+        "before its estimator or any check runs. "
         "rllm_grpo reads the mask and writes its output in one torch cast per block; finding the turns is a separate read of the "
         "mask that numpy cannot fuse with the write."
     )

@@ -198,7 +198,7 @@ def run(quick: bool = False) -> Report:
         "page faults per call: pages a call first touches (fresh memory from the kernel), counted after the timings and before the "
         "profiler runs; how many a row pays depends on the allocator's history in this process, which is why every report runs in a fresh one."
     )
-    timed = []  # every shape timed before any is profiled: torch's profiler changes how later fresh memory is backed
+    timed = []  # every shape timed before any is profiled: on this machine, fresh memory faulted differently once torch's profiler had run
     for rows, length, n in shapes:
         data = make_dataproto(rows, length, n)
         impls = {name: fn for name, fn in _implementations(data, available).items() if fn is not None}
