@@ -106,3 +106,17 @@ def test_render_rewrites_only_the_generated_regions():
         docs.render(text, results)
         == "hand\n<!-- benchmarks.docs: report verl -->\n\nMeasured on X, 2 logical cores, Python 3, numpy 2, d (1 s).\n\n<!-- /benchmarks.docs -->\nhand too\n"
     )
+
+
+def test_each_report_runs_in_a_fresh_process(monkeypatch):
+    """docs/benchmarks.md: "Each report runs in a fresh process": one registered only in this process is unknown there."""
+
+    def fake(quick: bool) -> Report:
+        return Report("fake")
+
+    monkeypatch.setitem(run.BENCHMARKS, "fake", fake)
+    assert run._run_one("fake", True).name == "fake"
+    with pytest.raises(KeyError, match="fake"):
+        run._run_fresh("fake", True, 1)
+    assert run._run_fresh("startup", True, 1).name == "startup"
+    assert "Each report runs in a fresh process" in PAGE

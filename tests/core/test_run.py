@@ -137,6 +137,23 @@ def test_live_rows_cut_values_lengths_and_task_ids_and_drop_an_emptied_group():
     assert commit is not None
 
 
+@pytest.mark.parametrize(
+    ("offsets", "seen_offsets"),
+    [([0, 2, 4, 6], [0, 2, 4, 6]), ([0, 2, 2, 6], [0, 2, 6])],  # every row live: an empty group is still dropped, nothing else changes
+)
+def test_every_row_live_gives_the_estimator_the_rows_as_they_are(offsets, seen_offsets):
+    recorder = Recorder()
+    call = Call(stateful(recorder), {"norm_adv_by_std_in_grpo": True}, "recording")
+    values = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    advantages, _ = run_outcome(
+        call, values, np.array(offsets), wording=WORDING, role="r", live=np.ones(6, dtype=bool), task_ids=np.array(list("abcdef"), dtype=object)
+    )
+    seen = recorder.calls[0]
+    assert seen["values"].tolist() == values.tolist() and seen["offsets"].tolist() == seen_offsets
+    assert seen["task_ids"].tolist() == list("abcdef")
+    assert advantages.tolist() == (values - 1.0).tolist()  # the estimator's (value - 1), every row
+
+
 def test_a_state_is_read_from_its_owner_and_committed_only_by_the_commit():
     owner = EstimatorState()
     recorder = Recorder()
