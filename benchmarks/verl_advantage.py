@@ -37,10 +37,11 @@ VERLS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "reinforce_plus_p
 FLOOR = "floor: (B,1)x(B,T) multiply"
 FLOOR_SUM = "floor + reward sum: sum(-1), then the multiply"
 FLOOR_LENGTHS = "floor + reward sum + mask sum (estimators taking lengths)"
+LEAST = "least: reward sum, then the output written in blocks (rllm_*'s write)"
 TARGET_VS_VECTORIZED = 1.1
 TARGET_VS_LOOPED = 10.0
 TARGET_VS_FLOOR_SUM = 1.3
-COLUMNS = ("rows x tokens (n)", "estimator", "time", "vs floor", "vs floor + reward sum", "vs grpo_vectorized", "peak extra memory", "retained")
+COLUMNS = ("rows x tokens (n)", "estimator", "time", "vs floor", "vs floor + reward sum", "vs the least", "vs grpo_vectorized", "peak extra memory", "retained")
 COLUMNS += ("(B,T) float32 output", "page faults per call")
 
 
@@ -131,7 +132,12 @@ def _implementations(data: Any, available: bool) -> dict[str, Callable[[], objec
     def floor_sum() -> None:
         kept["advantages"] = torch.mul(rewards.sum(-1).unsqueeze(-1), mask, out=output())
 
-    impls: dict[str, Callable[[], object] | None] = {FLOOR: floor, FLOOR_SUM: floor_sum, FLOOR_LENGTHS: floor_lengths}
+    def least() -> None:
+        from rllm_verl.compute.tokens import reward_sums, write_advantages
+
+        kept["advantages"] = write_advantages(reward_sums(rewards), mask, torch.float32)
+
+    impls: dict[str, Callable[[], object] | None] = {FLOOR: floor, FLOOR_SUM: floor_sum, FLOOR_LENGTHS: floor_lengths, LEAST: least if available else None}
     for name in (*outcome_names(), *VERLS):
         usable = available or not name.startswith("rllm_")
         impls[name] = partial(compute_advantage, data, adv_estimator=name, norm_adv_by_std_in_grpo=True, config=config) if usable else None
@@ -187,7 +193,15 @@ def run(quick: bool = False) -> Report:
         "and allocate it in numpy's memory as the rllm_* path does on the CPU (huge pages advised): every floor and rllm_* row pays "
         "the same for fresh memory; verl's own estimators allocate theirs in torch's (a page fault per 4 KiB when freshly mapped)."
     )
-    table.notes.append("floor + reward sum: what any outcome estimator must do at least (read the token rewards once, write the output once).")
+    table.notes.append(
+        "floor + reward sum: verl's last op after the reward sum, every outcome target's reference. With an int64 mask, torch casts "
+        "the whole mask into a float32 temporary before it multiplies: one (B,T) write and read more than the least."
+    )
+    table.notes.append(
+        f"{LEAST}: the token rewards summed and the output written as the rllm_* path writes it (each block of rows of the mask "
+        "cast into the output, then scaled in cache): the least an outcome estimator does in torch on the CPU. What an rllm_* row "
+        "adds to it ('vs the least') is its (B,) work (the uids grouped, the estimator, the checks) and verl's call."
+    )
     table.notes.append(
         "floor + reward sum + mask sum: the least an estimator taking `lengths` (opo, minus_length_weighted_mean) must do; "
         "its target is against this row (an int64 mask read costs more than the float32 output write)."
@@ -209,13 +223,13 @@ def run(quick: bool = False) -> Report:
         label = f"{rows:,} x {length:,} ({n})"
         memory = {name: _memory(data, fn) for name, fn in impls.items() if not name.startswith("rllm_") or name in OURS}
         output = format_bytes(rows * length * 4)
-        for name in (FLOOR, FLOOR_SUM, FLOOR_LENGTHS, *outcome_names(), *VERLS):
+        for name in (FLOOR, FLOOR_SUM, FLOOR_LENGTHS, LEAST, *outcome_names(), *VERLS):
             if name not in impls:
-                table.add(label, name, "not available", "—", "—", "—", "—", "—", output, "—")
+                table.add(label, name, "not available", "—", "—", "—", "—", "—", "—", output, "—")
                 continue
             seconds = times[name]
             peak, retained = (format_bytes(m) for m in memory[name]) if name in memory else ("—", "—")
-            ratios = (format_ratio(seconds / times[base]) for base in (FLOOR, FLOOR_SUM, "grpo_vectorized"))
+            ratios = (format_ratio(seconds / times[base]) if base in times else "—" for base in (FLOOR, FLOOR_SUM, LEAST, "grpo_vectorized"))
             table.add(label, name, format_time(seconds), *ratios, peak, retained, output, f"{faults[name]:,.0f}")
             report.point("verl", name, rows, seconds)
         if available:
