@@ -147,3 +147,20 @@ def test_row_top_two_against_a_plain_loop_over_rows(k: int) -> None:
             first = row.index(max(row))
             assert column[r] == first
             assert second[r] == (max(row[:first] + row[first + 1 :]) if k > 1 else -math.inf)
+
+
+@pytest.mark.parametrize("sizes", [[3, 4, 2], [4, 4, 4], [70, 70], [1, 5, 0, 3]])
+def test_a_group_holding_nan_gets_nan_at_one_of_its_rows_and_leaves_the_others_as_they_are(sizes: list[int]) -> None:
+    """Called directly (the run refuses NaN rewards first): ragged, equal short and equal long groups alike give NaN in the
+    NaN group only, never an index error, and every other group its NaN-free numbers."""
+    rng = np.random.default_rng(sum(sizes))
+    values = rng.standard_normal(sum(sizes))
+    offsets = offsets_from_sizes(np.array(sizes))
+    nan_group = 1
+    lo, hi = int(offsets[nan_group]), int(offsets[nan_group + 1])
+    clean = grpo_passk(values, offsets)
+    values[lo + (hi - lo) // 2] = np.nan
+    got = grpo_passk(values, offsets)
+    assert np.isnan(got[lo:hi]).sum() == 1
+    others = np.r_[0:lo, hi : values.size]
+    assert np.array_equal(got[others], clean[others])
