@@ -12,6 +12,7 @@ from typing import Any
 
 from .config import AlgorithmConfig
 from .discovery import manager
+from .discovery.unresolved import conflict_message, unavailable_because, unknown_message
 from .spec import AdvEstimatorSpec, BatchedEstimator, Estimator, ListEstimator, normalize_name, validate_name
 
 __all__ = [
@@ -90,33 +91,11 @@ def get_estimator(name: Any) -> Estimator:
         return estimator
     state = manager.plugin_state()
     if key in state.conflicts:
-        providers = state.conflicts[key]
-        listing = "; ".join(str(p) for p in providers)
-        names = ",".join(p.plugin for p in providers)
-        raise EstimatorConflictError(
-            f"estimator {key!r} is offered by {len(providers)} installed plugins: {listing}. "
-            f"Uninstall one, or disable one with {manager.DISABLE_ENV}=<entry-point name> (one of: {names})."
-        )
+        raise EstimatorConflictError(conflict_message("estimator", key, state.conflicts[key]))
     estimator = state.estimators.get(key)
     if estimator is not None:
         return estimator
     raise UnknownEstimatorError(_unknown_message(name, key))
-
-
-def unavailable_because(key: str) -> str | None:
-    """Why the name ``key`` may resolve to nothing because of a plugin that did not load, or None if all loaded.
-
-    The plugin whose entry-point name is ``key`` (the usual convention) is named alone; otherwise
-    every plugin that failed to load or is disabled is listed, since any of them may offer ``key``.
-    """
-    unavailable = [r for r in manager.plugin_state().records if r.why_unavailable() is not None]
-    namesake = next((r for r in unavailable if r.name == key), None)
-    if namesake is not None:
-        fix = "Fix or uninstall it" if namesake.status == "error" else f"Remove {key!r} from {manager.DISABLE_ENV} to use it"
-        return f"{namesake.why_unavailable()}. {fix} (`rllm-plugins plugins` shows every plugin's status)."
-    if not unavailable:
-        return None
-    return "Plugins that did not load, which may offer it: " + "; ".join(str(r.why_unavailable()) for r in unavailable) + "."
 
 
 def _unknown_message(name: Any, key: str) -> str:
@@ -126,32 +105,18 @@ def _unknown_message(name: Any, key: str) -> str:
             "rLLMAdvantageEstimator.OTHER stands for 'some other estimator' and cannot be computed; "
             f"set the name of a registered estimator instead. Available: {', '.join(names)}"
         )
-    because = unavailable_because(key)
-    namesake = next((r for r in manager.plugin_state().records if r.name == key), None)
-    if because is not None and namesake is not None and namesake.why_unavailable() is not None:
-        return f"estimator {name!r} is not available: {because}"
-    import difflib  # only on this error path
-
-    from .discovery.mistakes import misplaced_entry_points
-
-    misplaced = misplaced_entry_points(manager.ENTRY_POINT_GROUP)
-    misplaced_namesake = next((m for m in misplaced if m.name == key), None)
-    if misplaced_namesake is not None:
-        return f"estimator {name!r} is not available: {misplaced_namesake}."
-    if misplaced:
-        listing = "; ".join(map(str, misplaced))
-        because = f"{because} " if because else ""
-        because += f"Entry points in a misspelt group, never loaded, which may offer it: {listing}."
-    # a plugin that did not load may be the cause: then only a near-typo is worth suggesting
-    close = difflib.get_close_matches(key, names, n=1, cutoff=0.85 if because else 0.6)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
+    hint = ""
     if key.startswith("rllm_") and key.removeprefix("rllm_") in names:  # verl's spelling of one of ours
         hint = f" The 'rllm_' prefix is verl's spelling (algorithm.adv_estimator=rllm_<name>); here the name is {key.removeprefix('rllm_')!r}."
-    if namesake is not None and namesake.estimators:  # the plugin of that entry-point name loaded: name what it offers
-        hint = f" {namesake.provider} is installed and offers: {', '.join(namesake.estimators)}.{hint}"
-    return (
-        f"Unknown advantage estimator {name!r}.{f' {because}' if because else ''}{hint} Available: {', '.join(names)}. "
-        "Register a custom one with @register_rllm_adv_estimator or install an estimator plugin."
+    return unknown_message(
+        name,
+        key,
+        kind="estimator",
+        unknown="Unknown advantage estimator",
+        names=names,
+        offered=lambda record: record.estimators,
+        register="Register a custom one with @register_rllm_adv_estimator or install an estimator plugin.",
+        hint=hint,
     )
 
 

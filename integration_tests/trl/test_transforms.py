@@ -93,7 +93,7 @@ def test_step_level_advantages_are_transformed_per_turn(make_trainer):
 def test_bad_entries_fail_when_the_config_is_built(make_config, tmp_path):
     from rllm_trl import RLLMGRPOConfig
 
-    with pytest.raises(ValueError, match=re.escape("RLLMGRPOConfig.advantage_transforms[0]: unknown advantage transform 'clipp'. Did you mean 'clip'?")):
+    with pytest.raises(ValueError, match=re.escape("RLLMGRPOConfig.advantage_transforms[0]: Unknown advantage transform 'clipp'. Did you mean 'clip'?")):
         make_config(tmp_path, RLLMGRPOConfig, advantage_transforms=["clipp"])
     message = "advantage transform 'scale' (rllm-plugins (built-in)) has no option(s) ['pos']; its options: positive, negative"
     with pytest.raises(ValueError, match=re.escape(message)):

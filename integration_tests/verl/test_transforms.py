@@ -137,7 +137,7 @@ def test_kl_shaping_reads_verls_old_and_reference_log_probs():
 def test_an_unknown_name_or_option_in_the_algorithm_section_is_a_value_error_naming_the_key():
     with pytest.raises(ValueError, match=r"algorithm.rllm_advantage_transforms\[0\]: advantage transform 'clip' .* has no option\(s\) \['top'\]"):
         ray_trainer.compute_advantage(batch(REWARDS, LENGTHS, UIDS), "grpo", config=algorithm([{"name": "clip", "top": 1.0}]))
-    with pytest.raises(ValueError, match=r"algorithm.rllm_advantage_transforms\[0\]: unknown advantage transform 'sclae'. Did you mean 'scale'\?"):
+    with pytest.raises(ValueError, match=r"algorithm.rllm_advantage_transforms\[0\]: Unknown advantage transform 'sclae'. Did you mean 'scale'\?"):
         ray_trainer.compute_advantage(batch(REWARDS, LENGTHS, UIDS), "grpo", config=algorithm(["sclae"]))
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from ..discovery import manager
+from ..discovery.unresolved import conflict_message, unknown_message
 from ..spec import Provider
 from ..transform_spec import Transform, TransformSpec
 
@@ -91,20 +92,18 @@ def get_transform(name: Any) -> Transform:
         return transform
     state = manager.plugin_state()
     if key in state.transform_conflicts:
-        providers = state.transform_conflicts[key]
-        raise UnknownTransformError(
-            f"advantage transform {key!r} is offered by {len(providers)} installed plugins: {'; '.join(map(str, providers))}. "
-            f"Uninstall one, or disable one with {manager.DISABLE_ENV}=<entry-point name>."
-        )
+        raise UnknownTransformError(conflict_message("advantage transform", key, state.transform_conflicts[key]))
     transform = state.transforms.get(key)
     if transform is not None:
         return transform
-    import difflib  # only on this error path
-
-    names = available_transforms()
-    close = difflib.get_close_matches(key, names, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
     raise UnknownTransformError(
-        f"unknown advantage transform {name!r}.{hint} Available: {', '.join(names)}. "
-        "Register one with @rllm_plugins.register_advantage_transform or install a plugin that offers it."
+        unknown_message(
+            name,
+            key,
+            kind="advantage transform",
+            unknown="Unknown advantage transform",
+            names=available_transforms(),
+            offered=lambda record: record.transforms,
+            register="Register one with @rllm_plugins.register_advantage_transform or install a plugin that offers it.",
+        )
     )

@@ -222,7 +222,7 @@ def test_step_level_estimators_are_transformed_per_step_with_the_turn_index():
 @pytest.mark.parametrize(
     ("entries", "message"),
     [
-        (["clp"], "AlgorithmConfig.advantage_transforms[0]: unknown advantage transform 'clp'. Did you mean 'clip'?"),
+        (["clp"], "AlgorithmConfig.advantage_transforms[0]: Unknown advantage transform 'clp'. Did you mean 'clip'?"),
         (
             [("clip", {"maximum": 1.0})],
             "AlgorithmConfig.advantage_transforms[0]: advantage transform 'clip' (rllm-plugins (built-in)) has no option(s) ['maximum']; its options: min, max",

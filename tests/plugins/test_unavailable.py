@@ -16,6 +16,7 @@ import pytest
 from rllm_plugins.cli import main
 from rllm_plugins.discovery.manager import plugin_state, reset_plugins
 from rllm_plugins.registry import UnknownEstimatorError, get_estimator
+from rllm_plugins.transforms import UnknownTransformError, get_transform
 
 
 def broken_because(site: Path) -> str:
@@ -57,6 +58,21 @@ def test_another_unknown_name_lists_the_plugins_that_did_not_load_and_no_far_fet
         "Available: "
     )
     assert "Did you mean" not in message
+
+
+def test_a_transform_name_says_the_same_of_a_plugin_that_did_not_load(load_plugins, plugin_site):
+    """The transform lookup words a missing name as the estimator lookup does (one function writes both)."""
+    load_plugins(RLLM_PLUGINS_DISABLE="fixture_good")
+    with pytest.raises(UnknownTransformError) as caught:
+        get_transform("fixture_broken")
+    assert str(caught.value) == namesake_message(plugin_site).replace("estimator 'fixture_broken'", "advantage transform 'fixture_broken'", 1)
+    with pytest.raises(UnknownTransformError) as caught:
+        get_transform("no_such_transform")
+    assert str(caught.value).startswith(
+        "Unknown advantage transform 'no_such_transform'. Plugins that did not load, which may offer it: "
+        f"{broken_because(plugin_site)}; plugin 'fixture_good' (distribution rllm-fixture-good 1.2.0) is disabled by RLLM_PLUGINS_DISABLE. "
+        "Available: "
+    )
 
 
 def test_a_near_typo_is_still_suggested_when_a_plugin_did_not_load(load_plugins):

@@ -1,0 +1,80 @@
+"""Why a name resolves to no single estimator or transform: one wording for both lookups.
+
+A name is offered by several installed plugins (:func:`conflict_message`), or by none (:func:`unknown_message`:
+a plugin that did not load or is disabled, an entry point in a misspelt group, a near-typo of an available name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..spec import Provider
+from . import manager
+from .manager import PluginRecord
+
+__all__ = ["conflict_message", "unavailable_because", "unknown_message"]
+
+
+def unavailable_because(key: str) -> str | None:
+    """Why the name ``key`` may resolve to nothing because of a plugin that did not load, or None if all loaded.
+
+    The plugin whose entry-point name is ``key`` (the usual convention) is named alone; otherwise
+    every plugin that failed to load or is disabled is listed, since any of them may offer ``key``.
+    """
+    unavailable = [r for r in manager.plugin_state().records if r.why_unavailable() is not None]
+    namesake = next((r for r in unavailable if r.name == key), None)
+    if namesake is not None:
+        fix = "Fix or uninstall it" if namesake.status == "error" else f"Remove {key!r} from {manager.DISABLE_ENV} to use it"
+        return f"{namesake.why_unavailable()}. {fix} (`rllm-plugins plugins` shows every plugin's status)."
+    if not unavailable:
+        return None
+    return "Plugins that did not load, which may offer it: " + "; ".join(str(r.why_unavailable()) for r in unavailable) + "."
+
+
+def conflict_message(kind: str, key: str, providers: Sequence[Provider]) -> str:
+    """``kind`` (e.g. ``"estimator"``) ``key`` offered by every one of ``providers``, and how to keep one."""
+    names = ",".join(p.plugin for p in providers)
+    return (
+        f"{kind} {key!r} is offered by {len(providers)} installed plugins: {'; '.join(map(str, providers))}. "
+        f"Uninstall one, or disable one with {manager.DISABLE_ENV}=<entry-point name> (one of: {names})."
+    )
+
+
+def unknown_message(
+    name: Any,
+    key: str,
+    *,
+    kind: str,
+    unknown: str,
+    names: Sequence[str],
+    offered: Callable[[PluginRecord], Sequence[str]],
+    register: str,
+    hint: str = "",
+) -> str:
+    """The message for ``name`` (normalised: ``key``), of which no ``kind`` (``"estimator"``) is registered (``names``: those that are).
+
+    ``unknown``: the sentence's opening (``"Unknown advantage estimator"``); ``offered``: what a plugin record offers of
+    this kind; ``register``: how to add one; ``hint``: a better hint than a near-typo, if the caller has one.
+    """
+    because = unavailable_because(key)
+    namesake = next((r for r in manager.plugin_state().records if r.name == key), None)
+    if because is not None and namesake is not None and namesake.why_unavailable() is not None:
+        return f"{kind} {name!r} is not available: {because}"
+    import difflib  # only on this error path
+
+    from .mistakes import misplaced_entry_points
+
+    misplaced = misplaced_entry_points(manager.ENTRY_POINT_GROUP)
+    misplaced_namesake = next((m for m in misplaced if m.name == key), None)
+    if misplaced_namesake is not None:
+        return f"{kind} {name!r} is not available: {misplaced_namesake}."
+    if misplaced:
+        because = f"{because} " if because else ""
+        because += f"Entry points in a misspelt group, never loaded, which may offer it: {'; '.join(map(str, misplaced))}."
+    if not hint:  # a plugin that did not load may be the cause: then only a near-typo is worth suggesting
+        close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.85 if because else 0.6)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+    if namesake is not None and offered(namesake):  # the plugin of that entry-point name loaded: name what it offers
+        hint = f" {namesake.provider} is installed and offers: {', '.join(offered(namesake))}.{hint}"
+    return f"{unknown} {name!r}.{f' {because}' if because else ''}{hint} Available: {', '.join(names)}. {register}"
