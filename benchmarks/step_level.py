@@ -362,13 +362,21 @@ def step_parts(data: Any) -> dict[str, Callable[[], object]]:
         "spread_to_tokens": lambda: spread_to_tokens(per_turn, turns),
     }
 
-    def passes(names: tuple[str, ...]) -> Callable[[], object]:
+    steps: dict[str, Callable[[dict[str, Any]], None]] = {  # each pass on what the passes before it found
+        "find_turns": lambda found: found.update(turns=find_turns(mask)),
+        "turn_rewards": lambda found: found.update(sums=turn_rewards(rewards, found["turns"])),
+        "turn_anchor_codes": lambda found: found.update(codes=turn_anchor_codes(responses, found["turns"])),
+        "spread_to_tokens": lambda found: found["outputs"].append(spread_to_tokens(found["sums"], found["turns"])),
+    }
+    kept: dict[str, object] = {}  # a row's outputs live until its next call has made its own, as data.batch keeps verl's
+
+    def passes(row: str, names: tuple[str, ...]) -> Callable[[], object]:
         def run() -> object:
-            found = find_turns(mask)
-            sums = turn_rewards(rewards, found)
-            if "turn_anchor_codes" in names:
-                turn_anchor_codes(responses, found)
-            return [spread_to_tokens(sums, found) for name in names if name == "spread_to_tokens"]  # every output alive at once
+            found: dict[str, Any] = {"outputs": []}
+            for name in names:
+                steps[name](found)
+            kept[row] = found["outputs"]
+            return found["outputs"]
 
         return run
 
@@ -380,7 +388,7 @@ def step_parts(data: Any) -> dict[str, Callable[[], object]]:
         return output
 
     parts: dict[str, Callable[[], object]] = {f"{PARTS_PREFIX}: {name} ({PART_ROLES[name]})": fn for name, fn in alone.items()}
-    parts.update({passes_row(name): passes(names) for name, names in ESTIMATOR_PASSES.items()})  # estimators with equal passes share a row
+    parts.update({passes_row(name): passes(passes_row(name), names) for name, names in ESTIMATOR_PASSES.items()})  # equal passes: one row
     parts[FLOOR_ROW] = floor
     return parts
 

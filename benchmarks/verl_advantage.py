@@ -59,7 +59,11 @@ def make_dataproto(rows: int, length: int, n: int, seed: int = 0) -> Any:
 
 
 def peak_extra_memory(fn: Callable[[], object]) -> tuple[int, int]:
-    """``(peak, retained)`` bytes allocated by ``fn()`` beyond what existed before it (torch CPU + numpy)."""
+    """``(peak, retained)`` bytes allocated by ``fn()`` beyond what existed before it (torch CPU + numpy).
+
+    torch's profiler gives each op its own net change (``self_cpu_memory_usage``); an op that frees what its children
+    allocated (``mul`` freeing the cast ``_to_copy`` made of an integer mask) has a negative one, counted at its end.
+    """
     tracemalloc.start()
     try:
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
@@ -67,11 +71,11 @@ def peak_extra_memory(fn: Callable[[], object]) -> tuple[int, int]:
         numpy_current, numpy_peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    changes = []
+    changes = []  # an op's own net change: an allocation dated at its start, a free at its end (after the children it frees)
     for event in prof.events():
         delta = event.cpu_memory_usage if event.name == "[memory]" else event.self_cpu_memory_usage
         if delta:
-            changes.append((event.time_range.start, delta))
+            changes.append((event.time_range.start if delta > 0 else event.time_range.end, delta))
     running = peak = 0
     for _, delta in sorted(changes):
         running += delta
@@ -133,10 +137,10 @@ def _implementations(data: Any, available: bool) -> dict[str, Callable[[], objec
         kept["advantages"] = torch.mul(rewards.sum(-1).unsqueeze(-1), mask, out=output())
 
     def least() -> None:
-        from rllm_verl.compute.tokens import reward_sums, write_advantages
-
         kept["advantages"] = write_advantages(reward_sums(rewards), mask, torch.float32)
 
+    if available:
+        from rllm_verl.compute.tokens import reward_sums, write_advantages
     impls: dict[str, Callable[[], object] | None] = {FLOOR: floor, FLOOR_SUM: floor_sum, FLOOR_LENGTHS: floor_lengths, LEAST: least if available else None}
     for name in (*outcome_names(), *VERLS):
         usable = available or not name.startswith("rllm_")
@@ -194,16 +198,18 @@ def run(quick: bool = False) -> Report:
         "the same for fresh memory; verl's own estimators allocate theirs in torch's (a page fault per 4 KiB when freshly mapped)."
     )
     table.notes.append(
-        "floor + reward sum: verl's last op after the reward sum, every outcome target's reference. With an int64 mask, torch casts "
-        "the whole mask into a float32 temporary before it multiplies: one (B,T) write and read more than the least."
+        "floor + reward sum: verl's last op after the reward sum, the reference of every outcome target but those of estimators "
+        "taking lengths (below). With an int64 mask, torch casts the whole mask into a float32 temporary before it multiplies: "
+        "one (B,T) write and read more than the least."
     )
     table.notes.append(
         f"{LEAST}: the token rewards summed and the output written as the rllm_* path writes it (each block of rows of the mask "
         "cast into the output, then scaled in cache): the least an outcome estimator does in torch on the CPU. What an rllm_* row "
         "adds to it ('vs the least') is its (B,) work (the uids grouped, the estimator, the checks) and verl's call."
     )
+    taking_lengths = ", ".join(name for name in outcome_names() if own_floor(name) == FLOOR_LENGTHS) if available else "none measured"
     table.notes.append(
-        "floor + reward sum + mask sum: the least an estimator taking `lengths` (opo, minus_length_weighted_mean) must do; "
+        f"floor + reward sum + mask sum: the least an estimator taking `lengths` ({taking_lengths}) must do; "
         "its target is against this row (an int64 mask read costs more than the float32 output write)."
     )
     table.notes.append("peak extra memory: torch profiler (CPU allocations and frees, replayed in order) + tracemalloc (numpy).")

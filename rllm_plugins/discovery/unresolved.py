@@ -72,8 +72,9 @@ def unknown_message(
     if misplaced:
         because = f"{because} " if because else ""
         because += f"Entry points in a misspelt group, never loaded, which may offer it: {'; '.join(map(str, misplaced))}."
-    if not hint:  # a plugin that did not load may be the cause: then only a near-typo is worth suggesting
-        close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.85 if because else 0.6)
+    if not hint:  # a plugin that failed to load (not one disabled on purpose) may be the cause: then only a near-typo is worth suggesting
+        failed = misplaced or any(r.status == "error" for r in manager.plugin_state().records)
+        close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.85 if failed else 0.6)
         hint = f" Did you mean {close[0]!r}?" if close else ""
     if namesake is not None and offered(namesake):  # the plugin of that entry-point name loaded: name what it offers
         hint = f" {namesake.provider} is installed and offers: {', '.join(offered(namesake))}.{hint}"

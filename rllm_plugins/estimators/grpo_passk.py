@@ -2,7 +2,7 @@
 
 Only the best trajectory of each group is credited: ``A = (r_max - r_second) / (std_g + eps)``
 (population std; ``r_max - r_second`` without normalisation), every other trajectory gets 0.
-Ties go to the first best; a group of one gets 0; a group holding NaN gets NaN at one of its rows (the run refuses NaN rewards).
+Ties go to the first best; a group of one gets 0; a group of two or more holding NaN gets NaN at one of its rows (the run refuses NaN rewards first).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _best_gaps(values: np.ndarray, layout: GroupLayout) -> tuple[np.ndarray, np.
         best = layout.max(values)
         position = np.arange(values.size, dtype=np.float64)
         first_best = -layout.max(np.where(values == layout.expand(best), -position, -np.inf))
-        unordered = np.isnan(best)  # a group holding NaN has no best: its gap (NaN) goes to its first row, as on equal groups
+        unordered = np.isnan(best)  # a group holding NaN has no best: its gap (NaN) goes to its first row
         first_best[unordered] = layout.offsets[:-1][unordered]
         winner = first_best[layout.sizes > 0].astype(np.int64)
         rest = values.copy()

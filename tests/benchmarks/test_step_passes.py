@@ -20,6 +20,7 @@ import rllm_verl.compute.steps as verl_steps
 from omegaconf import OmegaConf
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
+import rllm_plugins.steps.turns as turns_module
 from benchmarks.step_level import ESTIMATOR_PASSES, VERL_STEP_LEVEL, make_multi_turn_dataproto, passes_row, step_parts
 
 PASS_FUNCTIONS = ("find_turns", "turn_rewards", "turn_anchor_codes", "spread_to_tokens")
@@ -46,13 +47,44 @@ def test_each_estimator_makes_the_passes_it_is_held_to(monkeypatch: pytest.Monke
     assert _recorded(monkeypatch, name) == list(ESTIMATOR_PASSES[name])
 
 
-def test_every_step_level_estimator_has_passes_and_its_row_runs_them() -> None:
-    assert set(ESTIMATOR_PASSES) == set(VERL_STEP_LEVEL)
+def plain_spread(mask: np.ndarray, rewards: np.ndarray) -> np.ndarray:
+    """Each model token of a turn holds the turn's reward (its tokens' rewards up to the next turn, from the row's start
+    for the first), written as a loop over the rows and their tokens."""
+    out = np.zeros(mask.shape, dtype=np.float32)
+    for row in range(mask.shape[0]):
+        starts = [t for t in range(mask.shape[1]) if mask[row, t] != 0 and (t == 0 or mask[row, t - 1] == 0)]
+        for k, start in enumerate(starts):
+            stop = starts[k + 1] if k + 1 < len(starts) else mask.shape[1]
+            reward = float(rewards[row, 0 if k == 0 else start : stop].sum(dtype=np.float32))
+            t = start
+            while t < mask.shape[1] and mask[row, t] != 0:
+                out[row, t] = reward
+                t += 1
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATOR_PASSES))
+def test_the_passes_row_of_each_estimator_makes_its_passes_and_writes_its_outputs(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    calls: list[str] = []
+    for function in PASS_FUNCTIONS:
+        original = getattr(turns_module, function)
+
+        def record(*args: Any, _original: Any = original, _function: str = function, **kwargs: Any) -> Any:
+            calls.append(_function)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(turns_module, function, record)
     data = make_multi_turn_dataproto(16, 128, 8)
-    parts = step_parts(data)
-    mask = data.batch["response_mask"].numpy()
-    for name, passes in ESTIMATOR_PASSES.items():
-        outputs = parts[passes_row(name)]()
-        assert isinstance(outputs, list) and len(outputs) == passes.count("spread_to_tokens")  # every output alive at once
-        for output in outputs:  # each spread covers exactly the model tokens
-            assert output.shape == mask.shape and np.array_equal(output != 0, (mask != 0) & (output != 0))
+    row = step_parts(data)[passes_row(name)]
+    calls.clear()  # step_parts finds the turns once for the parts timed alone
+    outputs = row()
+    assert calls == list(ESTIMATOR_PASSES[name])
+    expected = plain_spread(data.batch["response_mask"].numpy(), data.batch["token_level_rewards"].numpy())
+    assert isinstance(outputs, list) and len(outputs) == ESTIMATOR_PASSES[name].count("spread_to_tokens")
+    for output in outputs:
+        np.testing.assert_allclose(output, expected, rtol=1e-6, atol=0)
+        assert np.array_equal(output != 0, expected != 0)
+
+
+def test_every_step_level_estimator_has_its_passes() -> None:
+    assert set(ESTIMATOR_PASSES) == set(VERL_STEP_LEVEL)

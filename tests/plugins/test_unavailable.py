@@ -75,6 +75,17 @@ def test_a_transform_name_says_the_same_of_a_plugin_that_did_not_load(load_plugi
     )
 
 
+def test_plugins_disabled_on_purpose_leave_the_usual_typo_hints(load_plugins):
+    """Only a plugin that failed to load narrows the hints to near-typos: disabling one (as its warning advises) does not."""
+    load_plugins(RLLM_PLUGINS_DISABLE="fixture_broken")
+    with pytest.raises(UnknownTransformError, match=re.escape("Did you mean 'scale'?")):
+        get_transform("sclae")
+    load_plugins()  # fixture_broken fails to load: 'sclae' is no near-typo of 'scale'
+    with pytest.raises(UnknownTransformError) as caught:
+        get_transform("sclae")
+    assert "Did you mean" not in str(caught.value)
+
+
 def test_a_near_typo_is_still_suggested_when_a_plugin_did_not_load(load_plugins):
     load_plugins()
     with pytest.raises(UnknownEstimatorError, match=re.escape("Did you mean 'median_baseline'?")):
