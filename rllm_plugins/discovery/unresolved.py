@@ -13,7 +13,7 @@ from ..spec import Provider
 from . import manager
 from .manager import PluginRecord
 
-__all__ = ["conflict_message", "unavailable_because", "unknown_message"]
+__all__ = ["conflict_message", "failed_to_load", "near_typo_hint", "unavailable_because", "unknown_message"]
 
 
 def unavailable_because(key: str) -> str | None:
@@ -30,6 +30,20 @@ def unavailable_because(key: str) -> str | None:
     if not unavailable:
         return None
     return "Plugins that did not load, which may offer it: " + "; ".join(str(r.why_unavailable()) for r in unavailable) + "."
+
+
+def failed_to_load() -> bool:
+    """Whether a plugin failed to load (one disabled on purpose does not count)."""
+    return any(r.status == "error" for r in manager.plugin_state().records)
+
+
+def near_typo_hint(key: str, names: Sequence[str], narrowed: bool) -> str:
+    """`` Did you mean 'x'?`` for the name of ``names`` closest to ``key``, or ``""``. ``narrowed``: a plugin that failed to load
+    (or an entry point in a misspelt group) may offer ``key``, so only a near-typo is worth suggesting."""
+    import difflib  # only on error paths
+
+    close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.85 if narrowed else 0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 def conflict_message(kind: str, key: str, providers: Sequence[Provider]) -> str:
@@ -61,9 +75,7 @@ def unknown_message(
     namesake = next((r for r in manager.plugin_state().records if r.name == key), None)
     if because is not None and namesake is not None and namesake.why_unavailable() is not None:
         return f"{kind} {name!r} is not available: {because}"
-    import difflib  # only on this error path
-
-    from .mistakes import misplaced_entry_points
+    from .mistakes import misplaced_entry_points  # only on this error path
 
     misplaced = misplaced_entry_points(manager.ENTRY_POINT_GROUP)
     misplaced_namesake = next((m for m in misplaced if m.name == key), None)
@@ -72,10 +84,8 @@ def unknown_message(
     if misplaced:
         because = f"{because} " if because else ""
         because += f"Entry points in a misspelt group, never loaded, which may offer it: {'; '.join(map(str, misplaced))}."
-    if not hint:  # a plugin that failed to load (not one disabled on purpose) may be the cause: then only a near-typo is worth suggesting
-        failed = misplaced or any(r.status == "error" for r in manager.plugin_state().records)
-        close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.85 if failed else 0.6)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+    if not hint:
+        hint = near_typo_hint(key, names, narrowed=bool(misplaced) or failed_to_load())
     if namesake is not None and offered(namesake):  # the plugin of that entry-point name loaded: name what it offers
         hint = f" {namesake.provider} is installed and offers: {', '.join(offered(namesake))}.{hint}"
     return f"{unknown} {name!r}.{f' {because}' if because else ''}{hint} Available: {', '.join(names)}. {register}"

@@ -26,16 +26,22 @@ from benchmarks.step_level import ESTIMATOR_PASSES, VERL_STEP_LEVEL, make_multi_
 PASS_FUNCTIONS = ("find_turns", "turn_rewards", "turn_anchor_codes", "spread_to_tokens")
 
 
-def _recorded(monkeypatch: pytest.MonkeyPatch, name: str) -> list[str]:
+def record_passes(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[str]:
+    """The list every call of a pass function through ``module``'s names is appended to, in order."""
     calls: list[str] = []
     for function in PASS_FUNCTIONS:
-        original = getattr(verl_steps, function)
+        original = getattr(module, function)
 
         def record(*args: Any, _original: Any = original, _function: str = function, **kwargs: Any) -> Any:
             calls.append(_function)
             return _original(*args, **kwargs)
 
-        monkeypatch.setattr(verl_steps, function, record)
+        monkeypatch.setattr(module, function, record)
+    return calls
+
+
+def _recorded(monkeypatch: pytest.MonkeyPatch, name: str) -> list[str]:
+    calls = record_passes(monkeypatch, verl_steps)
     data = make_multi_turn_dataproto(64, 256, 8)
     config = OmegaConf.create({"adv_estimator": name, "norm_adv_by_std_in_grpo": True, "gamma": 0.95, "lam": 1.0})
     compute_advantage(data, adv_estimator=name, config=config)
@@ -65,15 +71,7 @@ def plain_spread(mask: np.ndarray, rewards: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("name", sorted(ESTIMATOR_PASSES))
 def test_the_passes_row_of_each_estimator_makes_its_passes_and_writes_its_outputs(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    calls: list[str] = []
-    for function in PASS_FUNCTIONS:
-        original = getattr(turns_module, function)
-
-        def record(*args: Any, _original: Any = original, _function: str = function, **kwargs: Any) -> Any:
-            calls.append(_function)
-            return _original(*args, **kwargs)
-
-        monkeypatch.setattr(turns_module, function, record)
+    calls = record_passes(monkeypatch, turns_module)
     data = make_multi_turn_dataproto(16, 128, 8)
     row = step_parts(data)[passes_row(name)]
     calls.clear()  # step_parts finds the turns once for the parts timed alone

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rllm_plugins.discovery import manager
-from rllm_plugins.discovery.unresolved import conflict_message
+from rllm_plugins.discovery.unresolved import conflict_message, near_typo_hint
 from rllm_plugins.spec import Provider
 from rllm_plugins.transforms import UnknownTransformError, get_transform
 
@@ -26,3 +26,12 @@ def test_the_transform_lookup_raises_that_wording_for_a_conflict(monkeypatch: py
     with pytest.raises(UnknownTransformError) as caught:
         get_transform("recentre_twice")
     assert str(caught.value) == conflict_message("advantage transform", "recentre_twice", providers)
+
+
+def test_a_typo_hint_is_the_closest_name_and_only_a_near_typo_once_narrowed() -> None:
+    """One rule for the estimator and transform lookups and verl-check: 'sclae' is a typo of 'scale', not a near one."""
+    names = ["clip", "scale", "kl_shaping"]
+    assert near_typo_hint("sclae", names, narrowed=False) == " Did you mean 'scale'?"
+    assert near_typo_hint("sclae", names, narrowed=True) == ""
+    assert near_typo_hint("scalee", names, narrowed=True) == " Did you mean 'scale'?"
+    assert near_typo_hint("entropy", names, narrowed=False) == ""

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import json
 import os
 import sys
@@ -366,6 +365,7 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     from verl.trainer.ppo import core_algos
 
     from rllm_plugins.discovery.mistakes import misplaced_entry_points
+    from rllm_plugins.discovery.unresolved import failed_to_load, near_typo_hint
     from rllm_plugins.estimators import check_group_size
     from rllm_plugins.registry import get_estimator, unavailable_because
     from rllm_verl.compute.outcome import estimator_options
@@ -414,8 +414,7 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
         misplaced = [m for m in misplaced_entry_points() if m.intended in ("rllm_plugins", "verl.plugins")]
         if misplaced:
             because = f"{because or ''} Entry points in a misspelt group, never loaded, which may offer it: {'; '.join(map(str, misplaced))}.".strip()
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85 if because else 0.6)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        hint = near_typo_hint(name, known, narrowed=bool(misplaced) or (name.startswith(VERL_PREFIX) and failed_to_load()))
         message = f"unknown advantage estimator {name!r}.{f' {because}' if because else ''}{hint} verl knows: {', '.join(known)}"
         return VerlCheckReport(False, name, config_name, rllm_names, [message])
     ours = name.startswith(VERL_PREFIX) and core_algos.ADV_ESTIMATOR_REGISTRY[name].__module__.startswith("rllm_verl.")
