@@ -5,7 +5,8 @@ TRL marks the latter with ``tool_mask == 0`` (from its tool loop, or from the ``
 ``rollout_func`` returns). Following :mod:`rllm_plugins.steps.turns`:
 
 - a **turn** is a maximal run of ``completion_mask * tool_mask == 1``; without ``tool_mask`` every
-  completion is one turn;
+  completion is one turn; its length is its number of model tokens (``StepBatch.step_tokens``, a turn's weight where
+  an estimator takes statistics over tokens: ``turn_credit(center="tokens")``);
 - the **anchor state** of turn 0 is the completion's own prompt ids (shared by a group whose
   completions have one prompt; a ``rollout_func`` may return different ``prompt_ids`` within a group),
   of turn k >= 1 the token ids of the tool/environment segment right before it; a ``rollout_func``
@@ -78,7 +79,8 @@ class RowTurns:
     ``codes`` ``(S,)`` int64 the default anchor state of each step (row ``r`` owns ``num_steps[r]`` of them, in row
     order) as an index into ``states``, equal codes exactly for equal states (None when the estimator reads none);
     ``anchor_overrides`` and ``reward_overrides`` the rollout's :data:`ANCHOR_STATES_KEY` and :data:`TURN_REWARDS_KEY`
-    values by row (rows without one are absent).
+    values by row (rows without one are absent); ``step_tokens`` ``(S,)`` int64 the model tokens of each step (0 for a
+    masked or idle row's one step; None when not described), the weight of a step where statistics are over tokens.
     """
 
     num_turns: np.ndarray
@@ -87,6 +89,7 @@ class RowTurns:
     states: tuple[Hashable, ...] = ()
     anchor_overrides: Mapping[int, Any] = field(default_factory=dict)
     reward_overrides: Mapping[int, Any] = field(default_factory=dict)
+    step_tokens: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.num_turns.size)
@@ -130,6 +133,7 @@ class RowTurns:
                 renumbered.append(remap[part.codes])
             codes = np.concatenate(renumbered)
         firsts = np.cumsum([0, *(len(part) for part in parts[:-1])]).tolist()
+        tokens = None if any(part.step_tokens is None for part in parts) else np.concatenate([part.step_tokens for part in parts])
         return RowTurns(
             np.concatenate([part.num_turns for part in parts]),
             np.concatenate([part.has_tokens for part in parts]),
@@ -137,6 +141,7 @@ class RowTurns:
             tuple(index),
             {first + row: value for first, part in zip(firsts, parts, strict=True) for row, value in part.anchor_overrides.items()},
             {first + row: value for first, part in zip(firsts, parts, strict=True) for row, value in part.reward_overrides.items()},
+            tokens,
         )
 
 
@@ -228,7 +233,16 @@ def row_turns(
             anchors[b] = example[ANCHOR_STATES_KEY]
         if example.get(TURN_REWARDS_KEY) is not None:
             rewards[b] = example[TURN_REWARDS_KEY]
-    return RowTurns(num_turns, has_tokens, codes, states, anchors, rewards)
+    return RowTurns(num_turns, has_tokens, codes, states, anchors, rewards, _step_tokens(turns))
+
+
+def _step_tokens(turns: Turns) -> np.ndarray:
+    """``(S,)`` int64 model tokens of each step: a turn's run length; 0 for the one step of a row without turns."""
+    num_turns = turns.per_row
+    step_offsets = offsets_from_sizes(np.maximum(num_turns, 1))
+    tokens = np.zeros(int(step_offsets[-1]), dtype=np.int64)
+    tokens[np.arange(turns.num_turns) + (step_offsets[:-1] - turns.row_offsets[:-1])[turns.row]] = turns.end - turns.start
+    return tokens
 
 
 def _step_codes(completion_ids: np.ndarray, turns: Turns, prompt_codes: np.ndarray, prompts: list[Hashable]) -> tuple[np.ndarray, tuple[Hashable, ...]]:
@@ -369,7 +383,10 @@ def step_advantages(
             anchors = anchor_ids(states, group_index, where, codes=_by_first_appearance(codes, len(rows.states)))
     if needs.lengths and lengths is None:
         raise ValueError(f"{who} reads the completion lengths, and none were given")
-    batch = StepBatch(rewards[scorable], traj_offsets, step_rewards[keep], step_offsets, anchors, states, lengths[scorable] if needs.lengths else None)
+    # each turn's model tokens: its weight where statistics are over tokens (turn_credit's center="tokens")
+    tokens = None if rows.step_tokens is None else rows.step_tokens[keep]
+    kept_lengths = lengths[scorable] if needs.lengths else None
+    batch = StepBatch(rewards[scorable], traj_offsets, step_rewards[keep], step_offsets, anchors, states, kept_lengths, step_tokens=tokens)
     if needs.state and len(roles) != 1:
         raise ValueError(
             f"{who} keeps a state per role, and this batch holds the roles {list(roles)} in one call of the step-level path: "
