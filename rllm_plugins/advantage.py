@@ -351,8 +351,8 @@ def collect_reward_and_advantage_from_trajectory_groups(
     Groups are split by ``group_role``; each role's RL-mode groups go to one call of its
     estimator (``estimator_map[role]``, else ``estimator``). With an outcome-level estimator
     every step of a trajectory gets the trajectory's advantage (broadcast); with a step-level one
-    (:mod:`.step_forms`) every step gets its own, from ``Step.reward`` and the anchor states
-    (:mod:`.step_inputs`). With ``use_precomputed_advantage`` and some step of a group carrying
+    (:mod:`.steps.forms`) every step gets its own, from ``Step.reward`` and the anchor states
+    (:mod:`.steps.inputs`). With ``use_precomputed_advantage`` and some step of a group carrying
     an advantage, that group's per-token advantages are used instead (float -> repeated over
     ``response_ids``, missing or a list of the wrong length -> zeros). ``collect_advantage=False``
     only collects rewards. Trajectories with named rewards (``metadata["rewards"]``) are combined

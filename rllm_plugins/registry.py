@@ -1,7 +1,7 @@
 """Select estimators by name: ``register_rllm_adv_estimator`` and ``get_rllm_adv_estimator``.
 
 Names are looked up in this order: explicit registrations in user code, then the built-ins
-and installed plugins (discovered on first use; see :mod:`.plugins`).
+and installed plugins (discovered on first use; see :mod:`.discovery`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def register_rllm_adv_estimator(
     """Decorator: register a list-form estimator under ``name`` (a str or ``rLLMAdvantageEstimator``).
 
     ``batched`` optionally gives the fast ``(values, offsets) -> advantages`` form the adapters
-    use; ``level="step"`` registers a step-level estimator (:mod:`.step_forms`), ``stateful=True`` one
+    use; ``level="step"`` registers a step-level estimator (:mod:`.steps.forms`), ``stateful=True`` one
     with memory across calls (:mod:`.state`). In user code this
     may override a built-in or plugin name, with a warning naming both; inside a module loaded
     through the ``rllm_plugins`` entry point it registers for that plugin.

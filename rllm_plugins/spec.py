@@ -4,7 +4,7 @@
 both sequences aligned with ``rewards``. Functions written for either rLLM generation,
 ``(rewards, norm_adv_by_std_in_grpo, episilon, **kw)`` or ``(rewards, algorithm_config, **kw)``, fit.
 
-Step-level estimators (``level="step"``) have forms of their own: :mod:`.step_forms`; estimators with
+Step-level estimators (``level="step"``) have forms of their own: :mod:`.steps.forms`; estimators with
 memory (``stateful=True``) take a ``state`` and return it updated: :mod:`.state`.
 
 **Batched form** (used by the adapters): ``batched(values, offsets, **kwargs) -> advantages`` with
@@ -249,7 +249,7 @@ class AdvEstimatorSpec:
     number of trajectories per prompt (TRL's ``num_generations``, verl's ``rollout.n``).
 
     ``level`` is ``"outcome"`` (one advantage per trajectory, broadcast to its steps) or ``"step"``
-    (one advantage per step; the forms of :mod:`.step_forms`); ``needs_anchors`` declares that a
+    (one advantage per step; the forms of :mod:`.steps.forms`); ``needs_anchors`` declares that a
     step-level estimator reads anchor states. ``check_options(options)``, when given, raises
     ``ValueError`` for option values its types cannot express (ranges, choices), wherever options
     are checked.

@@ -2,7 +2,7 @@
 
 - :mod:`.hookspecs` — the one hook, ``rllm_adv_estimators``, and the ``hookimpl`` marker;
 - :mod:`.manager` — the plugin manager, built lazily, knowing where every estimator came from;
-- :mod:`.builtin` — the built-in estimators, registered as the first plugin;
+- :mod:`rllm_plugins.estimators.builtin` — the built-in estimators, registered as the first plugin;
 - :mod:`.mistakes` — entry points that would never take effect (a near-miss group, a missing target).
 
 A plugin in three parts::

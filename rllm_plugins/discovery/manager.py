@@ -6,7 +6,7 @@ our own loop, so that a broken plugin is skipped with a warning naming it (or ra
 plugins offering one name become a conflict that is reported when the name is used.
 
 It is also the one home of the user-code registrations (``@register_rllm_adv_estimator`` outside
-a plugin), which win over built-ins and plugins; :mod:`.registry` is the public face of it all.
+a plugin), which win over built-ins and plugins; :mod:`rllm_plugins.registry` is the public face of it all.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
   file and its resume rules, and :func:`call_stateful` (a call that leaves the kept state unchanged on error);
 - :mod:`.views` — the read-only views an estimator is handed and the per-key updates it returns, so a call costs its batch;
 - :mod:`.schema` — a stateful spec's ``state_schema`` (``MapOf``) and its checks;
-- :mod:`.options` — the options a stateful estimator ran with, as the state file records them (above the registry).
+- the options a stateful estimator ran with, as the state file records them, come from
+  :func:`rllm_plugins.options.state_options` (above the registry).
 """
 
 from .schema import MapOf

@@ -6,7 +6,7 @@ A spec with ``stateful=True`` declares an estimator whose forms take one more ke
 - batched form: ``batched(values, offsets, /, *, state, **kw) -> (advantages (N,), new_state)``;
 - list form: ``fn(rewards, *, state, **kw) -> ((advantages_by_group, returns_by_group), new_state)``;
 
-:class:`~.spec.AdvEstimatorSpec` derives either form from the other.
+:class:`~rllm_plugins.spec.AdvEstimatorSpec` derives either form from the other.
 
 A state is plain data (a mapping with str keys whose values are str, int, float, bool, None,
 lists or such mappings), so that every owner can save it as JSON and compare it. A call costs what
@@ -20,7 +20,7 @@ estimator name and role in an :class:`EstimatorState`: the core's ``AlgorithmCon
 so a call that raises leaves the kept state as it was.
 
 ``state_dict()`` (the state file) records the format, each estimator's states by role and the options
-they were made with (:mod:`.options`); a resume under other options is refused unless accepted.
+they were made with (:func:`rllm_plugins.options.state_options`); a resume under other options is refused unless accepted.
 
 ``task_ids`` (str ``(N,)`` object array, in the estimator's row order, or None where no stable id
 exists) is passed to stateful estimators that name it, so they can key their state by task.

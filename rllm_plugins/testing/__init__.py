@@ -1,6 +1,6 @@
 """Contract checker for advantage estimators: :func:`check_estimator` and :func:`assert_estimator_contract`.
 
-An estimator (a registered name, an :class:`AdvEstimatorSpec` or a plain list-form function) is
+An estimator (a registered name, an :class:`~rllm_plugins.spec.AdvEstimatorSpec` or a plain list-form function) is
 called on synthetic groups built from ``seed`` and checked against every rule in :data:`RULES`.
 A rule that fails is reported with the smallest failing example found by shrinking (fewer
 groups, fewer trajectories, simpler rewards). Plugin authors call it from their own tests::

@@ -3,7 +3,7 @@
 Cases mix groups of one, trajectories of one step, all-equal returns, extreme magnitudes and
 anchor states that repeat across trajectories and across groups. The estimator is called as the
 collector and the adapters call it: anchor states arrive as anchor-group ids
-(:func:`~rllm_plugins.step_forms.anchor_id_lists`), and only when its spec says ``needs_anchors=True``; a value-based
+(:func:`~rllm_plugins.steps.forms.anchor_id_lists`), and only when its spec says ``needs_anchors=True``; a value-based
 estimator (``needs_values=True``) gets a critic's value of every step, ``0.5 * r + 0.25`` of the step's reward ``r``
 (so values move with their steps when a case is permuted or shrunk).
 Each rule returns ``None`` (it holds) or a message; :func:`check_step_rules` runs them all and shrinks
@@ -54,7 +54,7 @@ class StepCase:
         return batch
 
     def inputs(self, *, with_anchors: bool = True, relabel: bool = False, with_values: bool = False) -> dict[str, Any]:
-        """The list form's keyword arguments, as :func:`~rllm_plugins.step_forms.step_batched_form_of` passes them (anchor-group ids)."""
+        """The list form's keyword arguments, as :func:`~rllm_plugins.steps.forms.step_batched_form_of` passes them (anchor-group ids)."""
         batch = self.batch(with_anchors=with_anchors, relabel=relabel, with_values=with_values)
         bounds = zip(self._bounds[:-1], self._bounds[1:], strict=True)
         inputs = {

@@ -60,5 +60,5 @@ def smaller_step_cases(case: StepCase) -> Iterator[StepCase]:
 
 
 def shrink_step_case(judge: Callable[[StepCase], str | None], case: StepCase, message: str) -> tuple[StepCase, str]:
-    """The simplest case found on which ``judge`` still reports a violation (at most :data:`MAX_SHRINK_CALLS` tries), and its message."""
+    """The simplest case found on which ``judge`` still reports a violation (at most :data:`.shrinker.MAX_SHRINK_CALLS` tries), and its message."""
     return greedy_shrink(smaller_step_cases, judge, case, message)
