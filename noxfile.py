@@ -42,7 +42,7 @@ VERL_TESTS = [
     "integration_tests/verl/test_named_verl_parity.py",
     "integration_tests/verl/test_compute_advantage.py",
     "integration_tests/verl/test_step_level.py",  # the step bridge
-    "integration_tests/verl/test_estimator_state.py",  # state save/resume with the trainers' checkpoints
+    "integration_tests/verl/compute/test_estimator_state.py",  # state save/resume with the trainers' checkpoints
 ]
 VERL_V1_TESTS = ["integration_tests/verl/test_v1_multi_trajectories.py"]
 TRL_TESTS = [

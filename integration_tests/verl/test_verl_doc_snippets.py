@@ -46,7 +46,7 @@ SHELL = [argv for lang, block in BLOCKS if lang == "bash" for argv in commands(b
 def test_the_page_has_the_snippets_this_test_knows_how_to_run():
     kinds = {lang for lang, _ in BLOCKS}
     assert kinds <= {"bash", "python", ""}, kinds
-    # verl-rehearse's block is run, and its output compared, by integration_tests/verl/test_rehearse.py
+    # verl-rehearse's block is run, and its output compared, by integration_tests/verl/tools/test_rehearse.py
     known = (["rllm-plugins", "verl-check"], ["rllm-plugins", "verl-rehearse"], ["pip", "install"])
     assert all(argv[:3] == ["python", "-m", "verl.trainer.main_ppo"] or argv[:2] in known or argv[0] == "export" for argv in SHELL)
 

@@ -10,7 +10,7 @@ pytest.importorskip("verl")
 
 from rllm_verl.tools.check import verl_check
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "verl_multi_turn"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "verl_multi_turn"
 AGENT = "actor_rollout_ref.rollout.agent"
 GIGPO = ["algorithm.adv_estimator=rllm_gigpo", "actor_rollout_ref.rollout.multi_turn.enable=true"]
 

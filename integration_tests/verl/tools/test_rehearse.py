@@ -13,7 +13,7 @@ pytest.importorskip("verl")
 
 from rllm_verl.tools.rehearse import main, rehearse
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "verl_multi_turn"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "verl_multi_turn"
 AGENT = "actor_rollout_ref.rollout.agent"
 LAUNCH = ["algorithm.adv_estimator=rllm_gigpo", "algorithm.gamma=0.95", "actor_rollout_ref.rollout.n=4"]
 CORRIDOR = [f"{AGENT}.agent_loop_config_path=agent_loops.yaml", f"{AGENT}.default_agent_loop=corridor"]

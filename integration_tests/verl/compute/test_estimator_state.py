@@ -297,7 +297,7 @@ def test_the_docs_verl_command_checks_ok_and_verl_check_names_the_state_file():
 
     from rllm_verl.tools.check import verl_check
 
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "running_baselines.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "running_baselines.md").read_text()
     command = doc.split("## In verl", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     overrides = [word for word in command.split() if "=" in word]
     assert overrides == ["algorithm.adv_estimator=rllm_rae", "+algorithm.rllm_estimator_kwargs.decay=0.95"]

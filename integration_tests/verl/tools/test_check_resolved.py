@@ -15,7 +15,7 @@ pytest.importorskip("hydra")
 from rllm_verl.tools.check import verl_check
 
 TURN_GAE = ["algorithm.adv_estimator=rllm_turn_gae", "critic.enable=true"]
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "verl_multi_turn"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "verl_multi_turn"
 
 
 def test_a_near_miss_of_rllm_estimator_kwargs_is_refused_with_the_closest_name():

@@ -63,7 +63,7 @@ def test_write_advantages_blocks_cover_every_row_of_a_long_batch() -> None:
 
     from rllm_verl.compute.tokens import _BLOCK_BYTES
 
-    page = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text()
+    page = (Path(__file__).resolve().parents[3] / "docs" / "benchmarks.md").read_text()
     assert f"blocks of rows of {_BLOCK_BYTES >> 20} MiB" in page  # what docs/benchmarks.md says of the blocks
     rows = 2 * _BLOCK_BYTES // (37 * 4) + 5  # two blocks of float32 rows and a partial third
     mask = torch.ones(rows, 37, dtype=torch.int64)

@@ -15,7 +15,7 @@ pytest.importorskip("verl")
 from rllm_verl.tools.rehearse import RehearsalError, main, rehearse
 
 LOOPS = Path(__file__).resolve().parent / "rehearse_loops"
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "verl_agent_loop"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "verl_agent_loop"
 AGENT = "actor_rollout_ref.rollout.agent"
 MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"
 EPS = 1e-6
