@@ -1,38 +1,120 @@
-"""``RLLMGRPOConfig``: TRL's ``GRPOConfig`` plus the rLLM estimator settings, and the checks a trainer runs on its config.
+"""``RLLMGRPOConfig``: TRL's ``GRPOConfig`` plus the rLLM estimator settings, checked and resolved when it is built.
 
-:func:`advantage_settings` reads the advantage fields of any ``GRPOConfig`` (a plain one has no
-``adv_estimator``: its advantages are TRL's own, ``trl_grpo`` following ``scale_rewards``);
-:func:`check_trainer_setup` adds the dataset checks a trainer can run before its first step.
+:func:`advantage_settings` reads the advantage fields of any ``GRPOConfig`` (a plain one has no ``adv_estimator``:
+its advantages are TRL's own, ``trl_grpo`` following ``scale_rewards``) into one frozen :class:`AdvantageSettings`:
+each estimator and transform name resolved once, the options checked. An ``RLLMGRPOConfig`` resolves them in
+``__post_init__`` and keeps them; the trainer takes those (while the advantage fields are unchanged) and adds what
+needs the compute modules or the datasets (the estimators' trial run, the role column:
+:func:`rllm_trl.trainer.check_trainer_setup`). This module imports none of the compute modules.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import datasets
 import numpy as np
 from trl import GRPOConfig
 
 from rllm_plugins.aggregation import check_aggregation
+from rllm_plugins.calling import accepted_keywords
 from rllm_plugins.config import AlgorithmConfig, build_algorithm_config, refuse_per_role_losses
 from rllm_plugins.estimators import check_group_size
 from rllm_plugins.estimators.trl_compat import trl_scaling
 from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.registry import Estimator, available_estimators, get_estimator
-from rllm_plugins.run import takes_keyword
-from rllm_plugins.spec import normalize_name
-from rllm_plugins.trial import trial_run
-from rllm_trl.outcome import role_name
-from rllm_trl.transforms import check_trl_transforms
+from rllm_plugins.spec import AdvEstimatorSpec, normalize_name
+from rllm_plugins.transforms import SelectedTransform, check_available_context, resolve_transforms
+from rllm_plugins.types import TrajectoryGroup
 from rllm_trl.versions import check_config_fields, check_hooks, check_logprobs
 
-__all__ = ["AdvantageSettings", "RLLMGRPOConfig", "advantage_settings", "check_adv_estimator_kwargs", "check_no_per_role_loss", "check_trainer_setup"]
+__all__ = [
+    "AdvantageSettings",
+    "RLLMGRPOConfig",
+    "advantage_settings",
+    "check_adv_estimator_kwargs",
+    "check_no_per_role_loss",
+    "check_trl_transforms",
+    "role_name",
+    "split_chain",
+]
 
 TRL_ESTIMATOR = "trl_grpo"  # the estimator of a plain GRPOConfig: TRL's formula, following scale_rewards
 TRL_SETTINGS = ("scale_rewards",)  # GRPOConfig fields given to the estimators that name them
+# the fields advantage_settings reads: settings kept by a config are reused while these are unchanged
+READ_FIELDS = (
+    "adv_estimator",
+    "adv_estimator_map",
+    "adv_estimator_kwargs",
+    "advantage_transforms",
+    "role_column",
+    "norm_adv_by_std_in_grpo",
+    "scale_rewards",
+    "multi_objective_aggregation",
+    "num_generations",
+    "num_generations_eval",
+    "beta",
+)
+TRANSFORMS_WHERE = "RLLMGRPOConfig.advantage_transforms"
+SEQUENCE_CONTEXT = {"offsets", "rewards", "lengths", "turn_index", "traj_offsets", "role"}  # lengths: on the outcome path
+TOKEN_CONTEXT = {"mask", "logprobs", "ref_logprobs", "role", "sum_over_processes"}
+
+
+def role_name(value: Any, where: str) -> str:
+    """A role value as a role name: its text, which must be non-empty and read back whole from an rLLM group id.
+
+    ``None`` (or NaN, a missing value in a dataset column), ``""`` and names holding ``":"`` (the
+    separator of ``"<task>:<role>"`` group ids) raise ``ValueError`` naming ``where``.
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        raise ValueError(f"{where}: role is {value!r}; every prompt needs a role name (fill in the role column)")
+    name = str(value)
+    if not name:
+        raise ValueError(f"{where}: role is the empty string; every prompt needs a role name (fill in the role column)")
+    read_back = TrajectoryGroup([], group_id=f"0:{name}").group_role
+    if read_back != name:
+        raise ValueError(
+            f"{where}: role {name!r} contains ':', which separates task and role in rLLM group ids ('<task>:<role>'), "
+            f"so it would be read as the role {read_back!r}; rename the role without ':' (e.g. {name.replace(':', '_')!r})"
+        )
+    return name
+
+
+def takes_keyword(spec: AdvEstimatorSpec, keyword: str) -> bool:
+    """Whether the estimator names ``keyword`` as a parameter (of its batched form, else of its list form)."""
+    return keyword in accepted_keywords(spec.batched if spec.batched is not None else spec.fn)[0]  # type: ignore[arg-type]
+
+
+def split_chain(selected: Sequence[SelectedTransform]) -> tuple[tuple[SelectedTransform, ...], tuple[SelectedTransform, ...]]:
+    """``(sequence part, token part)``: the transforms before the first token-level one, and it with the rest."""
+    first = next((i for i, c in enumerate(selected) if c.transform.spec.level == "token"), len(selected))
+    return tuple(selected[:first]), tuple(selected[first:])
+
+
+def check_trl_transforms(entries: Any, beta: float) -> tuple[SelectedTransform, ...]:
+    """Resolve ``advantage_transforms`` at config time; refuse what TRL cannot run (a token-level transform without a reference
+    model, a transform that needs one value per completion after a token-level one)."""
+    selected = resolve_transforms(entries, TRANSFORMS_WHERE)
+    sequence_part, token_part = split_chain(selected)
+    check_available_context(sequence_part, SEQUENCE_CONTEXT, TRANSFORMS_WHERE, "TRL (on the gathered completions or turns)")
+    check_available_context(token_part, TOKEN_CONTEXT, TRANSFORMS_WHERE, "TRL (on this process's rows)")
+    if token_part and not beta:
+        first = token_part[0]
+        raise ValueError(
+            f"{TRANSFORMS_WHERE}: {first.name!r} works on per-token advantages with the reference model's log-probs, and with beta=0.0 "
+            "GRPOTrainer loads no reference model: set beta > 0 (or leave the transform out)"
+        )
+    for choice in token_part[1:]:
+        spec = choice.transform.spec
+        if spec.level == "sequence" and not spec.elementwise:
+            raise ValueError(
+                f"{TRANSFORMS_WHERE}: {choice.name!r} needs one advantage per completion or turn, but it comes after {token_part[0].name!r}, "
+                "whose advantages are per token: put it first"
+            )
+    return selected
 
 
 def check_no_per_role_loss(config: AlgorithmConfig) -> AlgorithmConfig:
@@ -61,11 +143,16 @@ class AdvantageSettings:
     selected: dict[str, Estimator] = field(default_factory=dict, compare=False, repr=False)  # each name above, resolved once
     transforms: tuple[Any, ...] = field(default=(), compare=False)  # advantage_transforms, resolved (rllm_trl.transforms)
 
+    @property
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments of every estimator call: ``estimator_kwargs`` with ``norm_adv_by_std_in_grpo``."""
+        return {**self.estimator_kwargs, "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo}
+
     def describe(self) -> str:
         """One line saying which estimator computes the advantages, from which provider, with which settings."""
 
         def named(name: str) -> str:
-            return f"{name!r} ({self.selected[name].provider if name in self.selected else get_estimator(name).provider})"
+            return f"{name!r} ({self.selected[name].provider})"
 
         roles = "".join(f", role {role!r}: {named(name)}" for role, name in self.estimator_map.items())
         parts = [
@@ -144,11 +231,17 @@ class RLLMGRPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        settings = advantage_settings(self)
+        settings = _resolve(self)
         self.adv_estimator, self.adv_estimator_map, self.adv_estimator_kwargs = settings.estimator, settings.estimator_map, settings.estimator_kwargs
         self.norm_adv_by_std_in_grpo = settings.norm_adv_by_std_in_grpo  # a bool: np.bool_ is accepted, stored as bool
+        keep_settings(self, settings)  # after the fields took their resolved form: the trainer reuses these
         for line in settings.overridden:
             warnings.warn(f"RLLMGRPOConfig: {line}", UserWarning, stacklevel=3)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_rllm_settings", None)  # resolved objects (plugins' functions among them) stay out of pickles and copies
+        return state
 
     def algorithm_config(self) -> AlgorithmConfig:
         """These settings as rLLM's ``AlgorithmConfig`` (for the object path, ``compute_advantages_via_groups``).
@@ -213,7 +306,33 @@ def check_adv_estimator_kwargs(kwargs: Any, estimators: dict[str, Estimator]) ->
     return dict(kwargs)
 
 
+def _fields_key(args: Any) -> str:
+    return repr([getattr(args, name, None) for name in READ_FIELDS])
+
+
+def keep_settings(args: Any, settings: AdvantageSettings) -> None:
+    """Keep ``settings`` on an ``RLLMGRPOConfig`` for :func:`advantage_settings` to hand back while the fields it read are
+    unchanged (not pickled: a checkpoint's ``training_args.bin`` holds the fields only)."""
+    if isinstance(args, RLLMGRPOConfig):
+        object.__setattr__(args, "_rllm_settings", (type(args), _fields_key(args), settings))
+
+
 def advantage_settings(args: Any) -> AdvantageSettings:
+    """The advantage fields of ``args`` (an ``RLLMGRPOConfig`` or any ``GRPOConfig``), checked and resolved: each name once.
+
+    The settings an ``RLLMGRPOConfig`` resolved when it was built (or an earlier call kept) are handed back as long as
+    the fields they were read from are unchanged; otherwise (a field set afterwards, a plain ``GRPOConfig``) they are
+    resolved here and kept. See :func:`_resolve` for the checks.
+    """
+    kept = getattr(args, "_rllm_settings", None)
+    if kept is not None and kept[0] is type(args) and kept[1] == _fields_key(args):
+        return kept[2]
+    settings = _resolve(args)
+    keep_settings(args, settings)
+    return settings
+
+
+def _resolve(args: Any) -> AdvantageSettings:
     """Check and resolve the advantage fields of ``args`` (an ``RLLMGRPOConfig`` or any ``GRPOConfig``).
 
     ``scale_rewards`` other than TRL's default goes to the estimators that name it as a keyword
@@ -270,9 +389,6 @@ def advantage_settings(args: Any) -> AdvantageSettings:
     others = [name for name in selected if name not in followers]
     for name in followers:
         _dry_run(name, selected[name], {**kwargs, "norm_adv_by_std_in_grpo": bool(norm), **trl_settings})
-    for where, name in dict.fromkeys([("adv_estimator", estimator), *((f"adv_estimator_map[{role!r}]", n) for role, n in estimator_map.items())]):
-        # a broken plugin fails here, not at step 1
-        trial_run(name, selected[name], kwargs, norm_adv_by_std_in_grpo=bool(norm), where=f"RLLMGRPOConfig.{where}")
     overridden = []
     if others and scale_rewards != "group" and not (scale_rewards == "none" and not norm):
         hint = " (or norm_adv_by_std_in_grpo=False for unscaled advantages)" if scale_rewards == "none" else ""
@@ -352,55 +468,3 @@ def _dry_run(name: str, estimator: Estimator, options: dict[str, Any]) -> None:
 
 def _estimators(names: list[str]) -> str:
     return f"adv_estimator {names[0]!r}" if len(names) == 1 else f"the estimators {names}"
-
-
-def _named_datasets(train_dataset: Any, eval_dataset: Any) -> Iterator[tuple[str, Any]]:
-    if train_dataset is not None:
-        yield "train_dataset", train_dataset
-    if isinstance(eval_dataset, dict):
-        for key, dataset in eval_dataset.items():
-            yield f"eval_dataset[{key!r}]", dataset
-    elif eval_dataset is not None:
-        yield "eval_dataset", eval_dataset
-
-
-def check_trainer_setup(args: Any, train_dataset: Any = None, eval_dataset: Any = None) -> AdvantageSettings:
-    """:func:`advantage_settings`, plus what would otherwise fail at the first step: ``role_column``
-    missing from a dataset (or dropped by ``remove_unused_columns``) and role values that are no
-    role names (``None``, ``""``, holding ``":"``). Datasets without known columns are checked per batch.
-    """
-    settings = advantage_settings(args)
-    column = settings.role_column
-    if column is None:
-        return settings
-    if getattr(args, "remove_unused_columns", False):
-        raise ValueError(f"remove_unused_columns=True drops role_column={column!r} before the rewards are computed; set remove_unused_columns=False")
-    for where, dataset in _named_datasets(train_dataset, eval_dataset):
-        columns = getattr(dataset, "column_names", None)
-        if columns is None:
-            continue
-        if column not in columns:
-            raise ValueError(
-                f"role_column={column!r} is not a column of {where} (columns: {sorted(columns)}); "
-                "add it, or set role_column to the column naming each prompt's role"
-            )
-        if isinstance(dataset, datasets.Dataset):
-            if not isinstance(dataset.features[column], datasets.Value):
-                raise ValueError(f"role_column={column!r} of {where} holds {dataset.features[column]}; a role is one name per prompt (str)")
-            roles = sorted({role_name(value, f"role_column={column!r} of {where}") for value in dataset.unique(column)})
-            _check_one_role_for_a_step_level_state(settings, where, roles)
-    return settings
-
-
-def _check_one_role_for_a_step_level_state(settings: AdvantageSettings, where: str, roles: list[str]) -> None:
-    """The step-level path computes a batch's roles in one call, and a state is kept per role: a step-level estimator that keeps a
-    state (a composite with a ``rae`` term) takes one role; refuse a dataset of several now rather than at the first step."""
-    from rllm_plugins.needs import needs_of
-
-    if len(roles) < 2 or not settings.step_level:
-        return
-    if needs_of(settings.selected[settings.estimator].spec, settings.estimator_kwargs).state:
-        raise ValueError(
-            f"adv_estimator={settings.estimator!r} keeps a state per role, and role_column={settings.role_column!r} of {where} holds the roles "
-            f"{roles}, which the step-level path computes in one call: drop role_column, or the stateful term"
-        )

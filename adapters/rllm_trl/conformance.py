@@ -32,6 +32,7 @@ from rllm_plugins.testing.matrix.paths import PROMPT
 from rllm_plugins.testing.matrix.samples import MODEL_TOKEN
 from rllm_trl.config import RLLMGRPOConfig, advantage_settings
 from rllm_trl.outcome import compute_advantages, prepare_batch
+from rllm_trl.trainer import check_trainer_setup
 from rllm_trl.transforms import sequence_transforms
 from rllm_trl.turns import TURN_REWARDS_KEY, local_turns, role_parts, row_turns, spread_local, step_advantages
 
@@ -168,8 +169,9 @@ def _turn_padded(call: Call, sample: Sample, _n: int) -> Output:
 
 
 def trl_config_options(name: str, options: Mapping[str, Any]) -> None:
-    """``RLLMGRPOConfig(adv_estimator=name, adv_estimator_kwargs=options)``: its config-time checks."""
-    RLLMGRPOConfig(output_dir="unused", use_cpu=True, bf16=False, adv_estimator=name, adv_estimator_kwargs=dict(options))
+    """``RLLMGRPOConfig(adv_estimator=name, adv_estimator_kwargs=options)``: its config-time checks, and the trial run a
+    trainer adds when it is built (:func:`rllm_trl.trainer.check_trainer_setup`)."""
+    check_trainer_setup(RLLMGRPOConfig(output_dir="unused", use_cpu=True, bf16=False, adv_estimator=name, adv_estimator_kwargs=dict(options)))
 
 
 def paths() -> list[Path]:

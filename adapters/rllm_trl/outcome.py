@@ -27,23 +27,29 @@ from typing import Any
 import numpy as np
 import torch
 
+from rllm_plugins import AlgorithmConfig, Step, Trajectory, collect_reward_and_advantage_from_trajectory_groups
 from rllm_plugins.advantage import compute_role_metrics
 from rllm_plugins.aggregation import check_aggregation, normalize_then_sum
 from rllm_plugins.diagnostics import batch_diagnostics
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.run import Call, Commit, Transforms, Wording, run_outcome
 from rllm_plugins.segments import offsets_from_sizes
+from rllm_plugins.spec import Estimator
 from rllm_plugins.state.store import EstimatorState
 from rllm_plugins.types import TrajectoryGroup
+from rllm_trl.config import check_no_per_role_loss, role_name
 
 __all__ = [
     "DEFAULT_ROLE",
     "RewardBatch",
+    "advantages_from_trajectory_groups",
     "combine_rewards",
     "compute_advantages",
+    "compute_advantages_via_groups",
     "compute_metrics",
     "prepare_batch",
     "role_name",
+    "to_trajectory_groups",
     "unique_names",
 ]
 
@@ -102,26 +108,6 @@ def _float64(tensor: torch.Tensor, order: str = "K") -> np.ndarray:
     if tensor.dtype not in (torch.float32, torch.float64):
         tensor = tensor.to(torch.float64)
     return tensor.numpy().astype(np.float64, order=order, copy=False)
-
-
-def role_name(value: Any, where: str) -> str:
-    """A role value as a role name: its text, which must be non-empty and read back whole from an rLLM group id.
-
-    ``None`` (or NaN, a missing value in a dataset column), ``""`` and names holding ``":"`` (the
-    separator of ``"<task>:<role>"`` group ids) raise ``ValueError`` naming ``where``.
-    """
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        raise ValueError(f"{where}: role is {value!r}; every prompt needs a role name (fill in the role column)")
-    name = str(value)
-    if not name:
-        raise ValueError(f"{where}: role is the empty string; every prompt needs a role name (fill in the role column)")
-    read_back = TrajectoryGroup([], group_id=f"0:{name}").group_role
-    if read_back != name:
-        raise ValueError(
-            f"{where}: role {name!r} contains ':', which separates task and role in rLLM group ids ('<task>:<role>'), "
-            f"so it would be read as the role {read_back!r}; rename the role without ':' (e.g. {name.replace(':', '_')!r})"
-        )
-    return name
 
 
 def _group_roles(roles: Sequence[str] | None, num_rows: int, num_generations: int) -> tuple[tuple[str, ...], np.ndarray]:
@@ -209,6 +195,7 @@ def _estimate_role(
     batch: RewardBatch,
     role: int,
     name: str,
+    estimator: Estimator,
     options: Mapping[str, Any],
     trl_settings: Mapping[str, Any],
     state: EstimatorState | None = None,
@@ -220,7 +207,6 @@ def _estimate_role(
     A stateful estimator starts from ``state`` (nothing when None) and puts its commit into ``commits``; ``transforms``
     run on those rows (``lengths`` the completions').
     """
-    estimator = get_estimator(name)
     G = batch.num_generations  # noqa: N806 - the paper's name
     single_role = len(batch.roles) == 1
     if single_role and batch.scorable.all():  # the common case: every row, groups of G
@@ -261,13 +247,12 @@ def _estimate_role(
 
 
 def _normalize_then_sum_role(
-    batch: RewardBatch, role: int, name: str, options: Mapping[str, Any], transforms: Transforms | None = None
+    batch: RewardBatch, role: int, name: str, estimator: Estimator, options: Mapping[str, Any], transforms: Transforms | None = None
 ) -> tuple[np.ndarray | slice, np.ndarray]:
     """GDPO over role ``role``'s groups with estimator ``name``: (rows, advantages of those rows, 0 where unscorable);
     ``transforms`` run on the scorable ones."""
     if batch.rewards_per_func is None:
         raise ValueError("normalize_then_sum needs the per-function rewards: build the batch with prepare_batch")
-    estimator = get_estimator(name)
     if estimator.spec.stateful:
         raise ValueError(
             f"estimator {name!r} ({estimator.provider}) is stateful (a running baseline over the combined reward); "
@@ -304,6 +289,7 @@ def compute_advantages(
     aggregation: str = "sum_then_normalize",
     state: EstimatorState | None = None,
     transforms: Transforms | None = None,
+    selected: Mapping[str, Estimator] | None = None,
 ) -> np.ndarray:
     """Advantages float64 ``(N,)`` of a :class:`RewardBatch`: 0 on unscorable rows.
 
@@ -315,7 +301,8 @@ def compute_advantages(
     role's estimator succeeded. Stateful estimators (``rae``) continue ``state`` (one per estimator
     and role), updated only when every role succeeded; with ``state=None`` they start from nothing.
     ``transforms`` (``RLLMGRPOConfig.advantage_transforms``' sequence part) run in each role's run on its
-    scorable rows, grouped by prompt; their metrics go into ``transforms.metrics``.
+    scorable rows, grouped by prompt; their metrics go into ``transforms.metrics``. ``selected``: the names already
+    resolved (the trainer's settings, resolved once); a name not in it is looked up.
     """
     gdpo = check_aggregation(aggregation) == "normalize_then_sum"
     options = {**(estimator_kwargs or {}), "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo}
@@ -328,12 +315,13 @@ def compute_advantages(
     if batch.rewards.size == 0:
         return advantages
     commits: list[Commit] = []
-    for role, role_name in enumerate(batch.roles):
-        name = estimator_map.get(role_name, estimator)
+    for role, label in enumerate(batch.roles):
+        name = estimator_map.get(label, estimator)
+        resolved = selected[name] if selected is not None and name in selected else get_estimator(name)
         if gdpo:
-            rows, values = _normalize_then_sum_role(batch, role, name, options, transforms)
+            rows, values = _normalize_then_sum_role(batch, role, name, resolved, options, transforms)
         else:
-            rows, values = _estimate_role(batch, role, name, options, trl_settings, state, commits, transforms)
+            rows, values = _estimate_role(batch, role, name, resolved, options, trl_settings, state, commits, transforms)
         advantages[rows] = values
     for commit in commits:  # every role succeeded
         commit()
@@ -366,3 +354,92 @@ def compute_metrics(batch: RewardBatch, advantages: np.ndarray) -> dict[str, flo
     metrics.update(compute_role_metrics({name: used[row_roles == r] for r, name in enumerate(batch.roles)}, "advantage", with_fraction_zero=True))
     metrics.update(batch_diagnostics(_role_groups(batch)))
     return metrics
+
+
+# ---------------------------------------------------------------- the object path: TrajectoryGroups and back
+#
+# A TRL reward batch as rLLM ``TrajectoryGroup``s and back: the object path.
+#
+# One group per prompt (``G`` contiguous completions), ``group_id = "<g>:<role>"`` (``"<g>"``
+# without a role, so ``group_role == "all_groups"``), one trajectory per *scorable* completion
+# with one step holding its prompt and completion ids; the row index is kept in
+# ``trajectory.metadata["row"]``. Unscorable completions are left out (their advantage is 0).
+# Use it when the object path is needed: ``estimator_map`` per role, precomputed advantages,
+# custom grouping. It agrees with :func:`compute_advantages` to 1e-6 when the reward
+# functions are summed first; ``normalize_then_sum`` is the fast path's alone (a ``ValueError`` here).
+
+
+def to_trajectory_groups(batch: RewardBatch, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]]) -> list[TrajectoryGroup]:
+    """``(N,)`` batch + per-row prompt/completion token ids -> one ``TrajectoryGroup`` per prompt."""
+    num_rows = batch.rewards.size
+    for name, ids in (("prompt_ids", prompt_ids), ("completion_ids", completion_ids)):
+        if len(ids) != num_rows:
+            raise ValueError(f"{name} has {len(ids)} rows for {num_rows} completions")
+    groups = []
+    for g, role in enumerate(batch.roles[r] for r in batch.group_roles.tolist()):
+        trajectories = []
+        for row in range(g * batch.num_generations, (g + 1) * batch.num_generations):
+            if not batch.scorable[row]:
+                continue
+            reward = float(batch.rewards[row])
+            step = Step(prompt_ids=list(prompt_ids[row]), response_ids=list(completion_ids[row]), reward=reward, done=True)
+            trajectories.append(Trajectory(steps=[step], reward=reward, name=f"completion_{row}", metadata={"row": row}))
+        groups.append(TrajectoryGroup(trajectories, group_id=str(g) if role == DEFAULT_ROLE else f"{g}:{role}"))
+    return groups
+
+
+def _scalar_advantage(step: Step, row: int) -> float:
+    """A step's advantage as one number: a float, or a per-token list holding one value (0 when absent)."""
+    advantage = step.advantage
+    if advantage is None:
+        return 0.0
+    if isinstance(advantage, (int, float)):
+        return float(advantage)
+    values = {float(a) for a in advantage}
+    if len(values) > 1:
+        raise ValueError(f"completion {row}: per-token advantages differ across tokens; GRPOTrainer takes one advantage per completion")
+    return values.pop() if values else 0.0
+
+
+def advantages_from_trajectory_groups(groups: Sequence[TrajectoryGroup], num_rows: int) -> np.ndarray:
+    """Advantages float64 ``(num_rows,)`` from groups made by :func:`to_trajectory_groups` (0 for rows absent)."""
+    advantages = np.zeros(num_rows, dtype=np.float64)
+    seen = np.zeros(num_rows, dtype=bool)
+    for group in groups:
+        for traj in group.trajectories:
+            row = (traj.metadata or {}).get("row")
+            if not isinstance(row, int) or not 0 <= row < num_rows:
+                raise ValueError(f"group {group.group_id!r}, trajectory {traj.name!r}: metadata['row'] must be a row index in [0, {num_rows}), got {row!r}")
+            if seen[row]:
+                raise ValueError(f"group {group.group_id!r}: row {row} appears twice")
+            if len(traj.steps) != 1:
+                raise ValueError(f"group {group.group_id!r}, row {row}: a completion is one step, got {len(traj.steps)}")
+            value = _scalar_advantage(traj.steps[0], row)
+            if not math.isfinite(value):
+                raise ValueError(f"group {group.group_id!r}, row {row}: advantage is {value}")
+            advantages[row], seen[row] = value, True
+    return advantages
+
+
+def compute_advantages_via_groups(
+    batch: RewardBatch,
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[int]],
+    algorithm_config: AlgorithmConfig,
+) -> tuple[np.ndarray, dict[str, float]]:
+    """The object path end to end: groups, rLLM collection, advantages ``(N,)`` and the core's metrics.
+
+    A per-role policy loss in ``algorithm_config.loss_fn_map`` raises ``ValueError`` (TRL has one loss), and so does
+    ``multi_objective_aggregation="normalize_then_sum"``: each trajectory carries one combined reward, not each function's.
+    """
+    check_no_per_role_loss(algorithm_config)
+    if algorithm_config.multi_objective_aggregation == "normalize_then_sum":
+        raise ValueError(
+            "compute_advantages_via_groups: multi_objective_aggregation='normalize_then_sum' needs each reward function's reward, "
+            "but the trajectories carry one combined reward per completion (Trajectory.reward), so the result would be "
+            "'sum_then_normalize' numbers; use rllm_trl.compute_advantages(batch, ..., aggregation='normalize_then_sum') "
+            "(what RLLMGRPOTrainer runs), or multi_objective_aggregation='sum_then_normalize' here"
+        )
+    groups = to_trajectory_groups(batch, prompt_ids, completion_ids)
+    metrics = collect_reward_and_advantage_from_trajectory_groups(groups, algorithm_config)
+    return advantages_from_trajectory_groups(groups, batch.rewards.size), metrics

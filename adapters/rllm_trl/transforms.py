@@ -1,6 +1,7 @@
 """Advantage transforms in TRL: ``RLLMGRPOConfig(advantage_transforms=[...])``, after any estimator.
 
-Sequence-level transforms run on the gathered batch, per role, on every process alike, inside the estimator's run
+The chain is resolved and checked with the config (:func:`rllm_trl.config.check_trl_transforms`). Sequence-level
+transforms run on the gathered batch, per role, on every process alike, inside the estimator's run
 (:func:`rllm_plugins.run.run_outcome` and :func:`~rllm_plugins.run.run_steps`, as in the core collector; handed over
 by :func:`sequence_transforms`): on the outcome path one value per completion (unscorable rows stay 0 and out of the
 transforms; ``offsets`` group a role's scorable completions by prompt, ``rewards`` and ``lengths`` are theirs); on the
@@ -23,42 +24,11 @@ from typing import Any
 import numpy as np
 
 from rllm_plugins.run import Transforms
-from rllm_plugins.transforms import SelectedTransform, apply_transforms, check_available_context, resolve_transforms
+from rllm_plugins.transforms import SelectedTransform, apply_transforms
+from rllm_trl.config import TRANSFORMS_WHERE as WHERE
+from rllm_trl.config import split_chain
 
-__all__ = ["check_trl_transforms", "sequence_transforms", "split_chain", "transform_tokens"]
-
-WHERE = "RLLMGRPOConfig.advantage_transforms"
-SEQUENCE_CONTEXT = {"offsets", "rewards", "lengths", "turn_index", "traj_offsets", "role"}  # lengths: on the outcome path
-TOKEN_CONTEXT = {"mask", "logprobs", "ref_logprobs", "role", "sum_over_processes"}
-
-
-def check_trl_transforms(entries: Any, beta: float) -> tuple[SelectedTransform, ...]:
-    """Resolve ``advantage_transforms`` at config time; refuse what TRL cannot run (a token-level transform without a reference
-    model, a transform that needs one value per completion after a token-level one)."""
-    selected = resolve_transforms(entries, WHERE)
-    sequence_part, token_part = split_chain(selected)
-    check_available_context(sequence_part, SEQUENCE_CONTEXT, WHERE, "TRL (on the gathered completions or turns)")
-    check_available_context(token_part, TOKEN_CONTEXT, WHERE, "TRL (on this process's rows)")
-    if token_part and not beta:
-        first = token_part[0]
-        raise ValueError(
-            f"{WHERE}: {first.name!r} works on per-token advantages with the reference model's log-probs, and with beta=0.0 GRPOTrainer "
-            "loads no reference model: set beta > 0 (or leave the transform out)"
-        )
-    for choice in token_part[1:]:
-        spec = choice.transform.spec
-        if spec.level == "sequence" and not spec.elementwise:
-            raise ValueError(
-                f"{WHERE}: {choice.name!r} needs one advantage per completion or turn, but it comes after {token_part[0].name!r}, "
-                "whose advantages are per token: put it first"
-            )
-    return selected
-
-
-def split_chain(selected: Sequence[SelectedTransform]) -> tuple[tuple[SelectedTransform, ...], tuple[SelectedTransform, ...]]:
-    """``(sequence part, token part)``: the transforms before the first token-level one, and it with the rest."""
-    first = next((i for i, c in enumerate(selected) if c.transform.spec.level == "token"), len(selected))
-    return tuple(selected[:first]), tuple(selected[first:])
+__all__ = ["sequence_transforms", "transform_tokens"]
 
 
 def sequence_transforms(

@@ -1,10 +1,12 @@
-"""``RLLMGRPOConfig`` runs the selected estimator once on tiny groups: a broken plugin fails when the config is built, not at step 1."""
+"""The trainer runs the selected estimator once on tiny groups when it is built (:func:`rllm_trl.trainer.check_trainer_setup`): a
+broken plugin fails before the first step, with the error naming the config field. The config itself only checks names and
+options (``rllm_trl.config`` imports no compute module)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from rllm_trl import RLLMGRPOConfig
+from rllm_trl import RLLMGRPOConfig, check_trainer_setup
 
 from rllm_plugins.registry import register_rllm_adv_estimator, unregister_rllm_adv_estimator
 
@@ -24,13 +26,14 @@ def registered():
         unregister_rllm_adv_estimator(name)
 
 
-def test_a_step_style_function_registered_without_level_step_fails_at_config_time_with_the_hint(registered):
+def test_a_step_style_function_registered_without_level_step_fails_when_the_trainer_is_built_with_the_hint(registered, make_trainer):
     def turn_credit(rewards, step_rewards, anchor_states=None, **_):
         return step_rewards, step_rewards
 
     registered("turn_credit", turn_credit)  # level="step" forgotten
+    RLLMGRPOConfig(**BASE, adv_estimator="turn_credit")  # names and options only
     with pytest.raises(ValueError) as error:
-        RLLMGRPOConfig(**BASE, adv_estimator="turn_credit")
+        make_trainer(adv_estimator="turn_credit")
     message = str(error.value)
     assert message.startswith("RLLMGRPOConfig.adv_estimator: estimator 'turn_credit' (")
     assert "failed a trial on two tiny groups: TypeError:" in message and "missing 1 required positional argument: 'step_rewards'" in message
@@ -39,7 +42,7 @@ def test_a_step_style_function_registered_without_level_step_fails_at_config_tim
     )
 
 
-def test_a_plugin_returning_the_wrong_number_of_advantages_fails_at_config_time(registered):
+def test_a_plugin_returning_the_wrong_number_of_advantages_fails_at_trainer_setup(registered):
     def one_short(rewards, **_):
         return [np.asarray(g)[:-1] for g in rewards], rewards
 
@@ -47,10 +50,10 @@ def test_a_plugin_returning_the_wrong_number_of_advantages_fails_at_config_time(
     with pytest.raises(
         ValueError, match=r"RLLMGRPOConfig.adv_estimator: estimator 'one_short' .* failed a trial on two tiny groups: .*returned 1 advantages for group 0 of 2"
     ):
-        RLLMGRPOConfig(**BASE, adv_estimator="one_short")
+        check_trainer_setup(RLLMGRPOConfig(**BASE, adv_estimator="one_short"))
 
 
-def test_a_step_level_plugin_returning_nan_fails_at_config_time(registered):
+def test_a_step_level_plugin_returning_nan_fails_at_trainer_setup(registered):
     def nan_turns(rewards, step_rewards, anchor_states=None, **_):
         out = [[np.full(len(t), np.nan) for t in g] for g in step_rewards]
         return out, out
@@ -59,9 +62,19 @@ def test_a_step_level_plugin_returning_nan_fails_at_config_time(registered):
     with pytest.raises(
         ValueError, match=r"RLLMGRPOConfig.adv_estimator: estimator 'nan_turns' .* failed a trial on two tiny groups: it returned the non-finite advantage nan"
     ):
-        RLLMGRPOConfig(**BASE, adv_estimator="nan_turns")
+        check_trainer_setup(RLLMGRPOConfig(**BASE, adv_estimator="nan_turns"))
 
 
 def test_working_estimators_build_unchanged():
     for name, kwargs in [("grpo", {}), ("gigpo", {"gamma": 0.9}), ("step_reinforce", {}), ("rloo", {})]:
-        assert RLLMGRPOConfig(**BASE, adv_estimator=name, adv_estimator_kwargs=kwargs).adv_estimator == name
+        assert check_trainer_setup(RLLMGRPOConfig(**BASE, adv_estimator=name, adv_estimator_kwargs=kwargs)).estimator == name
+
+
+def test_a_mapped_estimator_is_tried_under_its_field(registered):
+    def one_short(rewards, **_):
+        return [np.asarray(g)[:-1] for g in rewards], rewards
+
+    registered("one_short", one_short)
+    config = RLLMGRPOConfig(**BASE, adv_estimator_map={"judge": "one_short"}, role_column="role")
+    with pytest.raises(ValueError, match=r"RLLMGRPOConfig.adv_estimator_map\['judge'\]: estimator 'one_short' .* failed a trial on two tiny groups"):
+        check_trainer_setup(config)

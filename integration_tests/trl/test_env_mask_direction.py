@@ -176,6 +176,6 @@ def test_the_trainer_warns_once_on_an_inverted_environment_first_mask_and_trains
     ],
 )
 def test_the_two_signals_and_their_combination(masks, ids, logprobs, inverted):
-    from rllm_trl.mask_direction import mask_evidence
+    from rllm_trl.rollouts import mask_evidence
 
     assert mask_evidence(masks, ids, logprobs, end_of_turn=[3]).inverted is inverted

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-LOGGER = "rllm_trl.mixin"
+LOGGER = "rllm_trl.trainer"
 
 
 def info_lines(caplog: pytest.LogCaptureFixture) -> list[str]:

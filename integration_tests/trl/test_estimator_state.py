@@ -11,7 +11,7 @@ import json
 
 import numpy as np
 import pytest
-from rllm_trl.state import STATE_FILE
+from rllm_trl.trainer import STATE_FILE
 
 DECAY = 0.8
 

@@ -430,7 +430,7 @@ def test_outcome_estimators_keep_one_advantage_per_completion_on_multi_turn_rows
 @pytest.mark.parametrize("estimator, kwargs, factor", [("gigpo", {"step_advantage_w": 0.5}, 1.5), ("step_reinforce", {"gamma": 0.5}, 1.0)])
 def test_single_turn_rows_get_one_advantage_each_and_a_note_once(make_trainer, caplog, expected_advantages, estimator, kwargs, factor):
     trainer = make_trainer(adv_estimator=estimator, adv_estimator_kwargs=kwargs)
-    with caplog.at_level(logging.WARNING, logger="rllm_trl.mixin"):
+    with caplog.at_level(logging.WARNING, logger="rllm_trl.trainer"):
         trainer.train()
     notes = [r for r in caplog.records if "carry no tool_mask" in r.getMessage()]
     assert len(notes) == 1

@@ -17,8 +17,9 @@ import pytest
 import torch
 from datasets import Dataset
 from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer, compute_advantages, prepare_batch
-from rllm_trl.tiny import build_tiny_model
 from trl import GRPOConfig, GRPOTrainer
+
+from rllm_plugins.tiny import build_tiny_model
 
 UNSCORABLE = {1, 4, 5, 6, 7}  # row 1: a group mixing scorable and unscorable rows; rows 4-7: a whole group
 

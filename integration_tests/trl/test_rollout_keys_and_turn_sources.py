@@ -22,7 +22,7 @@ from rllm_plugins.tiny import build_tiny_model, build_tiny_tokenizer
 
 from .conftest import tool_path
 
-LOGGER = "rllm_trl.mixin"
+LOGGER = "rllm_trl.trainer"
 
 
 def two_turns(**extra: Callable[[int], Any]) -> Callable[..., dict[str, list[Any]]]:
@@ -281,7 +281,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("page", ["docs/reliability.md", "docs/trl.md", "docs/turn_level.md"])
 def test_every_near_miss_a_page_names_is_refused_and_every_far_key_passes(page):
-    from rllm_trl.rollout_keys import CUTOFF, STEP_LEVEL_KEYS, TRL_KEYS
+    from rllm_trl.rollouts import CUTOFF, STEP_LEVEL_KEYS, TRL_KEYS
 
     row = next(line for line in (ROOT / page).read_text().splitlines() if line.startswith("| TRL: a `rollout_func` key") or "a near miss of one TRL" in line)
     near, _, far = row.partition("far from every read one")

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from datasets import Dataset
 from rllm_trl import RLLMGRPOConfig, RLLMGRPOTrainer
-from rllm_trl.tiny import build_tiny_model
 from trl import GRPOConfig
+
+from rllm_plugins.tiny import build_tiny_model
 
 PROMPTS = ["1+1=", "2+3=", "the cat", "a b c"]
 

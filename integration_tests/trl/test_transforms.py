@@ -110,8 +110,7 @@ def test_codapo_is_refused_at_config_time_naming_what_trl_lacks(make_config, tmp
 def test_the_object_path_with_the_configs_algorithm_config_agrees_with_the_trainers_path(make_config, tmp_path):
     import torch
     from rllm_trl import RLLMGRPOConfig
-    from rllm_trl.groups import compute_advantages_via_groups
-    from rllm_trl.outcome import compute_advantages, prepare_batch
+    from rllm_trl.outcome import compute_advantages, compute_advantages_via_groups, prepare_batch
     from rllm_trl.transforms import sequence_transforms
 
     config = make_config(tmp_path, RLLMGRPOConfig, adv_estimator="rloo", advantage_transforms=[{"name": "clip", "min": -0.3}, ["scale", {"positive": 2.0}]])

@@ -216,7 +216,7 @@ def test_each_tool_path_builds_where_the_versions_have_it_and_is_refused_by_name
 
 
 def test_the_multi_turn_path_is_read_from_the_attributes_trl_sets(tool_tokenizer, tmp_path):
-    from rllm_trl.turn_sources import multi_turn_path
+    from rllm_trl.turns import multi_turn_path
 
     args = RLLMGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, num_generations=4, per_device_train_batch_size=4, report_to="none")
     trainer = RLLMGRPOTrainer(
