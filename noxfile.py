@@ -41,10 +41,10 @@ VERL_TESTS = [
     "integration_tests/verl/test_ray_actor.py",  # a Ray actor (where the TaskRunner computes) sees the names
     "integration_tests/verl/test_named_verl_parity.py",
     "integration_tests/verl/test_compute_advantage.py",
-    "integration_tests/verl/test_step_level.py",  # the step bridge
+    "integration_tests/verl/compute/test_step_level.py",  # the step bridge
     "integration_tests/verl/compute/test_estimator_state.py",  # state save/resume with the trainers' checkpoints
 ]
-VERL_V1_TESTS = ["integration_tests/verl/test_v1_multi_trajectories.py"]
+VERL_V1_TESTS = ["integration_tests/verl/patches/test_sessions.py"]
 TRL_TESTS = [
     "integration_tests/trl/test_versions.py",  # every version guard, a training step, the tool paths, state save/resume
     "integration_tests/trl/test_training.py",  # a real GRPOTrainer step with a tiny local model

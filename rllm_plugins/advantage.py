@@ -23,11 +23,12 @@ from .calling import as_finite_real, describe
 from .config import PER_STEP_DEPRECATION, AlgorithmConfig
 from .options import check_estimator_kwargs, spec_options
 from .registry import get_estimator
-from .run import Call, Commit, Transforms, Wording, run_outcome, run_steps
+from .run import Call, Commit, Wording, run_outcome, run_steps
 from .segments import GroupLayout, offsets_from_sizes
 from .spec import flatten_groups, normalize_name
 from .steps.diagnostics import turn_metrics
 from .steps.inputs import step_batch_from_groups
+from .transforms.stage import Transforms
 from .types import Step, TrajectoryGroup
 
 if TYPE_CHECKING:
@@ -284,7 +285,6 @@ def _call_step_estimator(
         state=config.estimator_state,
         task_ids=task_ids,
         context={"algorithm_config": config, "traj_groups": batch.groups},
-        record_options=True,
         transforms=transforms,
     )
     commits.append(commit)

@@ -27,6 +27,7 @@ __all__ = [
     "is_plain_real",
     "refuse_unknown_options",
     "short_repr",
+    "takes_keyword",
 ]
 
 FRAMEWORK_KEYWORDS = frozenset(
@@ -48,6 +49,13 @@ FRAMEWORK_KEYWORDS = frozenset(
 )
 """Arguments the collector, the adapters and rLLM's callers pass themselves (never estimator options)."""
 _RLLM_SPELLINGS = frozenset({"episilon", "epsilon"})  # every estimator of the spec takes one (spelt episilon there)
+
+
+def takes_keyword(spec: Any, keyword: str) -> bool:
+    """Whether the estimator ``spec`` (an :class:`~rllm_plugins.spec.AdvEstimatorSpec`) names ``keyword`` as a parameter
+    (of its batched form, else of its list form)."""
+    form = spec.batched if spec.batched is not None else spec.fn
+    return keyword in accepted_keywords(form)[0]
 
 
 def accepted_keywords(fn: Callable[..., Any]) -> tuple[frozenset[str], bool]:

@@ -10,7 +10,7 @@ work: their rows into flat groups (``values`` ``(N,)`` and ``offsets`` ``(G + 1,
    checked against those the state was made with, and the state is read from its owner;
 3. the output read by the one rule (:func:`.outputs.as_advantages`) and checked for size and finiteness, each
    failure worded by the driver (:class:`Wording`), which alone knows what a flat position is;
-4. the advantage transforms the driver hands over (:class:`Transforms`), applied to the checked advantages
+4. the advantage transforms the driver hands over (:class:`~rllm_plugins.transforms.stage.Transforms`), applied to the checked advantages
    (:func:`rllm_plugins.transforms.apply_transforms`), each unit with its group, its trajectory and the driver's
    context (the token log-probs a token-level transform reads are the framework's: verl and TRL apply those
    themselves, :mod:`rllm_verl.compute.transforms`, :mod:`rllm_trl.transforms`);
@@ -21,13 +21,13 @@ work: their rows into flat groups (``values`` ``(N,)`` and ``offsets`` ``(G + 1,
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .calling import accepted_keywords, call_with_accepted_kwargs
+from .calling import call_with_accepted_kwargs, takes_keyword
 from .needs import Needs, needs_of
 from .options import state_options
 from .outputs import as_advantages, as_groups
@@ -36,19 +36,14 @@ from .state.store import call_stateful
 from .steps.forms import split_step_output
 
 if TYPE_CHECKING:
-    from .spec import AdvEstimatorSpec, Estimator
+    from .spec import Estimator
     from .state.store import EstimatorState
     from .steps.batch import StepBatch
+    from .transforms.stage import Transforms
 
-__all__ = ["Call", "Commit", "Transforms", "Wording", "run_outcome", "run_steps", "takes_keyword"]
+__all__ = ["Call", "Commit", "Wording", "run_outcome", "run_steps"]
 
 Commit = Callable[[], None]
-
-
-def takes_keyword(spec: AdvEstimatorSpec, keyword: str) -> bool:
-    """Whether the estimator names ``keyword`` as a parameter (of its batched form, else of its list form)."""
-    form = spec.batched if spec.batched is not None else spec.fn
-    return keyword in accepted_keywords(form)[0]  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -92,56 +87,6 @@ class Wording:
         return f"{self.who or call.who} returned {given} advantages for {expected} {self.size}"
 
 
-PER_UNIT = ("rewards", "lengths", "mean_logprobs", "turn_index")  # the context keywords that hold one value per unit
-
-
-@dataclass
-class Transforms:
-    """The advantage transforms a run applies to the advantages it checked, and their metrics.
-
-    ``selected``: the resolved entries (:class:`~rllm_plugins.transforms.SelectedTransform`); ``where``: the config field
-    errors name. ``context``: the driver's keywords of :data:`~rllm_plugins.transform_spec.CONTEXT_KEYWORDS`, those of
-    :data:`PER_UNIT` one value per unit of the run (its rows at the outcome level, its steps at the step level); the run
-    adds ``offsets`` and ``traj_offsets`` and, where the driver gives none, ``rewards`` (its 1-D values, or the step
-    rewards) and ``turn_index``. ``parts``: ``(role, groups, units)`` transformed each on its own under its role's name,
-    ``groups`` ``(G,)`` bool the run's groups in the part and ``units`` ``(N,)`` bool its units (None: all); by default
-    one part, the run's role and everything. Units outside every part keep their advantages. ``metrics``: filled by
-    the run, each transform's (``transform/{role}/{label}/...``).
-    """
-
-    selected: Sequence[Any]
-    where: str
-    context: Mapping[str, Any] = field(default_factory=dict)
-    parts: Sequence[tuple[str, np.ndarray | None, np.ndarray | None]] | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-
-    def apply(self, advantages: np.ndarray, group_sizes: np.ndarray, traj_sizes: np.ndarray, run_context: Mapping[str, Any], role: str) -> np.ndarray:
-        """``advantages`` ``(N,)`` (units in group order: ``group_sizes`` ``(G,)`` units per group, ``traj_sizes`` per trajectory)
-        after the transforms, part by part; a fresh array."""
-        from .transforms.apply import apply_transforms  # only with transforms selected
-
-        out = np.array(advantages, dtype=np.float64)
-        n = out.size
-        group_of = np.repeat(np.arange(group_sizes.size), group_sizes)
-        traj_of = np.repeat(np.arange(traj_sizes.size), traj_sizes)
-        context = {**run_context, **self.context}
-        for key in PER_UNIT:
-            if context.get(key) is not None and np.shape(context[key])[:1] != (n,):
-                raise ValueError(f"{self.where}: the context {key!r} has shape {np.shape(context[key])} for {n} units (one value per unit)")
-        for part_role, groups, units in self.parts if self.parts is not None else [(role, None, None)]:
-            in_groups = np.ones(group_sizes.size, dtype=bool) if groups is None else np.asarray(groups, dtype=bool)
-            chosen = in_groups[group_of] & (np.ones(n, dtype=bool) if units is None else np.asarray(units, dtype=bool))
-            if not chosen.any():
-                continue
-            per_traj = np.bincount(traj_of[chosen], minlength=traj_sizes.size)
-            given = {k: (np.asarray(v)[chosen] if k in PER_UNIT else v) for k, v in context.items() if v is not None}
-            given["offsets"] = offsets_from_sizes(np.bincount(group_of[chosen], minlength=group_sizes.size)[in_groups])
-            given["traj_offsets"] = offsets_from_sizes(per_traj[per_traj > 0])
-            out[chosen], metrics = apply_transforms(out[chosen], self.selected, role=part_role, where=self.where, **given)
-            self.metrics.update(metrics)
-        return out
-
-
 def _nothing() -> None:
     """The commit of a call that keeps no state."""
 
@@ -161,27 +106,23 @@ def _invoke(
     kwargs: dict[str, Any],
     state: EstimatorState | None,
     role: str,
-    *,
-    check: bool,
-    record: bool,
 ) -> tuple[Any, Commit]:
     """``form(*args, **kwargs)``, with the state of ``(estimator, role)`` when it keeps one; ``(result, commit)``.
 
-    ``state`` None: a stateful estimator starts from nothing and its new state is dropped. ``check``: the options
-    are checked against those the state was made with; ``record``: the commit records them.
+    ``state`` None: a stateful estimator starts from nothing and its new state is dropped. The options are checked
+    against those the state was made with, and the commit records them.
     """
     spec = call.estimator.spec
     if not call.needs.state:
         return form(*args, **kwargs), _nothing
     recorded = state_options(spec, call.options)
-    if state is not None and check:
+    if state is not None:
         state.check_options(spec.name, recorded)
     current = state.get(spec.name, role, spec.state_schema) if state is not None else {}
     result, new_state = call_stateful(form, current, call.who, *args, schema=spec.state_schema, **kwargs)
     if state is None:
         return result, _nothing
-    options = {spec.name: recorded} if record else None
-    return result, lambda: state.commit({(spec.name, role): new_state}, options)
+    return result, lambda: state.commit({(spec.name, role): new_state}, {spec.name: recorded})
 
 
 def _checked(call: Call, advantages: np.ndarray, expected: int, wording: Wording) -> np.ndarray:
@@ -261,7 +202,7 @@ def run_outcome(
     kwargs.update(context or {})
     if list_form:
         listed = _form(call, estimator.list_form)
-        result, commit = _invoke(call, listed, (), kwargs, state, role, check=True, record=True)
+        result, commit = _invoke(call, listed, (), kwargs, state, role)
         assert callable(wording), "a list form's output is worded group by group"
         advantages = _by_groups(call, result, offsets, wording)
     else:
@@ -269,7 +210,7 @@ def run_outcome(
         form = _form(call, estimator.batched_form)
         if combine is not None:
             form = functools.partial(combine, form)
-        result, commit = _invoke(call, form, (values, offsets), kwargs, state, role, check=True, record=True)
+        result, commit = _invoke(call, form, (values, offsets), kwargs, state, role)
         advantages = as_advantages(result, wording.who or call.who)
         if advantages.size != expected:
             raise ValueError(wording.wrong_size(call, advantages.size, expected))
@@ -296,7 +237,6 @@ def run_steps(
     state: EstimatorState | None = None,
     task_ids: np.ndarray | None = None,
     context: Mapping[str, Any] | None = None,
-    record_options: bool = False,
     transforms: Transforms | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None, Commit]:
     """Advantages ``(S,)`` float64 of a step-level ``call`` over ``batch``, its returns ``(S,)`` (a value-based
@@ -304,8 +244,8 @@ def run_steps(
 
     The driver built ``batch`` with what ``call.needs`` names. ``context``: keywords the driver adds, never recorded
     with a state (the collector's ``algorithm_config`` and ``traj_groups``, verl's ``gamma`` and ``lam``). A stateful
-    one (a composite's stateful term) gets ``task_ids`` ``(N,)`` and the state ``state`` keeps for ``(name, role)``;
-    ``record_options``: its commit records the options (the collector's; TRL and verl record none on this path).
+    one (a composite's stateful term) gets ``task_ids`` ``(N,)`` and the state ``state`` keeps for ``(name, role)``:
+    its options are checked against those the state was made with, and its commit records them, as at the outcome level.
     ``transforms``: applied to the checked advantages, one unit per step (the returns stay); their metrics in it.
     """
     needs = call.needs
@@ -313,7 +253,7 @@ def run_steps(
     if needs.state:
         kwargs["task_ids"] = task_ids
     form = _form(call, call.estimator.batched_form)
-    result, commit = _invoke(call, form, (batch,), kwargs, state, role, check=False, record=record_options)
+    result, commit = _invoke(call, form, (batch,), kwargs, state, role)
     if needs.values:
         advantages, returns = split_step_output(result, True, batch.num_steps, call.who)
     else:

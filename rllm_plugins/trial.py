@@ -16,11 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .calling import call_with_accepted_kwargs
-from .needs import needs_of
-from .outputs import as_advantages
 from .steps.batch import StepBatch
-from .steps.forms import split_step_output
 
 if TYPE_CHECKING:
     from .spec import Estimator
@@ -60,33 +56,32 @@ def _tiny_step_batch(with_anchors: bool, with_values: bool) -> StepBatch:
 
 
 def trial_run(name: str, estimator: Estimator, options: Mapping[str, Any], *, norm_adv_by_std_in_grpo: bool, where: str) -> None:
-    """Run ``estimator`` (selected as ``name``) once on tiny groups with ``options``; ``ValueError`` naming ``where``, the estimator and what went wrong."""
+    """Run ``estimator`` (selected as ``name``) once on tiny groups with ``options``, through the run every driver calls
+    (:func:`.run.run_outcome`, :func:`.run.run_steps`: from a fresh state, the new one dropped); ``ValueError`` naming
+    ``where``, the estimator and what went wrong."""
+    from .run import Call, Wording, run_outcome, run_steps  # only when a configuration is checked
+
     spec = estimator.spec
     who = f"{where}: estimator {name!r} ({estimator.provider}) failed a trial on two tiny groups"
+    units = "steps" if spec.level == "step" else "trajectories"
+    wording = Wording(
+        lambda given, expected: f"{who}: it returned {given} advantages for {expected} {units}",
+        lambda values, what: f"{who}: it returned the non-finite {what} {values[~np.isfinite(values)][0]}",
+    )
+    task_ids = np.array(["p", "p", "q", "q"], dtype=object)
     try:
+        call = Call(estimator, {**options, "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo}, "the estimator", accepted_only=True)
         if spec.level == "step":
-            needs = needs_of(spec, options)
-            batch = _tiny_step_batch(needs.anchors, needs.values)
-            kwargs = {**options, "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo}
-            if needs.lengths:
+            batch = _tiny_step_batch(call.needs.anchors, call.needs.values)
+            if call.needs.lengths:
                 batch = replace(batch, lengths=np.array([3.0, 5.0, 2.0, 4.0]))
-            if needs.state:  # from a fresh state, as on a run's first step; the new state is dropped
-                kwargs.update(state={}, task_ids=np.array(["p", "p", "q", "q"], dtype=object))
-            result = call_with_accepted_kwargs(estimator.batched_form, batch, **kwargs)
-            out = split_step_output(result[0] if needs.state else result, spec.needs_values, batch.num_steps, who)[0]
-            expected = batch.num_steps
+            run_steps(call, batch, wording=wording, role="trial", task_ids=task_ids)
         else:
             values, offsets, lengths = np.array([1.0, 0.0, 0.5, 0.25]), np.array([0, 2, 4]), np.array([3.0, 5.0, 2.0, 4.0])
-            kwargs = {"lengths": lengths, **options, "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo}
-            if spec.stateful:  # from a fresh state, as on a run's first step; the new state is dropped
-                kwargs.update(state={}, task_ids=np.array(["p", "p", "q", "q"], dtype=object))
-                out = as_advantages(call_with_accepted_kwargs(estimator.batched_form, values, offsets, **kwargs)[0], who)
-            else:
-                out = as_advantages(estimator.batched_form(values, offsets, **kwargs), who)
-            expected = values.size
+            run_outcome(call, values, offsets, wording=wording, role="trial", lengths=lengths, task_ids=task_ids)
+    except ValueError as e:
+        if str(e).startswith(who):  # the run's own check of the output, worded above
+            raise
+        raise ValueError(f"{who}: ValueError: {e}{step_level_hint(spec.fn, spec.batched) if spec.level == 'outcome' else ''}") from None
     except Exception as e:
         raise ValueError(f"{who}: {type(e).__name__}: {e}{step_level_hint(spec.fn, spec.batched) if spec.level == 'outcome' else ''}") from None
-    if out.size != expected:
-        raise ValueError(f"{who}: it returned {out.size} advantages for {expected} {'steps' if spec.level == 'step' else 'trajectories'}")
-    if not np.isfinite(out).all():
-        raise ValueError(f"{who}: it returned the non-finite advantage {out[~np.isfinite(out)][0]}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -20,14 +19,14 @@ import numpy as np
 from trl import GRPOConfig
 
 from rllm_plugins.aggregation import check_aggregation
-from rllm_plugins.calling import accepted_keywords
+from rllm_plugins.calling import takes_keyword
 from rllm_plugins.config import AlgorithmConfig, build_algorithm_config, refuse_per_role_losses
 from rllm_plugins.estimators import check_group_size
 from rllm_plugins.estimators.trl_compat import trl_scaling
 from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.registry import Estimator, available_estimators, get_estimator
-from rllm_plugins.spec import AdvEstimatorSpec, normalize_name
-from rllm_plugins.transforms import SelectedTransform, check_available_context, resolve_transforms
+from rllm_plugins.spec import normalize_name
+from rllm_plugins.transforms import SelectedTransform, check_available_context, resolve_transforms, split_chain
 from rllm_plugins.types import TrajectoryGroup
 from rllm_trl.versions import check_config_fields, check_hooks, check_logprobs
 
@@ -39,7 +38,6 @@ __all__ = [
     "check_no_per_role_loss",
     "check_trl_transforms",
     "role_name",
-    "split_chain",
 ]
 
 TRL_ESTIMATOR = "trl_grpo"  # the estimator of a plain GRPOConfig: TRL's formula, following scale_rewards
@@ -81,17 +79,6 @@ def role_name(value: Any, where: str) -> str:
             f"so it would be read as the role {read_back!r}; rename the role without ':' (e.g. {name.replace(':', '_')!r})"
         )
     return name
-
-
-def takes_keyword(spec: AdvEstimatorSpec, keyword: str) -> bool:
-    """Whether the estimator names ``keyword`` as a parameter (of its batched form, else of its list form)."""
-    return keyword in accepted_keywords(spec.batched if spec.batched is not None else spec.fn)[0]  # type: ignore[arg-type]
-
-
-def split_chain(selected: Sequence[SelectedTransform]) -> tuple[tuple[SelectedTransform, ...], tuple[SelectedTransform, ...]]:
-    """``(sequence part, token part)``: the transforms before the first token-level one, and it with the rest."""
-    first = next((i for i, c in enumerate(selected) if c.transform.spec.level == "token"), len(selected))
-    return tuple(selected[:first]), tuple(selected[first:])
 
 
 def check_trl_transforms(entries: Any, beta: float) -> tuple[SelectedTransform, ...]:

@@ -32,10 +32,11 @@ from rllm_plugins.advantage import compute_role_metrics
 from rllm_plugins.aggregation import check_aggregation, normalize_then_sum
 from rllm_plugins.diagnostics import batch_diagnostics
 from rllm_plugins.registry import get_estimator
-from rllm_plugins.run import Call, Commit, Transforms, Wording, run_outcome
+from rllm_plugins.run import Call, Commit, Wording, run_outcome
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.spec import Estimator
 from rllm_plugins.state.store import EstimatorState
+from rllm_plugins.transforms.stage import Transforms
 from rllm_plugins.types import TrajectoryGroup
 from rllm_trl.config import check_no_per_role_loss, role_name
 

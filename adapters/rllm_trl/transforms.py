@@ -23,10 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from rllm_plugins.run import Transforms
-from rllm_plugins.transforms import SelectedTransform, apply_transforms
+from rllm_plugins.transforms import SelectedTransform, apply_transforms, split_chain
+from rllm_plugins.transforms.stage import Transforms
 from rllm_trl.config import TRANSFORMS_WHERE as WHERE
-from rllm_trl.config import split_chain
 
 __all__ = ["sequence_transforms", "transform_tokens"]
 
@@ -34,7 +33,7 @@ __all__ = ["sequence_transforms", "transform_tokens"]
 def sequence_transforms(
     selected: Sequence[SelectedTransform], parts: Sequence[tuple[str, np.ndarray | None, np.ndarray | None]] | None = None
 ) -> tuple[Transforms | None, tuple[SelectedTransform, ...]]:
-    """``(sequence part, token part)`` of the chain: the sequence part as the estimator's run applies it (:class:`~rllm_plugins.run.Transforms`,
+    """``(sequence part, token part)`` of the chain: the sequence part as the estimator's run applies it (:class:`~rllm_plugins.transforms.stage.Transforms`,
     None when empty; ``parts`` one per role on the turn path), the token part for :func:`transform_tokens`."""
     sequence_part, token_part = split_chain(selected)
     return (Transforms(sequence_part, WHERE, parts=parts) if sequence_part else None), token_part

@@ -41,7 +41,7 @@ import numpy as np
 from rllm_plugins.advantage import compute_role_metrics
 from rllm_plugins.calling import as_finite_real, describe
 from rllm_plugins.registry import get_estimator
-from rllm_plugins.run import Call, Transforms, Wording, run_steps
+from rllm_plugins.run import Call, Wording, run_steps
 from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.spec import Estimator
 from rllm_plugins.state.store import EstimatorState
@@ -49,6 +49,7 @@ from rllm_plugins.steps import StepBatch
 from rllm_plugins.steps.anchors import TokenIds, anchor_ids
 from rllm_plugins.steps.diagnostics import turn_metrics
 from rllm_plugins.steps.turns import PROMPT_ANCHOR, Turns, coded_states, find_turns, spread_to_tokens, turn_anchor_codes
+from rllm_plugins.transforms.stage import Transforms
 from rllm_trl.outcome import DEFAULT_ROLE, RewardBatch
 from rllm_trl.versions import TOOL_PATHS
 
@@ -426,7 +427,7 @@ def step_advantages(
 
 
 def role_parts(roles: Sequence[str], group_roles: np.ndarray) -> list[tuple[str, np.ndarray, None]]:
-    """One part of :class:`~rllm_plugins.run.Transforms` per role: its name and its groups (``group_roles`` ``(G,)``)."""
+    """One part of :class:`~rllm_plugins.transforms.stage.Transforms` per role: its name and its groups (``group_roles`` ``(G,)``)."""
     return [(role, np.asarray(group_roles) == r, None) for r, role in enumerate(roles)]
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "V1Rows",
     "VERL_ARGUMENTS",
     "add_turn_metrics",
+    "publish_current",
     "publish_metrics",
     "algorithm_value",
     "current_arguments",
@@ -206,3 +207,18 @@ def publish_metrics(data: Any, metrics: dict[str, float]) -> None:
     meta = getattr(data, "meta_info", None)
     if isinstance(meta, dict):
         meta.setdefault(TRANSFORM_METRICS_KEY, {}).update(metrics)
+
+
+def publish_current(metrics: dict[str, float], prefix: str = "") -> None:
+    """:func:`publish_metrics` for the batch verl is processing (v1's advantage step, or the legacy ``compute_advantage``'s
+    DataProto), each key with ``prefix``; outside both (a direct call of an estimator) nothing reads them."""
+    if not metrics:
+        return
+    prefixed = {f"{prefix}{key}": value for key, value in metrics.items()}
+    batch = _v1_batch.get()
+    if batch is not None:
+        batch.metrics.update(prefixed)
+        return
+    data = _legacy_batch.get()
+    if data is not None:
+        publish_metrics(data, prefixed)

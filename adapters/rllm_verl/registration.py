@@ -9,7 +9,7 @@ from rllm_plugins.registry import available_estimators
 from rllm_plugins.spec import validate_name
 from rllm_verl.compute.outcome import verl_estimator
 
-__all__ = ["VERL_PREFIX", "register_estimators_into_verl", "rllm_names_in_verl", "verl_name"]
+__all__ = ["VERL_PREFIX", "register_estimators_into_verl", "rllm_name", "rllm_names_in_verl", "verl_name"]
 
 VERL_PREFIX = "rllm_"
 
@@ -19,6 +19,15 @@ logger = logging.getLogger(__name__)
 def verl_name(name: str) -> str:
     """verl's name of the rLLM estimator ``name``: ``"rloo" -> "rllm_rloo"``."""
     return f"{VERL_PREFIX}{name}"
+
+
+def rllm_name(adv_estimator: object) -> str | None:
+    """The rLLM estimator behind verl's name ``adv_estimator`` when we registered it, else None (verl's own, or unknown)."""
+    if not isinstance(adv_estimator, str):
+        return None
+    from verl.trainer.ppo import core_algos
+
+    return getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(adv_estimator), "rllm_estimator", None)
 
 
 def register_estimators_into_verl() -> list[str]:

@@ -7,10 +7,10 @@ A role's task groups hold trajectories, which hold steps (turns). Flat, in one o
 - ``step_rewards`` ``(S,)`` float64: each step's reward; trajectory ``i`` owns
   ``step_rewards[step_offsets[i]:step_offsets[i + 1]]`` (``step_offsets`` ``(N + 1,)``), in turn order;
 - ``anchors`` ``(S,)`` int64 or None: each step's anchor group; steps with equal ids form one
-  anchor group, and an id never spans two task groups (:func:`rllm_plugins.anchors.anchor_ids`
+  anchor group, and an id never spans two task groups (:func:`rllm_plugins.steps.anchors.anchor_ids`
   builds them from any hashable states);
 - ``anchor_states`` ``(S,)`` sequence or None: the states the ids were built from, in step order (read only
-  by similarity grouping, :mod:`rllm_plugins.similarity`; the builders pass their list, no copy);
+  by similarity grouping, :mod:`rllm_plugins.steps.similarity`; the builders pass their list, no copy);
 - ``lengths`` ``(N,)`` float64 or None: each trajectory's response tokens, given when the estimator reads
   them (:mod:`rllm_plugins.needs`; ``composite`` hands them to a length-weighted term).
 - ``step_values`` ``(S,)`` float64 or None: a critic's value of each step's state (``Step.value``; verl: the

@@ -13,7 +13,7 @@ What a transform is and which context it may ask for by name: :mod:`rllm_plugins
 from __future__ import annotations
 
 from .apply import apply_transforms, transform_metrics
-from .entries import SelectedTransform, check_available_context, resolve_transforms
+from .entries import SelectedTransform, check_available_context, resolve_transforms, split_chain
 from .registry import UnknownTransformError, available_transforms, get_transform, register_advantage_transform, unregister_advantage_transform
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "get_transform",
     "register_advantage_transform",
     "resolve_transforms",
+    "split_chain",
     "transform_metrics",
     "unregister_advantage_transform",
 ]

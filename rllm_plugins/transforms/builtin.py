@@ -10,10 +10,12 @@ from .clip import clip
 from .codapo import codapo
 from .kl_shaping import kl_shaping
 from .scale import scale
+from .whiten import whiten
 
 BUILTIN_TRANSFORMS = (
     TransformSpec("clip", clip, "advantages limited to [min, max] (NeMo-RL's advantage clipping)", elementwise=True),
     TransformSpec("scale", scale, "positive advantages times `positive`, negative ones times `negative`", elementwise=True),
+    TransformSpec("whiten", whiten, "advantages centred on their batch mean and divided by their batch std (REINFORCE++'s global normalisation)"),
     TransformSpec(
         "codapo",
         codapo,

@@ -20,7 +20,7 @@ from .registry import get_transform
 
 _EMPTY = inspect.Parameter.empty
 
-__all__ = ["SelectedTransform", "check_available_context", "resolve_transforms", "trial_context"]
+__all__ = ["SelectedTransform", "check_available_context", "resolve_transforms", "split_chain", "trial_context"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,15 @@ def check_available_context(selected: Sequence[SelectedTransform], available: se
                 f"{where}: advantage transform {choice.name!r} needs {missing}, which {framework} does not provide here "
                 f"(it provides: {', '.join(sorted(available)) or 'nothing'})"
             )
+
+
+def split_chain(selected: Sequence[SelectedTransform]) -> tuple[tuple[SelectedTransform, ...], tuple[SelectedTransform, ...]]:
+    """``(unit part, token part)``: the transforms before the first token-level one, and it with the rest.
+
+    Every path runs the unit part inside the estimator's run, on one value per unit (trajectory, session or step),
+    and the token part on its own rows' ``(B, T)`` advantages, where the token log-probs are."""
+    first = next((i for i, c in enumerate(selected) if c.transform.spec.level == "token"), len(selected))
+    return tuple(selected[:first]), tuple(selected[first:])
 
 
 set_transform_resolver(resolve_transforms)

@@ -22,6 +22,7 @@ __all__ = [
     "available_transforms",
     "get_transform",
     "register_advantage_transform",
+    "registry_version",
     "unregister_advantage_transform",
 ]
 
@@ -32,6 +33,7 @@ class UnknownTransformError(ValueError):
 
 _lock = threading.Lock()
 _user: dict[str, Transform] = {}
+_changes = 0  # registrations and removals in user code so far (a resolved list is reused while nothing changed)
 
 
 def register_advantage_transform(
@@ -55,9 +57,11 @@ def register_advantage_transform(
             return fn
         provider = Provider(f"{fn.__module__}.{fn.__qualname__}", kind="user")
         state = manager.plugin_state()
+        global _changes
         with _lock:
             previous = _user.get(spec.name) or state.transforms.get(spec.name)
             _user[spec.name] = Transform(spec, provider)
+            _changes += 1
         if previous is not None and previous.spec.fn is not fn:
             warnings.warn(f"advantage transform {spec.name!r} from {provider} overrides the one from {previous.provider}", UserWarning, stacklevel=2)
         return fn
@@ -67,9 +71,17 @@ def register_advantage_transform(
 
 def unregister_advantage_transform(name: str) -> None:
     """Remove a user-code registration; built-ins and plugins stay."""
+    global _changes
     with _lock:
         if _user.pop(name, None) is None:
             raise UnknownTransformError(f"no advantage transform {name!r} was registered in user code")
+        _changes += 1
+
+
+def registry_version() -> tuple[int, int]:
+    """Changes when what a name resolves to may have changed (a registration or removal in user code, plugins reloaded):
+    a caller that keeps resolved lists keys them with it."""
+    return _changes, id(manager.plugin_state())
 
 
 def available_transforms() -> list[str]:

@@ -4,8 +4,8 @@ Options, from verl's ``algorithm`` section:
 
 - ``gdpo_reward_keys`` (verl's own key): keys of ``non_tensor_batch`` that hold one score per row,
   as ``compute_score`` returns them in its dict (on verl's v1 trainer, which keeps them in each row's
-  ``extra_fields["reward_extra_info"]`` in TransferQueue, read from there: :mod:`.v1_batch`). When set, a row's rewards are these scores (as in
-  verl's ``gdpo``; ``token_level_rewards`` is not used);
+  ``extra_fields["reward_extra_info"]`` in TransferQueue, read from there: :func:`rllm_verl.context.fetch_rows`).
+  When set, a row's rewards are these scores (as in verl's ``gdpo``; ``token_level_rewards`` is not used);
 - ``gdpo_reward_weights`` (verl's own key): one weight per key, default 1;
 - ``rllm_multi_objective_aggregation``: ``normalize_then_sum`` (default: GDPO, the estimator on each
   key, weighted sum, whitening over the batch) or ``sum_then_normalize`` (the estimator on the

@@ -43,7 +43,7 @@ def rollout_order(
     """``(N,)`` the episodes in rollout order, each task group's sorted by ``keys`` (one per row, v1), else by content.
 
     ``rows`` ``(B,)``, ``row_offsets`` ``(N + 1,)`` and ``traj_offsets`` ``(G + 1,)`` are the episodes' layout
-    (:class:`rllm_verl.compute.steps.Episodes`); ``states`` ``(K,)`` the turns' anchor states in turn (row-major) order.
+    (:class:`rllm_plugins.layout.Layout`); ``states`` ``(K,)`` the turns' anchor states in turn (row-major) order.
     """
     firsts = rows[row_offsets[:-1]].tolist()
     if keys is not None:

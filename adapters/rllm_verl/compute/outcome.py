@@ -18,86 +18,31 @@ Options read from ``config`` (all optional):
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from rllm_plugins.aggregation import aggregate_advantages
+from rllm_plugins.layout import Layout
 from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.registry import Estimator, get_estimator
 from rllm_plugins.run import Call, Wording, run_outcome
-from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.steps.anchors import is_hashable
 from rllm_verl.compute.multi_objective import reward_key_options, reward_table
 from rllm_verl.compute.order import scan_order
+from rllm_verl.compute.rows import group_rows
+from rllm_verl.compute.sessions import Sessions, session_layout
 from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
-from rllm_verl.compute.steps import Episodes, StepSources, compute_rllm_step_advantage, step_sources
+from rllm_verl.compute.steps import StepSources, compute_rllm_step_advantage, step_sources
 from rllm_verl.compute.tokens import check_has_tokens, mask_lengths, reward_sums, rows_with_tokens, write_advantages
-from rllm_verl.context import algorithm_value, current_keys, current_non_tensor_batch, current_tensor, verl_arguments
+from rllm_verl.compute.transforms import names_context, unit_transforms
+from rllm_verl.context import algorithm_value, current_keys, current_non_tensor_batch, current_tensor, publish_current, verl_arguments
 
-__all__ = [
-    "ESTIMATOR_KWARGS_KEY",
-    "check_inputs",
-    "check_representable",
-    "compute_rllm_advantage",
-    "estimator_options",
-    "group_rows",
-    "in_row_order",
-    "model_rows",
-    "placed",
-    "output_dtype",
-    "verl_estimator",
-]
+__all__ = ["ESTIMATOR_KWARGS_KEY", "check_inputs", "check_representable", "compute_rllm_advantage", "estimator_options", "output_dtype", "verl_estimator"]
 
 ESTIMATOR_KWARGS_KEY = "rllm_estimator_kwargs"
-
-
-def group_rows(index: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
-    """Group rows by equal ``index`` values (``==`` and hash, as a dict does: ``"1"`` and ``"01"`` differ).
-
-    Returns ``(order, offsets)``: ``order`` (B,) int64 puts each group's rows next to each other,
-    stable, groups in order of first appearance (None when rows already are contiguous per group);
-    ``offsets`` (G + 1,) int64 are the group boundaries in that order.
-    """
-    n = len(index)
-    if n == 0:
-        return None, np.zeros(1, dtype=np.int64)
-    starts = np.flatnonzero(np.not_equal(index[1:], index[:-1])) + 1
-    heads = index[np.concatenate(([0], starts))].tolist()
-    if len(set(heads)) == len(heads):  # every uid forms a single run: no reordering needed
-        offsets = np.concatenate(([0], starts, [n])).astype(np.int64)
-        _refuse_nan(heads, offsets, None)
-        return None, offsets
-    keys = index.tolist()
-    code_of = {key: code for code, key in enumerate(dict.fromkeys(keys))}
-    group_of_row = np.fromiter(map(code_of.__getitem__, keys), dtype=np.int64, count=n)
-    order = np.argsort(group_of_row, kind="stable")
-    offsets = offsets_from_sizes(np.bincount(group_of_row, minlength=len(code_of)))
-    _refuse_nan(list(code_of), offsets, order)
-    return order, offsets
-
-
-def _refuse_nan(keys: list[object], offsets: np.ndarray, order: np.ndarray | None) -> None:
-    """Refuse a NaN uid: it equals no uid, itself included, so its rows would be groups of one (or grouped by identity).
-
-    Contiguous runs (``order`` None) hold a NaN only in runs of one row, so only those are looked at.
-    """
-    groups = range(len(keys)) if order is not None else np.flatnonzero(np.diff(offsets) == 1).tolist()
-    for g in groups:
-        if keys[g] != keys[g]:
-            row = int(offsets[g] if order is None else order[offsets[g]])
-            raise ValueError(f"row {row} has uid {keys[g]!r}, which equals no other id (NaN); give every row a real uid")
-
-
-def in_row_order(grouped: np.ndarray, order: np.ndarray | None) -> np.ndarray:
-    """``grouped`` (B,), in the group order of :func:`group_rows`, back in row order (the inverse of ``values[order]``)."""
-    if order is None:
-        return grouped
-    out = np.empty_like(grouped)
-    out[order] = grouped
-    return out
 
 
 def estimator_options(config: Any, where: str, selected: Mapping[str, Estimator] | None = None) -> dict[str, Any]:
@@ -157,29 +102,6 @@ def check_representable(advantages: np.ndarray, dtype: torch.dtype, where: str, 
     )
 
 
-def model_rows(has_tokens: np.ndarray, order: np.ndarray | None, offsets: np.ndarray) -> np.ndarray | None:
-    """``(R,)`` int64 rows of the groups with at least one model token, or None when every group has one (the usual case).
-
-    ``has_tokens`` ``(B,)`` bool per row; ``order``, ``offsets`` as :func:`group_rows` gives them. A group none of whose rows
-    has a model token (verl v1's ``_balance_batch`` padding: ``response_mask`` all 0, uid ``pad...``) is no sample: the
-    outcome path leaves it out of every statistic (role and batch ones included) and gives it advantage 0. A row without
-    tokens in a group with others stays a sample with its reward, as verl's own estimators count it.
-    """
-    if has_tokens.all():
-        return None
-    group_of_row = np.empty(has_tokens.size, dtype=np.int64)
-    group_of_row[slice(None) if order is None else order] = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
-    keep = (np.bincount(group_of_row, weights=has_tokens, minlength=offsets.size - 1) > 0)[group_of_row]
-    return None if keep.all() else np.flatnonzero(keep)
-
-
-def placed(values: np.ndarray, rows: np.ndarray, size: int) -> np.ndarray:
-    """``(size,)`` float64: ``values`` ``(R,)`` at ``rows``, 0 elsewhere."""
-    out = np.zeros(size)
-    out[rows] = values
-    return out
-
-
 def check_inputs(where: str, token_level_rewards: Any, response_mask: Any, index: Any) -> None:
     """Raise ``ValueError`` unless rewards and mask are matching 2-D (B, T) tensors and ``index`` has B ids (reads no token)."""
     if not isinstance(token_level_rewards, torch.Tensor) or token_level_rewards.dim() != 2:
@@ -206,19 +128,27 @@ def compute_rllm_advantage(
     non_tensor_batch: dict[str, Any] | None = None,
     responses: torch.Tensor | None = None,
     values: torch.Tensor | None = None,
+    *,
+    sessions: Sessions | None = None,
+    keys: Sequence[str] | None = None,
+    prompts: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Advantages of the rLLM estimator ``name`` for a verl batch (a step-level one: :mod:`.step_bridge`).
+    """Advantages of the rLLM estimator ``name`` for a verl batch (a step-level one: :mod:`.steps`).
 
-    Rows are grouped by ``index`` (B,); the reward of row b is ``token_level_rewards[b].sum()``, or,
-    with ``algorithm.gdpo_reward_keys``, its scores under those keys of ``non_tensor_batch`` (given, or
-    the batch verl's ``compute_advantage`` is processing), aggregated as :mod:`.multi_objective` says;
-    the estimator runs in float64 and row b gets ``advantage[b] * response_mask[b]``; a group without model
-    tokens (verl's padding) is in no statistic and gets 0 (:func:`model_rows`). Returns the
-    same (B, T) tensor twice (advantages and returns, as verl's outcome estimators do), in the dtype
-    of ``token_level_rewards`` (the default float dtype for integer rewards) and on its device. ``values`` (B, T): the
-    critic's, for a value-based estimator (else those of the batch verl's ``compute_advantage`` is processing).
+    The units are the rows, or with ``sessions`` (v1's multi-output sessions) the sessions, each one trajectory whose
+    outputs are its rows: one walk for both. Units are grouped by ``index`` (B,) (a session by its rows' uid); a unit's
+    reward is its final row's ``token_level_rewards.sum()``, or, with ``algorithm.gdpo_reward_keys``, that row's scores
+    under those keys of ``non_tensor_batch`` (given, or the batch verl's ``compute_advantage`` is processing),
+    aggregated as :mod:`.multi_objective` says; a unit's length is its rows' model tokens. The estimator runs in float64,
+    then the unit part of ``algorithm.rllm_advantage_transforms`` (:mod:`.transforms`) on its units, and row b gets its
+    unit's ``advantage * response_mask[b]``; a group without model tokens (verl's padding) is in no statistic and in no
+    transform, and gets 0 (:meth:`rllm_plugins.layout.Layout.keeping_live_groups`). Returns the same (B, T) tensor twice (advantages and returns, as
+    verl's outcome estimators do), in the dtype of ``token_level_rewards`` (the default float dtype for integer
+    rewards) and on its device. ``values`` (B, T): the critic's, for a value-based estimator (else those of the batch
+    verl's ``compute_advantage`` is processing). ``keys``: the rows' TransferQueue keys (else the current v1 batch's),
+    the scan order of a stateful estimator; ``prompts``: the rows' prompt ids, anchoring a session output's first turn.
     """
-    where = f"advantage estimator 'rllm_{name}'"
+    where = f"advantage estimator 'rllm_{name}'" + ("" if sessions is None else " (sessions of compute_advantage_for_multi_trajectories)")
     check_inputs(where, token_level_rewards, response_mask, index)
     estimator = get_estimator(name)  # resolved once: every check and call below uses it
     options = estimator_options(config, where, {name: estimator})
@@ -236,74 +166,115 @@ def compute_rllm_advantage(
             "(one score per row and key) cannot apply; remove gdpo_reward_keys or choose an outcome-level rllm_* estimator"
         )
     with torch.no_grad():
-        try:
-            order, offsets = group_rows(index)
-        except ValueError as error:  # a NaN uid
-            raise ValueError(f"{where}: {error}") from None
-        except TypeError:  # an unhashable uid: name the first
-            row = next(r for r, uid in enumerate(index.tolist()) if not is_hashable(uid))
-            raise ValueError(f"{where}: row {row} has uid {index[row]!r}, a {type(index[row]).__name__}; a uid must be hashable (a str or an int)") from None
         call = Call(estimator, options, f"{where}: the estimator ({estimator.provider})")
         needs = call.needs
+        if keys is None and needs.state:
+            keys = current_keys(index, where)  # v1: a running baseline scans the units in an order verl's balancing cannot change
+        if sessions is None:
+            layout = Layout.one_row_each(*_grouped(index, where), index.size)
+        else:
+            scan_keys = [str(keys[row]) for row in sessions.final_rows.tolist()] if keys is not None and needs.state else None
+            layout = session_layout(sessions, scan_keys, where)
         if estimator.spec.level == "step":
             responses = responses if responses is not None else current_tensor(index, "responses")
             batch = non_tensor_batch if non_tensor_batch is not None else current_non_tensor_batch(index)
-            sources = step_sources(index, token_level_rewards.shape[-1], where, responses, batch) if needs.anchors else StepSources()
-            keys = current_keys(index, where) if needs.state else None
-            if keys is not None:  # v1: a running baseline (a composite's stateful term) scans in an order balancing cannot change
-                order, offsets = scan_order(index, keys, where)
-            episodes = Episodes.one_row_each(order, offsets, index.size)
-            if needs.values and values is None:  # the critic's (B, T), as verl's gae takes them
-                values = current_tensor(index, "values")
-            return compute_rllm_step_advantage(name, call, where, token_level_rewards, response_mask, index, episodes, config, dtype, sources, values)
-        has_tokens = rows_with_tokens(response_mask)  # the step level knows its rows' turns instead
-        check_has_tokens(where, has_tokens)
-        if keyed is None:  # step level reads the rewards per turn instead
-            scores = reward_sums(token_level_rewards)
-            if not np.isfinite(scores).all():
-                row = int(np.flatnonzero(~np.isfinite(scores))[0])
-                raise ValueError(f"{where}: row {row} (uid {index[row]!r}) has reward {scores[row]}; token_level_rewards must be finite")
-        else:
-            scores = reward_table(non_tensor_batch, keyed.keys, index, where)
-        rows = model_rows(has_tokens, order, offsets)
-        if rows is not None:  # groups without model tokens (verl's v1 padding): in no statistic, advantage 0
-            scores = scores[rows]
-            order, offsets = group_rows(index[rows])
-        keys = current_keys(index, where) if needs.state else None
-        if keys is not None:  # v1: a running baseline scans the rows in an order verl's balancing cannot change
-            kept = np.arange(index.size) if rows is None else rows
-            order, offsets = scan_order(index[kept], [keys[r] for r in kept.tolist()], where)
-        lengths = None
-        if needs.lengths:
-            lengths = mask_lengths(response_mask) if rows is None else mask_lengths(response_mask)[rows]
-            lengths = lengths if order is None else lengths[order]
-        values = scores if order is None else scores[order]
-        live, combine = None, None
-        if needs.state:  # the scan order: v1 by uid and session (above), legacy the rows' (groups by first appearance); padding left out
-            if keyed is not None:
-                raise ValueError(f"{where} is stateful (a running baseline over one reward per row): remove algorithm.gdpo_reward_keys")
-            live = has_tokens if rows is None else has_tokens[rows]  # a row without model tokens never touches the state
-            live = live if order is None else live[order]
-        elif keyed is not None:
-            combine = functools.partial(_combined, aggregation=keyed.aggregation, weights=keyed.weights, names=keyed.keys, where=where)
+            length = token_level_rewards.shape[-1]
+            sources = step_sources(index, length, where, responses, batch, prompts) if needs.anchors else StepSources()
+            values = values if values is not None or not needs.values else current_tensor(index, "values")
+            return compute_rllm_step_advantage(name, call, where, token_level_rewards, response_mask, index, layout, config, dtype, sources, values)
+        return _outcome(call, where, layout, token_level_rewards, response_mask, index, config, non_tensor_batch, keyed, dtype, keys, sessions is not None)
 
-        def placed_in_rows(grouped: np.ndarray) -> np.ndarray:
-            advantages = in_row_order(grouped, order)
-            return advantages if rows is None else placed(advantages, rows, index.size)
 
-        def not_finite(grouped: np.ndarray, _: str) -> str:
-            advantages = placed_in_rows(grouped)
-            row = int(np.flatnonzero(~np.isfinite(advantages))[0])
-            return f"{call.who} gave advantage {advantages[row]} for row {row} (uid {index[row]!r})"
+def _grouped(index: np.ndarray, where: str) -> tuple[np.ndarray | None, np.ndarray]:
+    """:func:`.rows.group_rows` of ``index``, its errors naming ``where`` (a NaN uid) and the first unhashable uid's row."""
+    try:
+        return group_rows(index)
+    except ValueError as error:  # a NaN uid
+        raise ValueError(f"{where}: {error}") from None
+    except TypeError:  # an unhashable uid: name the first
+        row = next(r for r, uid in enumerate(index.tolist()) if not is_hashable(uid))
+        raise ValueError(f"{where}: row {row} has uid {index[row]!r}, a {type(index[row]).__name__}; a uid must be hashable (a str or an int)") from None
 
-        wording = Wording("rows with model tokens" if live is not None else "rows", not_finite)
-        state = verl_estimator_state() if needs.state else None
-        grouped, commit = run_outcome(call, values, offsets, wording=wording, role=VERL_ROLE, state=state, lengths=lengths, live=live, combine=combine)
-        advantages = placed_in_rows(grouped)
-        check_representable(advantages, dtype, where, index)
-        commit()  # every check passed
-        out = write_advantages(advantages, response_mask.to(token_level_rewards.device), dtype)
+
+def _outcome(
+    call: Call,
+    where: str,
+    layout: Layout,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    config: Any,
+    non_tensor_batch: dict[str, Any] | None,
+    keyed: Any,
+    dtype: torch.dtype,
+    keys: Sequence[str] | None,
+    by_session: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The outcome level of :func:`compute_rllm_advantage` over ``layout``'s units: rewards → estimator → transforms → rows."""
+    needs = call.needs
+    has_tokens = rows_with_tokens(response_mask)  # the step level knows its rows' turns instead
+    check_has_tokens(where, has_tokens)
+    if keyed is None:  # step level reads the rewards per turn instead
+        scores = reward_sums(token_level_rewards)
+        if not np.isfinite(scores).all():
+            row = int(np.flatnonzero(~np.isfinite(scores))[0])
+            raise ValueError(f"{where}: row {row} (uid {index[row]!r}) has reward {scores[row]}; token_level_rewards must be finite")
+    else:
+        scores = reward_table(non_tensor_batch, keyed.keys, index, where)
+    unit_has = layout.per_unit(has_tokens) > 0
+    if not unit_has.all():  # groups without model tokens (verl's v1 padding): in no statistic and no transform, advantage 0
+        layout = layout.keeping_live_groups(unit_has)
+        unit_has = layout.per_unit(has_tokens) > 0
+    if keys is not None and needs.state:  # v1: a running baseline's scan order, by uid, session and output
+        order, offsets = scan_order(index[layout.final_rows], [str(keys[r]) for r in layout.final_rows.tolist()], where)
+        layout = layout.reordered(order, offsets)
+        unit_has = layout.per_unit(has_tokens) > 0
+    transforms = unit_transforms(config)
+    lengths = layout.per_unit(mask_lengths(response_mask)) if needs.lengths or transforms is not None else None
+    if transforms is not None:
+        transforms.context = {"lengths": lengths, "mean_logprobs": _mean_logprobs(transforms, index, response_mask, lengths, layout)}
+    live, combine = None, None
+    if needs.state:  # the scan order: v1 by uid and session (above), legacy the rows' (groups by first appearance); padding left out
+        if keyed is not None:
+            unit = "session" if by_session else "row"
+            raise ValueError(f"{where} is stateful (a running baseline over one reward per {unit}): remove algorithm.gdpo_reward_keys")
+        live = unit_has  # a unit without model tokens never touches the state
+    elif keyed is not None:
+        combine = functools.partial(_combined, aggregation=keyed.aggregation, weights=keyed.weights, names=keyed.keys, where=where)
+
+    def not_finite(per_unit: np.ndarray, _: str) -> str:
+        advantages = layout.to_rows(per_unit)
+        row = int(np.flatnonzero(~np.isfinite(advantages))[0])
+        unit = "the session of row" if by_session else "row"
+        return f"{call.who} gave advantage {advantages[row]} for {unit} {row} (uid {index[row]!r})"
+
+    units = "sessions" if by_session else "rows"
+    wording = Wording(f"{units} with model tokens" if live is not None else units, not_finite)
+    state = verl_estimator_state() if needs.state else None
+    values = scores if layout.identity else scores[layout.final_rows]
+    grouped, commit = run_outcome(
+        call, values, layout.unit_offsets, wording=wording, role=VERL_ROLE, state=state, lengths=lengths if needs.lengths else None,
+        live=live, combine=combine, transforms=transforms,
+    )  # fmt: skip
+    advantages = layout.to_rows(grouped)
+    check_representable(advantages, dtype, where, index)
+    commit()  # every check passed
+    if transforms is not None:
+        publish_current(transforms.metrics, prefix="rllm/")
+    out = write_advantages(advantages, response_mask.to(token_level_rewards.device), dtype)
     return out, out
+
+
+def _mean_logprobs(transforms: Any, index: np.ndarray, mask: torch.Tensor, lengths: np.ndarray | None, layout: Layout) -> np.ndarray | None:
+    """``(N,)`` each unit's mean ``old_log_probs`` over its model tokens, when a transform names ``mean_logprobs`` and the batch
+    verl is processing has them; else None."""
+    if not names_context(transforms, "mean_logprobs"):
+        return None
+    logprobs = current_tensor(index, "old_log_probs")
+    if logprobs is None or lengths is None:
+        return None
+    sums = (logprobs.detach().to("cpu", torch.float64) * mask.detach().to("cpu", torch.float64)).sum(dim=-1).numpy()
+    return layout.per_unit(sums) / np.maximum(lengths, 1.0)
 
 
 def _combined(form: Any, values: np.ndarray, offsets: np.ndarray, /, **kwargs: Any) -> np.ndarray:

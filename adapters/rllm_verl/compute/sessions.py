@@ -4,20 +4,23 @@ verl's v1 agent loops may return several outputs per session (context resets, on
 turn), keyed ``{uid}_{session_id}_{index}``. In rLLM terms a session is one trajectory whose
 steps are its outputs: its reward is the reward of its final output (highest ``index``), the
 estimator compares the sessions of one prompt (``uid``), and every output of the session gets
-the session's advantage. Pure functions over arrays; the verl shell is ``multi_trajectories``.
+the session's advantage. Pure functions over arrays; the walk is :func:`rllm_verl.compute.outcome.compute_rllm_advantage`,
+the verl shell :mod:`rllm_verl.patches.sessions`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from rllm_verl.compute.outcome import group_rows, in_row_order, placed
+from rllm_plugins.layout import Layout
+from rllm_verl.compute.order import scan_order
+from rllm_verl.compute.rows import group_rows
 
-__all__ = ["Sessions", "first_outputs_only", "parse_sessions", "session_advantages"]
+__all__ = ["Sessions", "first_outputs_only", "parse_sessions", "session_layout"]
 
 
 @dataclass(frozen=True)
@@ -98,45 +101,10 @@ def parse_sessions(keys: Sequence[Any], uids: Sequence[Any]) -> Sessions:
     return Sessions(session_of_row, finals, session_uids, output_index)
 
 
-def session_advantages(
-    estimate: Callable[..., np.ndarray],
-    sessions: Sessions,
-    session_rewards: np.ndarray,
-    *,
-    session_lengths: np.ndarray | None = None,
-    real: np.ndarray | None = None,
-    grouping: tuple[np.ndarray, np.ndarray] | None = None,
-    live: np.ndarray | None = None,
-) -> np.ndarray:
-    """Advantage of every row (B,) float64: its session's advantage among the sessions of its uid.
-
-    ``estimate(values, offsets, *, lengths, live, not_finite)`` runs the estimator on the sessions as flat groups
-    (:func:`rllm_plugins.run.run_outcome`) and gives their advantages; ``session_rewards`` (S,) or (S, F) float64
-    are the final outputs' rewards; ``session_lengths`` (S,), ``live`` (S,) bool (the sessions a stateful
-    estimator sees) are handed over in the same order; ``not_finite(advantages, what)`` words a non-finite one by
-    the session's row. ``real`` (R,), when given, are the sessions with a model token: the others (verl's padding)
-    are in no statistic and get 0. ``grouping`` ``(order, offsets)`` over those sessions, when given, replaces their
-    grouping by uid in order of first appearance (a running baseline's scan order, :func:`.order.scan_order`).
-    """
-    rewards = np.asarray(session_rewards, dtype=np.float64)
-    uids = sessions.uids
-    if real is not None:
-        rewards, uids = rewards[real], uids[real]
-        session_lengths = None if session_lengths is None else session_lengths[real]
-        live = None if live is None else live[real]
-    order, offsets = grouping if grouping is not None else group_rows(uids)
-
-    def ordered(x: np.ndarray | None) -> np.ndarray | None:
-        return x if x is None or order is None else x[order]
-
-    def per_session(grouped: np.ndarray) -> np.ndarray:
-        out = in_row_order(grouped, order)
-        return out if real is None else placed(out, real, len(sessions.final_rows))
-
-    def not_finite(grouped: np.ndarray, what: str) -> str:
-        every = per_session(grouped)
-        s = int(np.flatnonzero(~np.isfinite(every))[0])
-        return f"the estimator gave {what} {every[s]} for the session of row {sessions.final_rows[s]} (uid {sessions.uids[s]!r})"
-
-    grouped = estimate(ordered(rewards), offsets, lengths=ordered(session_lengths), live=ordered(live), not_finite=not_finite)
-    return per_session(grouped)[sessions.session_of_row]
+def session_layout(sessions: Sessions, keys: Sequence[str] | None, where: str) -> Layout:
+    """The batch's :class:`~rllm_plugins.layout.Layout` with every session one unit, its outputs in index order, grouped by
+    uid. ``keys`` (one per session, ``{uid}_{session}_{index}``): a running baseline's scan order, by uid and session;
+    None: groups by first appearance."""
+    order, offsets = scan_order(sessions.uids, keys, where) if keys is not None else group_rows(sessions.uids)
+    assert sessions.output_index is not None, "parse_sessions gives every row its output index"
+    return Layout.from_sessions(sessions.session_of_row, sessions.output_index, sessions.final_rows, order, offsets)

@@ -5,7 +5,7 @@ actor), so that process keeps the state: :func:`verl_estimator_state`, one per e
 (verl's registry path has no roles: ``"all_groups"``). A call that raises leaves it unchanged.
 
 verl 0.9.1 has no hook to save extra state with a checkpoint (v1's ``checkpoint_callback`` only
-sees saves, and only when configured), so four guarded extensions (:mod:`.extension`) wrap the
+sees saves, and only when configured), so four guarded extensions (:mod:`rllm_verl.extension`) wrap the
 trainers' own methods: ``RayPPOTrainer._save_checkpoint`` / ``_load_checkpoint`` (legacy,
 ``trainer.use_v1=false``) and ``PPOTrainer._save_checkpoint`` / ``_load_checkpoint`` (v1). After
 verl saves ``<trainer.default_local_dir>/global_step_<N>/``, the state goes to

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rllm_plugins.layout import Layout
 from rllm_plugins.run import Call, Wording, run_steps
-from rllm_plugins.segments import offsets_from_sizes
 from rllm_plugins.steps import StepBatch
 from rllm_plugins.steps.anchors import TokenIds, anchor_ids
 from rllm_plugins.steps.diagnostics import turn_metrics
@@ -37,9 +37,10 @@ from rllm_plugins.steps.turns import PROMPT_ANCHOR, Turns, coded_states, find_tu
 from rllm_verl.compute.order import rollout_order
 from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
 from rllm_verl.compute.tokens import check_has_tokens
-from rllm_verl.context import REWARD_KEYS_ENV, V1_BATCH_ENV, add_turn_metrics, algorithm_value, current_keys, fetch_rows
+from rllm_verl.compute.transforms import unit_transforms
+from rllm_verl.context import REWARD_KEYS_ENV, V1_BATCH_ENV, add_turn_metrics, algorithm_value, current_keys, fetch_rows, publish_current
 
-__all__ = ["ANCHOR_STATES_KEY", "Episodes", "StepSources", "compute_rllm_step_advantage", "resolve_gamma", "step_sources"]
+__all__ = ["ANCHOR_STATES_KEY", "StepSources", "compute_rllm_step_advantage", "resolve_gamma", "step_sources"]
 
 ANCHOR_STATES_KEY = "anchor_states"  # non_tensor_batch[ANCHOR_STATES_KEY]: per row, one anchor state per turn (overrides responses)
 
@@ -129,53 +130,6 @@ def _numpy(x: torch.Tensor) -> np.ndarray:
     return x.double().numpy() if x.dtype in (torch.float16, torch.bfloat16) else x.numpy()
 
 
-@dataclass(frozen=True)
-class Episodes:
-    """How a batch's rows form episodes (trajectories) in groups.
-
-    ``rows`` (B,): every row once, in group, episode and output order; ``row_offsets`` (N + 1,): the
-    rows of each episode within ``rows``; ``traj_offsets`` (G + 1,): the episodes of each group;
-    ``final_rows`` (N,): the row whose total reward is each episode's outcome.
-    """
-
-    rows: np.ndarray
-    row_offsets: np.ndarray
-    traj_offsets: np.ndarray
-    final_rows: np.ndarray
-
-    @classmethod
-    def one_row_each(cls, order: np.ndarray | None, offsets: np.ndarray, num_rows: int) -> Episodes:
-        """Every row its own episode, grouped by uid (``order, offsets`` of :func:`rllm_verl.compute.outcome.group_rows`)."""
-        rows = np.arange(num_rows) if order is None else order
-        return cls(rows, np.arange(num_rows + 1, dtype=np.int64), offsets, rows)
-
-    def with_turns(self, turns_per_row: np.ndarray) -> Episodes:
-        """Without the rows that have no turn, and without the episodes and groups left empty (their outcomes too)."""
-        keep = turns_per_row[self.rows] > 0
-        if keep.all():
-            return self
-        episodes = self.row_offsets.size - 1
-        episode_of_row = np.repeat(np.arange(episodes), np.diff(self.row_offsets))
-        rows_per_episode = np.bincount(episode_of_row[keep], minlength=episodes)
-        live = rows_per_episode > 0
-        group_of_episode = np.repeat(np.arange(self.traj_offsets.size - 1), np.diff(self.traj_offsets))
-        per_group = np.bincount(group_of_episode[live], minlength=self.traj_offsets.size - 1)
-        return Episodes(self.rows[keep], offsets_from_sizes(rows_per_episode[live]), offsets_from_sizes(per_group[per_group > 0]), self.final_rows[live])
-
-    def reordered(self, order: np.ndarray) -> Episodes:
-        """The episodes in ``order`` ``(N,)`` (a permutation within each group: the groups keep their bounds)."""
-        sizes = np.diff(self.row_offsets)
-        parts = [self.rows[self.row_offsets[e] : self.row_offsets[e + 1]] for e in order.tolist()]
-        return Episodes(np.concatenate(parts) if parts else self.rows, offsets_from_sizes(sizes[order]), self.traj_offsets, self.final_rows[order])
-
-    @property
-    def continuing_rows(self) -> np.ndarray:
-        """The rows that are not the first of their episode (later outputs of a session)."""
-        first = np.zeros(self.rows.size, dtype=bool)
-        first[self.row_offsets[:-1][np.diff(self.row_offsets) > 0]] = True
-        return self.rows[~first]
-
-
 def _row_totals(step_rewards: np.ndarray, turns: Turns, token_level_rewards: torch.Tensor) -> np.ndarray:
     """``(B,)`` total reward of each row: the sum of its turn rewards; a row without turns, the sum of its token rewards."""
     totals = np.zeros(turns.row_offsets.size - 1)
@@ -200,7 +154,7 @@ def compute_rllm_step_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: np.ndarray,
-    episodes: Episodes,
+    episodes: Layout,
     config: Any,
     dtype: torch.dtype,
     sources: StepSources,
@@ -229,7 +183,7 @@ def compute_rllm_step_advantage(
     needs, options = call.needs, call.options
     if not needs.values:  # a critic's value makes a single turn more than a rescaled outcome
         _warn_if_single_turn(name, where, turns)
-    episodes = episodes.with_turns(turns.per_row)
+    episodes = episodes.keeping_rows(turns.per_row > 0)
     states: list[Hashable] = []
     codes = None  # of the states, when read from responses and left as read
     if needs.anchors:
@@ -238,7 +192,7 @@ def compute_rllm_step_advantage(
             codes = None
         if options.get("anchor_similarity") is not None:  # greedy clustering: visit the episodes in rollout order
             keys = current_keys(index, where)
-            episodes = episodes.reordered(rollout_order(episodes.rows, episodes.row_offsets, episodes.traj_offsets, turns, states, keys, where))
+            episodes = episodes.reordered(rollout_order(episodes.rows, episodes.row_offsets, episodes.unit_offsets, turns, states, keys, where))
 
     rows = episodes.rows
     counts = turns.per_row[rows]
@@ -249,7 +203,7 @@ def compute_rllm_step_advantage(
     if needs.anchors:
         group_of_row = np.empty(index.size, dtype=np.int64)
         episode_sizes = np.diff(episodes.row_offsets)
-        group_of_row[rows] = np.repeat(np.repeat(np.arange(episodes.traj_offsets.size - 1), np.diff(episodes.traj_offsets)), episode_sizes)
+        group_of_row[rows] = np.repeat(np.repeat(np.arange(episodes.unit_offsets.size - 1), np.diff(episodes.unit_offsets)), episode_sizes)
         in_order = np.array_equal(turn_order, np.arange(turns.num_turns))  # rows grouped by uid already
         ordered_states = states if in_order else [states[j] for j in turn_order.tolist()]
 
@@ -263,17 +217,18 @@ def compute_rllm_step_advantage(
     added: dict[str, Any] = {}  # verl's own settings, for an estimator whose options leave them out
     if gamma is not None and "gamma" not in options:
         added["gamma"] = gamma
-    per_step: dict[str, np.ndarray] = {}
+    step_tokens = (turns.end - turns.start)[turn_order].astype(np.float64)  # each turn's model tokens (turn_credit's center="tokens")
+    per_step: dict[str, np.ndarray] = {"step_tokens": step_tokens}
     if needs.lengths:
         per_step["lengths"] = _episode_lengths(mask, episodes)
     if needs.values:
         lam, _ = algorithm_value("lam", config)  # GAE's lambda: verl's algorithm.lam, else its lam argument
         if "lam" not in options and lam is not None:
             added["lam"] = lam
-        per_step.update(step_values=turn_values(where, index, turns, values)[turn_order], step_tokens=(turns.end - turns.start)[turn_order])
+        per_step["step_values"] = turn_values(where, index, turns, values)[turn_order]
     batch = StepBatch(
         row_totals[episodes.final_rows],
-        episodes.traj_offsets,
+        episodes.unit_offsets,
         step_rewards[turn_order],
         row_steps[episodes.row_offsets],
         anchors,
@@ -289,10 +244,17 @@ def compute_rllm_step_advantage(
         return f"{call.who} gave {what} {per_turn[j]} for row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])}"
 
     state = verl_estimator_state() if needs.state else None  # a composite's stateful term: this process's state, as for rllm_rae
-    grouped, grouped_returns, commit = run_steps(call, batch, wording=Wording("steps", not_finite), role=VERL_ROLE, state=state, context=added)
+    transforms = unit_transforms(config)  # the unit part of the transforms, one unit per turn (as the collector's step level)
+    if transforms is not None:
+        transforms.context = {"lengths": step_tokens}
+    grouped, grouped_returns, commit = run_steps(
+        call, batch, wording=Wording("steps", not_finite), role=VERL_ROLE, state=state, context=added, transforms=transforms
+    )
     per_turn = _checked_per_turn(grouped, turn_order, "advantage", where, index, turns, dtype)
     per_turn_returns = per_turn if grouped_returns is None else _checked_per_turn(grouped_returns, turn_order, "return", where, index, turns, dtype)
     commit()  # every check passed
+    if transforms is not None:
+        publish_current(transforms.metrics, prefix="rllm/")
     episode_steps = row_steps[episodes.row_offsets]  # turn t of an episode: of a session, across its outputs
     add_turn_metrics(lambda: {f"rllm/{k}": v for k, v in turn_metrics(grouped, step_rewards[turn_order], episode_steps).items()})
     device = token_level_rewards.device
@@ -303,7 +265,7 @@ def compute_rllm_step_advantage(
     return spread, torch.from_numpy(returns).to(device=device, dtype=dtype)
 
 
-def _episode_lengths(mask: np.ndarray, episodes: Episodes) -> np.ndarray:
+def _episode_lengths(mask: np.ndarray, episodes: Layout) -> np.ndarray:
     """``(N,)`` each episode's response tokens (``response_mask`` summed over its rows; a session's over all its outputs)."""
     row_lengths = mask.sum(axis=-1, dtype=np.float64)[episodes.rows]
     episode_of_row = np.repeat(np.arange(episodes.row_offsets.size - 1), np.diff(episodes.row_offsets))
@@ -349,7 +311,7 @@ def turn_values(where: str, index: np.ndarray, turns: Turns, values: torch.Tenso
     return per_turn
 
 
-def _anchor_outputs_at_their_prompts(where: str, index: np.ndarray, turns: Turns, episodes: Episodes, sources: StepSources, states: list[Hashable]) -> bool:
+def _anchor_outputs_at_their_prompts(where: str, index: np.ndarray, turns: Turns, episodes: Layout, sources: StepSources, states: list[Hashable]) -> bool:
     """In a batch of sessions with several outputs, anchor each output's first turn at its own prompt ids (in place); whether it did.
 
     The row rule gives every row's first turn the task prompt's state; a session's later output starts from

@@ -1,47 +1,51 @@
 """Advantage transforms on verl's advantages, for any ``adv_estimator`` (verl's own included), legacy and v1.
 
 ``algorithm.rllm_advantage_transforms`` (``+algorithm.rllm_advantage_transforms='[{name: clip, max: 2.0}]'``) lists
-the transforms; :func:`transform_advantages` runs them on ``data.batch["advantages"]`` right after verl's
-``compute_advantage`` wrote them (the patch :mod:`rllm_verl.patches.legacy` calls it; v1 reaches the same function).
+the transforms. The chain splits where the first token-level transform stands (:func:`rllm_plugins.transforms.split_chain`):
 
-Two forms of advantages, decided per batch:
+- the **unit part** runs on one value per unit: a row, or a session of a v1 agent loop (one trajectory, however many
+  outputs), or a turn at the step level. For ``rllm_*`` estimators it runs inside the estimator's run
+  (:func:`rllm_plugins.run.run_outcome` / :func:`~rllm_plugins.run.run_steps`, handed over by :func:`unit_transforms`) on
+  the units the estimator compared, exactly as the core collector applies it; for verl's own estimators (``grpo``,
+  ``rloo``, ...) :func:`transform_advantages` runs it after verl's call, on the units read back from the batch;
+- the **token part** (``kl_shaping`` and every transform after it) runs on ``(B, T)`` advantages with ``mask``
+  (``response_mask``), ``logprobs`` (``old_log_probs``) and ``ref_logprobs`` (``ref_log_prob``), after any estimator.
 
-- one value per row (every row's advantage is constant over its ``response_mask``: outcome estimators, verl's
-  ``grpo``, ``rloo``, ... and every ``rllm_*`` outcome name): transforms get one value per row, rows grouped by
-  ``uid`` (``offsets``; groups in order of first appearance, rows in batch order within a group), ``rewards`` the
-  rows' summed ``token_level_rewards``, ``lengths`` their model tokens; the result is broadcast back times the mask;
-- per token (``gae``, step-level estimators): elementwise transforms (``clip``, ``scale``) apply token by token
-  (for broadcast advantages the two forms agree, which ``rllm-plugins check`` verifies); a transform that needs one
-  value per row is a ``ValueError`` naming it.
-
-A token-level transform (``kl_shaping``) gets ``(B, T)`` advantages with ``mask`` (``response_mask``), ``logprobs``
-(``old_log_probs``) and ``ref_logprobs`` (``ref_log_prob``, present when the run has a reference policy); after it,
-the advantages are per token. Positions outside the mask stay 0. ``returns`` are not changed.
-
-Why here and not in the estimator's run (:func:`rllm_plugins.run.run_outcome`, where the core collector and TRL hand
-their transforms over): verl's own estimators (``grpo``, ``gae``, ...) write ``data.batch["advantages"]`` without
-any rLLM run, token-level transforms need ``(B, T)`` log-probs no run holds, and the v1 trainer reaches the
-advantages through the same ``compute_advantage``; one place after verl's call covers every ``adv_estimator`` alike,
-``rllm_*`` names included, so a verl user's transforms never run twice or in two ways.
+Units read back from a batch (verl's own estimators): padding rows (``response_mask`` all 0, as v1's
+``_balance_batch`` adds) are no unit and stay 0; with sessions, a session is one unit when all its outputs carry one
+advantage (verl's ``grpo`` broadcasts), else each output is; units are grouped by ``uid`` with the one uid rule
+(:func:`rllm_verl.compute.outcome.group_rows`), each with its final output's summed ``token_level_rewards`` as
+``rewards``, its model tokens over all its outputs as ``lengths``, and its mean ``old_log_probs`` as ``mean_logprobs``.
+Advantages that differ token by token (``gae``, step-level ones) take elementwise transforms only. ``returns`` are
+not changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
-from rllm_plugins.transforms import SelectedTransform, apply_transforms, resolve_transforms
+from rllm_plugins.layout import Layout
+from rllm_plugins.transform_spec import transform_context
+from rllm_plugins.transforms import SelectedTransform, apply_transforms, resolve_transforms, split_chain
+from rllm_plugins.transforms.registry import registry_version
+from rllm_plugins.transforms.stage import Transforms
+from rllm_verl.compute.rows import group_rows
+from rllm_verl.compute.sessions import Sessions, session_layout
 from rllm_verl.context import publish_metrics
 
-__all__ = ["CONFIG_KEY", "transform_advantages", "transform_configured", "transforms_of"]
+__all__ = ["CONFIG_KEY", "WHERE", "deferred", "transform_advantages", "transform_configured", "transforms_of", "unit_transforms"]
 
 CONFIG_KEY = "rllm_advantage_transforms"  # +algorithm.rllm_advantage_transforms=[...]
 WHERE = f"algorithm.{CONFIG_KEY}"
 
-_resolved: dict[str, tuple[SelectedTransform, ...]] = {}
+_resolved: dict[tuple[str, tuple[int, int]], tuple[SelectedTransform, ...]] = {}
+_deferred: contextvars.ContextVar[bool] = contextvars.ContextVar("rllm_verl_transforms_deferred", default=False)
 
 
 def _plain(value: Any) -> Any:
@@ -54,76 +58,111 @@ def _plain(value: Any) -> Any:
 
 
 def transforms_of(config: Any) -> tuple[SelectedTransform, ...]:
-    """The transforms ``config`` (verl's ``algorithm`` section) selects, resolved and checked (once per distinct list)."""
+    """The transforms ``config`` (verl's ``algorithm`` section) selects, resolved and checked (once per distinct list, while
+    the registry is unchanged)."""
     if config is None:
         return ()
     entries = config.get(CONFIG_KEY) if isinstance(config, Mapping) or hasattr(config, "get") else getattr(config, CONFIG_KEY, None)
     entries = _plain(entries)
     if not entries:
         return ()
-    key = repr(entries)
+    key = (repr(entries), registry_version())
     if key not in _resolved:
         _resolved[key] = resolve_transforms(entries, WHERE)
     return _resolved[key]
+
+
+def unit_transforms(config: Any) -> Transforms | None:
+    """The unit part of ``config``'s chain as an ``rllm_*`` estimator's run applies it (None when there is none)."""
+    unit_part, _ = split_chain(transforms_of(config))
+    return Transforms(unit_part, WHERE) if unit_part else None
+
+
+def names_context(transforms: Transforms, key: str) -> bool:
+    """Whether a transform of ``transforms`` names the context keyword ``key`` (the run gathers it only then)."""
+    return any(key in transform_context(choice.transform.spec) for choice in transforms.selected)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Within the block, :func:`transform_configured` does nothing: the caller transforms the batch once it has its units
+    (v1's sessions, whose ``compute_advantage`` call sees only their final outputs)."""
+    token = _deferred.set(True)
+    try:
+        yield
+    finally:
+        _deferred.reset(token)
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
     return tensor.detach().to("cpu", torch.float64).numpy()
 
 
-def _row_groups(uids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(order, offsets)``: rows reordered so that each uid's rows are contiguous (uids by first appearance), and the groups' bounds."""
-    _, first, inverse = np.unique(uids.astype(str), return_index=True, return_inverse=True)
-    rank = np.argsort(np.argsort(first))[inverse]  # each row's group, numbered by first appearance
-    order = np.argsort(rank, kind="stable")
-    sizes = np.bincount(rank)
-    return order, np.concatenate([[0], np.cumsum(sizes)])
+def _read_back(uids: np.ndarray, per_row: np.ndarray, live: np.ndarray, sessions: Sessions | None) -> Layout:
+    """The units of a batch verl's own estimator wrote: each session whose live outputs carry one advantage, else each live
+    row; grouped by uid (:func:`.rows.group_rows`), padding rows in none."""
+    if sessions is not None and not sessions.one_output_each:
+        layout = session_layout(sessions, None, WHERE).keeping_rows(live)
+        first = per_row[layout.rows[layout.row_offsets[:-1]]]  # each session's first live output
+        if np.array_equal(per_row[layout.rows], np.repeat(first, np.diff(layout.row_offsets))):
+            return layout
+    try:
+        order, offsets = group_rows(uids)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"{WHERE}: {error}") from None
+    return Layout.one_row_each(order, offsets, uids.size).keeping_rows(live)
 
 
-def transform_advantages(data: Any, selected: tuple[SelectedTransform, ...]) -> dict[str, float]:
-    """Apply ``selected`` to ``data.batch["advantages"]`` in place (a new tensor, same dtype and device); returns the metrics."""
+def transform_advantages(data: Any, selected: tuple[SelectedTransform, ...], sessions: Sessions | None = None) -> dict[str, float]:
+    """Apply ``selected`` to ``data.batch["advantages"]`` (a new tensor, same dtype and device); returns the metrics.
+
+    ``sessions``: the batch's v1 sessions, when it has outputs of multi-output sessions (see the module docstring)."""
     batch = data.batch
     advantages = batch["advantages"]
     mask = _numpy(batch["response_mask"]).astype(bool)
     values = _numpy(advantages)
     tokens = mask.sum(axis=1)
-    per_row = np.where(tokens > 0, values[np.arange(len(values)), mask.argmax(axis=1)], 0.0)  # the value at each row's first model token
-    rowwise = bool(np.all((values == per_row[:, None]) | ~mask))
+    live = tokens > 0
+    per_row = np.where(live, values[np.arange(len(values)), mask.argmax(axis=1)], 0.0)  # the value at each row's first model token
+    per_unit_form = bool(np.all((values == per_row[:, None]) | ~mask))
     metrics: dict[str, float] = {}
     token_context: dict[str, Any] = {"mask": mask.astype(np.float64)}
     for key, name in (("logprobs", "old_log_probs"), ("ref_logprobs", "ref_log_prob")):
         if name in batch.keys():  # noqa: SIM118 - a TensorDict
             token_context[key] = _numpy(batch[name])
-    row_context: dict[str, Any] | None = None
-    order: np.ndarray | None = None
-    for choice in selected:
-        if rowwise and choice.transform.spec.level == "sequence":
-            if row_context is None:
-                uids = np.asarray(data.non_tensor_batch["uid"], dtype=object) if "uid" in data.non_tensor_batch else np.arange(len(per_row))
-                order, offsets = _row_groups(uids)
-                rewards = _numpy(batch["token_level_rewards"]).sum(axis=1) if "token_level_rewards" in batch.keys() else np.zeros(len(per_row))  # noqa: SIM118
-                row_context = {"offsets": offsets, "rewards": rewards[order], "lengths": tokens[order].astype(np.float64)}
-                if "logprobs" in token_context:  # each row's mean log-prob of its tokens under the rollout policy (old_log_probs)
-                    row_context["mean_logprobs"] = ((token_context["logprobs"] * mask).sum(axis=1) / np.maximum(tokens, 1))[order]
-                row_context.update(turn_index=np.zeros(len(per_row), dtype=np.int64), traj_offsets=np.arange(len(per_row) + 1))
-            assert order is not None
-            out, step_metrics = apply_transforms(per_row[order], (choice,), where=WHERE, **row_context)
-            per_row = np.empty_like(out)
-            per_row[order] = out
-            values = per_row[:, None] * mask
-        else:
-            if rowwise:
-                values = per_row[:, None] * mask
-                rowwise = False
-            out, step_metrics = apply_transforms(values, (choice,), token_level=True, where=WHERE, **token_context)
-            values = out * mask
-        metrics.update({f"rllm/{key}": value for key, value in step_metrics.items()})
+    unit_part, token_part = split_chain(selected)
+    if per_unit_form and unit_part:
+        uids = np.asarray(data.non_tensor_batch["uid"], dtype=object) if "uid" in data.non_tensor_batch else np.arange(len(per_row))
+        layout = _read_back(uids, per_row, live, sessions)
+        units = layout.num_units
+        lengths = layout.per_unit(tokens)
+        rewards = _numpy(batch["token_level_rewards"]).sum(axis=1) if "token_level_rewards" in batch.keys() else np.zeros(len(per_row))  # noqa: SIM118
+        context: dict[str, Any] = {"offsets": layout.unit_offsets, "rewards": rewards[layout.final_rows], "lengths": lengths}
+        if "logprobs" in token_context:  # each unit's mean log-prob of its tokens under the rollout policy (old_log_probs)
+            context["mean_logprobs"] = layout.per_unit((token_context["logprobs"] * mask).sum(axis=1)) / np.maximum(lengths, 1)
+        context.update(turn_index=np.zeros(units, dtype=np.int64), traj_offsets=np.arange(units + 1))
+        out, unit_metrics = apply_transforms(per_row[layout.rows[layout.row_offsets[:-1]]], unit_part, where=WHERE, **context)
+        values = layout.to_rows(out)[:, None] * mask
+        metrics.update(unit_metrics)
+        unit_part = ()
+    chain = unit_part + token_part
+    if chain:
+        out, token_metrics = apply_transforms(values, chain, token_level=True, where=WHERE, **token_context)
+        values = out * mask
+        metrics.update(token_metrics)
     batch["advantages"] = torch.as_tensor(values, dtype=advantages.dtype).to(advantages.device)
-    return metrics
+    return {f"rllm/{key}": value for key, value in metrics.items()}
 
 
-def transform_configured(data: Any, config: Any) -> None:
-    """The one call of the patches: run ``config``'s transforms (if any) on ``data``'s advantages and hand their metrics to the logs."""
+def transform_configured(data: Any, config: Any, *, sessions: Sessions | None = None, units_done: bool = False) -> None:
+    """The one call of the patches: run ``config``'s transforms (if any) on ``data``'s advantages and hand their metrics to the logs.
+
+    ``units_done``: an ``rllm_*`` estimator's run applied the unit part already; only the token part is left.
+    ``sessions``: the batch's v1 sessions. Nothing happens inside :func:`deferred`."""
+    if _deferred.get():
+        return
     selected = transforms_of(config)
+    if units_done:
+        selected = split_chain(selected)[1]
     if selected:
-        publish_metrics(data, transform_advantages(data, selected))
+        publish_metrics(data, transform_advantages(data, selected, sessions))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rllm_verl.compute.state import ENV, STATE_FILE, load_state, save_state, stateful_estimator
-from rllm_verl.extension import Extension
+from rllm_verl.extension import Extension, extension_status, install
 
 __all__ = ["CHECKPOINTS", "checkpoint_folder", "checkpoint_status"]
 
@@ -76,8 +76,6 @@ CHECKPOINTS: tuple[Extension, ...] = tuple(
 def checkpoint_status() -> str:
     """For ``verl-check``: the four extensions' status and where the state is saved (imports the trainer modules)."""
     import importlib
-
-    from rllm_verl.extension import extension_status, install
 
     statuses = {}
     for extension in CHECKPOINTS:

@@ -4,13 +4,14 @@ verl's ``compute_advantage`` (``verl.trainer.ppo.ray_trainer``) hands ``non_tens
 the legacy trainer keeps the extra keys a ``compute_score`` returns, only to the estimator named
 ``gdpo``. The extension :data:`REWARD_KEYS` wraps that function so that, while it runs, the
 DataProto it was given is visible to our estimators through a context variable
-(:func:`current_non_tensor_batch`; :func:`current_tensor`, through which step-level estimators read
-``responses``), and so are its ``gamma``, ``lam`` and ``norm_adv_by_std_in_grpo`` arguments (:func:`current_arguments`),
+(:func:`~rllm_verl.context.current_non_tensor_batch`; :func:`~rllm_verl.context.current_tensor`, through which step-level estimators read
+``responses``), and so are its ``gamma``, ``lam`` and ``norm_adv_by_std_in_grpo`` arguments (:func:`~rllm_verl.context.current_arguments`),
 which verl gives only to its own ``gae`` and ``grpo``.
 The original function is then called with the same arguments,
 so every estimator, ours included, receives exactly the keyword arguments verl gives it. Then, when
-``algorithm.rllm_advantage_transforms`` lists transforms, they run on the advantages verl's call wrote,
-whatever the estimator (:mod:`rllm_verl.compute.transforms`); v1 reaches this function too. It is
+``algorithm.rllm_advantage_transforms`` lists transforms, they run on the advantages verl's call wrote
+(:mod:`rllm_verl.compute.transforms`): all of them after verl's own estimators, the token part after ``rllm_*`` ones
+(whose run applied the rest); v1 reaches this function too. It is
 installed like every verl extension (:mod:`rllm_verl.extension`: lazily, guarded by verl 0.9's signature,
 once, never raising); opt out with ``RLLM_PLUGINS_VERL_REWARD_KEYS=0`` (which also turns the transforms off).
 """
@@ -25,12 +26,13 @@ from typing import Any
 from rllm_verl.compute.transforms import transform_configured
 from rllm_verl.context import LEGACY_EXTENSION, REWARD_KEYS_ENV, processing
 from rllm_verl.extension import ADVANTAGE_PARAMETERS, NO_DEFAULT, Extension
+from rllm_verl.registration import rllm_name
 
 __all__ = ["REWARD_KEYS", "REWARD_KEYS_ENV"]
 
 
 def extend(original: Callable[..., Any]) -> Callable[..., Any]:
-    """verl's ``compute_advantage``, with its ``data`` visible to :func:`current_non_tensor_batch` during the call."""
+    """verl's ``compute_advantage``, with its ``data`` visible to :func:`~rllm_verl.context.current_non_tensor_batch` during the call."""
 
     signature = inspect.signature(original)
 
@@ -42,7 +44,8 @@ def extend(original: Callable[..., Any]) -> Callable[..., Any]:
             given = {}
         with processing(data, given):
             out = original(data, *args, **kwargs)
-        transform_configured(out, given.get("config"))  # algorithm.rllm_advantage_transforms: after any estimator, verl's own included
+        # algorithm.rllm_advantage_transforms after any estimator: an rllm_* estimator's run applied their unit part already
+        transform_configured(out, given.get("config"), units_done=rllm_name(given.get("adv_estimator")) is not None)
         return out
 
     return compute_advantage

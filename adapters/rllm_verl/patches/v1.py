@@ -7,8 +7,8 @@ calls ``compute_advantage_for_multi_trajectories``. The same keys hold the rows'
 ``responses`` and ``extra_fields`` (the agent loop's dict per output), which step-level estimators need
 for anchor states. The extension :data:`V1_BATCH` wraps that method so that, while it runs, the batch
 it was given (keys and partition) is visible through a context variable; nothing else changes.
-:func:`fetch_rows` then reads the fields our estimators need for the rows of that batch, once per
-advantage step, and :func:`add_turn_metrics` puts per-turn diagnostics into the step's ``metrics``.
+:func:`~rllm_verl.context.fetch_rows` then reads the fields our estimators need for the rows of that batch, once per
+advantage step, and :func:`~rllm_verl.context.add_turn_metrics` puts per-turn diagnostics into the step's ``metrics``.
 
 Installed like every verl extension (:mod:`rllm_verl.extension`: lazily, guarded by verl 0.9's
 signature, once, never raising); opt out with ``RLLM_PLUGINS_VERL_V1_BATCH=0`` (then step-level
@@ -28,7 +28,7 @@ __all__ = ["V1_BATCH", "V1_BATCH_ENV"]
 
 
 def extend(original: Callable[..., Any]) -> Callable[..., Any]:
-    """verl's ``PPOTrainer._compute_advantage``, with its batch visible to :func:`fetch_rows` during the call."""
+    """verl's ``PPOTrainer._compute_advantage``, with its batch visible to :func:`~rllm_verl.context.fetch_rows` during the call."""
 
     @functools.wraps(original)
     def _compute_advantage(self: Any, batch: Any, metrics: Any) -> Any:

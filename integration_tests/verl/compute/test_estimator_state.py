@@ -306,3 +306,27 @@ def test_the_docs_verl_command_checks_ok_and_verl_check_names_the_state_file():
     assert f"global_step_<N>/{STATE_FILE}" in str(report) and report.estimator_state.startswith("active")
     bad = verl_check(["algorithm.adv_estimator=rllm_rae", "+algorithm.rllm_estimator_kwargs.key_by=task"])
     assert not bad.ok and "key_by='task'" in str(bad)
+
+
+def composite_config(decay):
+    terms = [["grpo", 0.5], ["rae", 0.5, {"decay": decay}]]
+    return OmegaConf.create({"norm_adv_by_std_in_grpo": True, "rllm_estimator_kwargs": {"terms": terms}})
+
+
+def test_a_composite_with_an_rae_term_records_its_options_and_refuses_a_resume_under_another_decay(tmp_path, monkeypatch):
+    compute_advantage(batch([1.0, 0.5], ["a", "a"]), adv_estimator="rllm_composite", config=composite_config(0.5))
+    first = trainer(NEWEST, tmp_path)
+    first.global_steps = 2
+    first._save_checkpoint()
+    saved = verl_estimator_state().state_dict()
+    assert saved["options"]["composite"]["terms"] == [["grpo", 0.5], ["rae", 0.5, {"decay": 0.5}]]
+    verl_estimator_state().clear()
+    trainer(NEWEST, tmp_path)._load_checkpoint()
+    path = tmp_path / "global_step_2" / STATE_FILE
+    with pytest.raises(ValueError, match=rf"estimator 'composite': option 'terms' is .* now, but the state {path} was made with terms="):
+        compute_advantage(batch([1.0], ["b"]), adv_estimator="rllm_composite", config=composite_config(0.9))
+    assert verl_estimator_state().state_dict() == saved
+    monkeypatch.setenv("RLLM_PLUGINS_ACCEPT_CHANGED_STATE_OPTIONS", "terms")
+    trainer(NEWEST, tmp_path)._load_checkpoint()
+    compute_advantage(batch([1.0], ["b"]), adv_estimator="rllm_composite", config=composite_config(0.9))
+    assert verl_estimator_state().state_dict()["options"]["composite"]["terms"][1] == ["rae", 0.5, {"decay": 0.9}]

@@ -17,7 +17,20 @@ that fail for a known reason awaiting a fix are listed in :data:`.known.KNOWN_FA
 
 from .estimators import SAMPLES, EstimatorEntry, entry_of, estimator_table
 from .known import KNOWN_FAILURES
-from .paths import PATHS_GROUP, TRANSFORMS, Call, Output, Path, clipped_and_scaled, core_paths, installed_paths, path_table, transformed_twin
+from .paths import (
+    PATHS_GROUP,
+    TRANSFORMS,
+    TWIN_TRANSFORMS,
+    Call,
+    Output,
+    Path,
+    centred_clipped_and_scaled,
+    clipped_and_scaled,
+    core_paths,
+    installed_paths,
+    path_table,
+    transformed_twin,
+)
 from .relations import FAST, FULL, RELATIONS, Budget, Relation
 from .run import Cell, run_cell, run_matrix, summary
 from .samples import Sample, Traj, derangement, generate
@@ -30,6 +43,7 @@ __all__ = [
     "RELATIONS",
     "SAMPLES",
     "TRANSFORMS",
+    "TWIN_TRANSFORMS",
     "Budget",
     "Call",
     "Cell",
@@ -39,6 +53,7 @@ __all__ = [
     "Relation",
     "Sample",
     "Traj",
+    "centred_clipped_and_scaled",
     "clipped_and_scaled",
     "core_paths",
     "derangement",

@@ -13,8 +13,10 @@ estimator for one role of ``estimator_map`` beside another role).
 
 Every path that takes advantage transforms (``Path.takes_transforms``: the collector, and each of verl's and
 TRL's paths) is followed by its transformed twin, ``<path>+transforms`` (:func:`transformed_twin`): the same path
-with :data:`TRANSFORMS` selected as its framework's users select them, compared with :func:`clipped_and_scaled`
-of the untransformed path's own output.
+with :data:`TWIN_TRANSFORMS` selected as its framework's users select them (a batch statistic, ``whiten`` centring
+over every unit, then the elementwise ``clip`` and ``scale``), compared with :func:`centred_clipped_and_scaled` of
+the untransformed path's own output: a path that hands a transform other units than its estimator compared (padding
+rows, outputs of a session) fails there.
 """
 
 from __future__ import annotations
@@ -42,10 +44,12 @@ __all__ = [
     "PATHS_GROUP",
     "PROMPT",
     "TRANSFORMS",
+    "TWIN_TRANSFORMS",
     "Call",
     "Output",
     "Path",
     "batched_returns",
+    "centred_clipped_and_scaled",
     "clipped_and_scaled",
     "core_paths",
     "installed_paths",
@@ -328,7 +332,8 @@ def _per_role_map(call: Call, sample: Sample, state: Mapping[str, Any] | None) -
     return Output(step_advantages(mine), config.estimator_state.state_dict())
 
 
-TRANSFORMS = (("clip", {"min": -0.5, "max": 0.5}), ("scale", {"negative": 0.5}))
+TRANSFORMS = (("clip", {"min": -0.5, "max": 0.5}), ("scale", {"negative": 0.5}))  # elementwise: they apply token by token too
+TWIN_TRANSFORMS = (("whiten", {"std": False}), *TRANSFORMS)  # a batch statistic first: the mean sees every unit, and only units
 TWIN_SUFFIX = "+transforms"
 
 
@@ -338,12 +343,20 @@ def clipped_and_scaled(advantages: np.ndarray, _sample: Sample) -> np.ndarray:
     return np.where(clipped < 0, clipped * 0.5, clipped)
 
 
+def centred_clipped_and_scaled(advantages: np.ndarray, sample: Sample) -> np.ndarray:
+    """:data:`TWIN_TRANSFORMS` written plainly: each unit minus the mean over the batch's units (its trajectories, or its
+    steps at the step level: the path's own output, padding in none), then :func:`clipped_and_scaled`."""
+    values = np.asarray(advantages, dtype=np.float64)
+    mean = sum(values.tolist()) / values.size if values.size else 0.0
+    return clipped_and_scaled(values - mean, sample)
+
+
 def transformed_twin(path: Path) -> Path:
-    """``path`` with :data:`TRANSFORMS` selected after every estimator (its framework's way), compared with
-    :func:`clipped_and_scaled` of ``path``'s own output on the same call: a wrapper named ``<path>+transforms``."""
+    """``path`` with :data:`TWIN_TRANSFORMS` selected after every estimator (its framework's way), compared with
+    :func:`centred_clipped_and_scaled` of ``path``'s own output on the same call: a wrapper named ``<path>+transforms``."""
 
     def with_transforms(call: Call) -> Call:
-        return replace(call, transforms=TRANSFORMS)
+        return replace(call, transforms=TWIN_TRANSFORMS)
 
     def run(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
         return path.run(with_transforms(call), sample, state)
@@ -358,10 +371,10 @@ def transformed_twin(path: Path) -> Path:
         path,
         name=path.name + TWIN_SUFFIX,
         kind="wrapper",
-        description=f"{path.name}, then advantage_transforms clip to [-0.5, 0.5] and scale negative 0.5 as its users select them",
+        description=f"{path.name}, then advantage_transforms whiten (centred), clip to [-0.5, 0.5], scale negative 0.5 as its users select them",
         run=run,
         pad=padded if pad is not None else None,
-        reference=clipped_and_scaled,
+        reference=centred_clipped_and_scaled,
         run_composite=None,
         scale_law=False,  # a clip saturates: the advantages no longer scale with the rewards
         takes_transforms=False,

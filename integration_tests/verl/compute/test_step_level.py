@@ -388,7 +388,7 @@ def test_rows_that_are_all_single_turn_warn_once_naming_what_to_do():
 def test_verl_check_shows_the_discount_and_step_weight_it_resolved_and_where_they_came_from(monkeypatch):
     from rllm_verl.tools.check import verl_check
 
-    example = Path(__file__).resolve().parents[2] / "examples" / "verl_multi_turn"
+    example = Path(__file__).resolve().parents[3] / "examples" / "verl_multi_turn"
     monkeypatch.syspath_prepend(str(example))  # the corridor loop's module, as launch.sh's PYTHONPATH has it
     multi_turn = [
         "actor_rollout_ref.rollout.multi_turn.enable=true",
