@@ -1,8 +1,17 @@
-"""The built-in estimators: each a batched function over flat groups plus its rLLM list form."""
+"""The built-in estimators: each a batched function over flat groups plus its rLLM list form.
+
+Each estimator module declares its specs beside its code, as a module-level
+``SPECS: tuple[AdvEstimatorSpec, ...]`` (:mod:`.prpo` and :mod:`.trl_compat` declare two each).
+:data:`BUILTIN_MODULES` is the one list of those modules; :data:`BUILTIN_SPECS` collects every
+module's ``SPECS`` in the list's order, and :mod:`.builtin` registers them as the first plugin.
+A new built-in joins by adding its module name to :data:`BUILTIN_MODULES`
+(``tests/core/test_builtin_specs_beside_code.py`` checks that none is left out).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from importlib import import_module
 from typing import Any
 
 from ..spec import AdvEstimatorSpec
@@ -33,77 +42,38 @@ from .verl_grpo import calculate_verl_grpo_advantages, verl_grpo
 from .verl_reinforce_plus_plus_baseline import calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline
 from .verl_rloo_vectorized import calculate_verl_rloo_vectorized_advantages, verl_rloo_vectorized
 
-# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
-BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = (
-    AdvEstimatorSpec("grpo", calculate_grpo_advantages, grpo, options=()),
-    AdvEstimatorSpec("reinforce", calculate_reinforce_advantages, reinforce, options=()),
-    AdvEstimatorSpec("reinforce_plus_plus_baseline", calculate_reinforce_plus_plus_baseline_advantages, reinforce_plus_plus_baseline, options=()),
-    AdvEstimatorSpec("rloo", calculate_rloo_advantages, rloo, options=()),
-    AdvEstimatorSpec("echo", calculate_echo_advantages, echo, options=()),
-    AdvEstimatorSpec("prpo", calculate_prpo_advantages, prpo, options=()),
-    AdvEstimatorSpec("prpo_std_optional", calculate_prpo_std_optional_advantages, prpo_std_optional, options=()),
-    AdvEstimatorSpec("opo", calculate_opo_advantages, opo, options=()),
-    AdvEstimatorSpec("grpo_passk", calculate_grpo_passk_advantages, grpo_passk, options=()),
-    AdvEstimatorSpec("trl_grpo", calculate_trl_grpo_advantages, trl_grpo, options=()),
-    AdvEstimatorSpec("trl_grpo_batch", calculate_trl_grpo_batch_advantages, trl_grpo_batch, options=()),
-    AdvEstimatorSpec("dr_grpo", calculate_dr_grpo_advantages, dr_grpo, options=()),
-    AdvEstimatorSpec("maxrl", calculate_maxrl_advantages, maxrl, options=()),
-    AdvEstimatorSpec("passk_training", calculate_passk_training_advantages, passk_training, options=(), check_group_size=check_passk_group_size),
-    AdvEstimatorSpec("pkpo", calculate_pkpo_advantages, pkpo, options=(), check_group_size=check_pkpo_group_size, check_options=check_pkpo_options),
-    AdvEstimatorSpec("minus_length_weighted_mean", calculate_minus_length_weighted_mean_advantages, minus_length_weighted_mean, options=()),
-    AdvEstimatorSpec("gpg", calculate_gpg_advantages, gpg, options=()),
-    AdvEstimatorSpec("verl_grpo", calculate_verl_grpo_advantages, verl_grpo, options=()),
-    AdvEstimatorSpec("verl_rloo_vectorized", calculate_verl_rloo_vectorized_advantages, verl_rloo_vectorized, options=()),
-    AdvEstimatorSpec(
-        "verl_reinforce_plus_plus_baseline", calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline, options=()
-    ),
-    AdvEstimatorSpec(
-        "gigpo",
-        calculate_gigpo_advantages,
-        gigpo,
-        options=(),
-        level="step",
-        needs_anchors=True,
-        check_options=check_gigpo_options,
-        breaks={
-            "option_sensitivity:similarity_autojunk": "difflib's autojunk changes a ratio only for states of 200+ elements, and only with "
-            "anchor_similarity set; the samples' states are short (tests/steps/test_anchor_similarity.py checks it on long ones)"
-        },
-    ),
-    AdvEstimatorSpec(
-        "rae",
-        batched=rae,
-        options=(),
-        stateful=True,
-        group_order_invariant=False,
-        check_options=check_rae_options,
-        state_schema=RAE_STATE_SCHEMA,
-        breaks={"permutation": "each trajectory's baseline is the running mean of those scanned before it: the scan order is part of the estimate"},
-    ),
-    AdvEstimatorSpec(
-        "step_reinforce", calculate_step_reinforce_advantages, step_reinforce, options=(), level="step", check_options=check_step_reinforce_options
-    ),
-    AdvEstimatorSpec(
-        "composite",
-        calculate_composite_advantages,
-        composite,
-        options=(),
-        level="step",
-        check_options=check_composite_options,
-        check_group_size=check_composite_group_size,
-        needs_for=composite_needs,
-    ),
-    AdvEstimatorSpec("turn_grpo", calculate_turn_grpo_advantages, turn_grpo, options=(), level="step", check_options=check_turn_grpo_options),
-    AdvEstimatorSpec(
-        "turn_credit",
-        calculate_turn_credit_advantages,
-        turn_credit,
-        options=(),
-        level="step",
-        check_options=check_turn_credit_options,
-    ),
-    AdvEstimatorSpec("turn_gae", calculate_turn_gae_advantages, turn_gae, options=(), level="step", needs_values=True, check_options=check_turn_gae_options),
+# the modules declaring the built-ins' SPECS, in the order the registry lists them (every option of a
+# built-in is a named parameter, so each declares options=()); the imports above are the package's
+# public names, reached as rllm_plugins.estimators.<name>
+BUILTIN_MODULES: tuple[str, ...] = (
+    "grpo",
+    "reinforce",
+    "reinforce_plus_plus_baseline",
+    "rloo",
+    "echo",
+    "prpo",
+    "opo",
+    "grpo_passk",
+    "trl_compat",
+    "dr_grpo",
+    "maxrl",
+    "passk_training",
+    "pkpo",
+    "minus_length_weighted_mean",
+    "gpg",
+    "verl_grpo",
+    "verl_rloo_vectorized",
+    "verl_reinforce_plus_plus_baseline",
+    "gigpo",
+    "rae",
+    "step_reinforce",
+    "composite",
+    "turn_grpo",
+    "turn_credit",
+    "turn_gae",
 )
+
+BUILTIN_SPECS: tuple[AdvEstimatorSpec, ...] = tuple(spec for module in BUILTIN_MODULES for spec in import_module(f".{module}", __name__).SPECS)
 
 
 def check_group_size(spec: AdvEstimatorSpec, options: Mapping[str, Any], group_size: int) -> None:
@@ -116,6 +86,7 @@ def check_group_size(spec: AdvEstimatorSpec, options: Mapping[str, Any], group_s
 
 
 __all__ = [
+    "BUILTIN_MODULES",
     "BUILTIN_SPECS",
     "calculate_composite_advantages",
     "calculate_dr_grpo_advantages",
@@ -136,12 +107,52 @@ __all__ = [
     "calculate_rloo_advantages",
     "calculate_step_reinforce_advantages",
     "calculate_trl_grpo_advantages",
-    "calculate_turn_gae_advantages",
-    "calculate_turn_credit_advantages",
-    "calculate_turn_grpo_advantages",
     "calculate_trl_grpo_batch_advantages",
+    "calculate_turn_credit_advantages",
+    "calculate_turn_gae_advantages",
+    "calculate_turn_grpo_advantages",
     "calculate_verl_grpo_advantages",
     "calculate_verl_reinforce_plus_plus_baseline_advantages",
     "calculate_verl_rloo_vectorized_advantages",
+    "check_composite_group_size",
+    "check_composite_options",
+    "check_gigpo_options",
     "check_group_size",
+    "check_passk_group_size",
+    "check_pkpo_group_size",
+    "check_pkpo_options",
+    "check_rae_options",
+    "check_step_reinforce_options",
+    "check_turn_credit_options",
+    "check_turn_gae_options",
+    "check_turn_grpo_options",
+    "composite",
+    "dr_grpo",
+    "echo",
+    "gigpo",
+    "gpg",
+    "grpo",
+    "grpo_passk",
+    "maxrl",
+    "minus_length_weighted_mean",
+    "opo",
+    "passk_training",
+    "pkpo",
+    "prpo",
+    "prpo_std_optional",
+    "rae",
+    "reinforce",
+    "reinforce_plus_plus_baseline",
+    "rloo",
+    "step_reinforce",
+    "trl_grpo",
+    "trl_grpo_batch",
+    "turn_credit",
+    "turn_gae",
+    "turn_grpo",
+    "verl_grpo",
+    "verl_reinforce_plus_plus_baseline",
+    "verl_rloo_vectorized",
+    "composite_needs",
+    "RAE_STATE_SCHEMA",
 ]

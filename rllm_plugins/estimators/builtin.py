@@ -1,4 +1,5 @@
-"""The built-in estimators, registered as the first plugin."""
+"""The built-in estimators, registered as the first plugin: :data:`~rllm_plugins.estimators.BUILTIN_SPECS`, the ``SPECS``
+of every module in :data:`~rllm_plugins.estimators.BUILTIN_MODULES`, each declared beside its estimator's code."""
 
 from __future__ import annotations
 

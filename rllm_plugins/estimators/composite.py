@@ -43,12 +43,14 @@ from ..calling import (
 from ..needs import Needs, needs_of
 from ..outputs import as_advantages
 from ..registry import get_estimator_spec
+from ..spec import AdvEstimatorSpec
 from ..state.store import call_stateful
 from ..steps.batch import StepBatch
 from ..steps.forms import step_list_form_of
 from .step_options import check_discount
 
 __all__ = [
+    "SPECS",
     "calculate_composite_advantages",
     "check_composite_group_size",
     "check_composite_options",
@@ -196,3 +198,17 @@ def composite(
 
 
 calculate_composite_advantages = step_list_form_of(composite, "calculate_composite_advantages")
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (
+    AdvEstimatorSpec(
+        "composite",
+        calculate_composite_advantages,
+        composite,
+        options=(),
+        level="step",
+        check_options=check_composite_options,
+        check_group_size=check_composite_group_size,
+        needs_for=composite_needs,
+    ),
+)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..segments import GroupLayout
-from ..spec import list_form_of
+from ..spec import AdvEstimatorSpec, list_form_of
 
 
 def dr_grpo(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -> np.ndarray:
@@ -23,3 +23,6 @@ def dr_grpo(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -> np.ndarray:
 
 
 calculate_dr_grpo_advantages = list_form_of(dr_grpo, "calculate_dr_grpo_advantages")
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (AdvEstimatorSpec("dr_grpo", calculate_dr_grpo_advantages, dr_grpo, options=()),)

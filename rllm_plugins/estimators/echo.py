@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..spec import list_form_of
+from ..spec import AdvEstimatorSpec, list_form_of
 from .grpo import grpo
 
 
@@ -23,3 +23,6 @@ def echo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo:
 
 
 calculate_echo_advantages = list_form_of(echo, "calculate_echo_advantages")
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (AdvEstimatorSpec("echo", calculate_echo_advantages, echo, options=()),)

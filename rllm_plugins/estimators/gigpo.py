@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..calling import describe, is_finite_real
+from ..spec import AdvEstimatorSpec
 from ..steps.anchors import normalize_within
 from ..steps.batch import StepBatch, discounted_returns
 from ..steps.forms import step_list_form_of
@@ -39,7 +40,7 @@ from ..steps.similarity import similar_anchor_ids
 from .grpo import standardize_in_groups
 from .step_options import check_choice, check_discount, check_std_ddof
 
-__all__ = ["calculate_gigpo_advantages", "check_gigpo_options", "gigpo"]
+__all__ = ["SPECS", "calculate_gigpo_advantages", "check_gigpo_options", "gigpo"]
 
 EPISODE_STATS = ("trajectory", "step")
 
@@ -99,3 +100,20 @@ def gigpo(
 
 
 calculate_gigpo_advantages = step_list_form_of(gigpo, "calculate_gigpo_advantages")
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (
+    AdvEstimatorSpec(
+        "gigpo",
+        calculate_gigpo_advantages,
+        gigpo,
+        options=(),
+        level="step",
+        needs_anchors=True,
+        check_options=check_gigpo_options,
+        breaks={
+            "option_sensitivity:similarity_autojunk": "difflib's autojunk changes a ratio only for states of 200+ elements, and only with "
+            "anchor_similarity set; the samples' states are short (tests/steps/test_anchor_similarity.py checks it on long ones)"
+        },
+    ),
+)

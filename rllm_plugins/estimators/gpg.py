@@ -16,7 +16,7 @@ import numpy as np
 
 from ..calling import as_finite_real, short_repr
 from ..segments import GroupLayout
-from ..spec import list_form_of
+from ..spec import AdvEstimatorSpec, list_form_of
 
 
 def gpg(values: np.ndarray, offsets: np.ndarray, /, *, f_norm: float = 1.0, **_: Any) -> np.ndarray:
@@ -32,3 +32,6 @@ def gpg(values: np.ndarray, offsets: np.ndarray, /, *, f_norm: float = 1.0, **_:
 
 
 calculate_gpg_advantages = list_form_of(gpg, "calculate_gpg_advantages")
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (AdvEstimatorSpec("gpg", calculate_gpg_advantages, gpg, options=()),)

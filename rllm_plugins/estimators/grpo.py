@@ -14,7 +14,7 @@ import numpy as np
 
 from ..scaled import scaled_standardize
 from ..segments import GroupLayout
-from ..spec import list_form_of
+from ..spec import AdvEstimatorSpec, list_form_of
 
 
 def spread_divisor(std: np.ndarray | float, epsilon: float) -> np.ndarray:
@@ -49,3 +49,6 @@ def grpo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo:
 
 
 calculate_grpo_advantages = list_form_of(grpo, "calculate_grpo_advantages", spec_args=("norm_adv_by_std_in_grpo", "episilon"))
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (AdvEstimatorSpec("grpo", calculate_grpo_advantages, grpo, options=()),)

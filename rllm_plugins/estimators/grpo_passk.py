@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..segments import GroupLayout, row_top_two
-from ..spec import list_form_of
+from ..spec import AdvEstimatorSpec, list_form_of
 from .grpo import spread_divisor
 
 
@@ -50,3 +50,6 @@ def grpo_passk(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in
 
 
 calculate_grpo_passk_advantages = list_form_of(grpo_passk, "calculate_grpo_passk_advantages")
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (AdvEstimatorSpec("grpo_passk", calculate_grpo_passk_advantages, grpo_passk, options=()),)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..segments import GroupLayout
-from ..spec import list_form_of
+from ..spec import AdvEstimatorSpec, list_form_of
 
 
 def maxrl(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -> np.ndarray:
@@ -36,3 +36,6 @@ def maxrl(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -> np.ndarray:
 
 
 calculate_maxrl_advantages = list_form_of(maxrl, "calculate_maxrl_advantages")
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (AdvEstimatorSpec("maxrl", calculate_maxrl_advantages, maxrl, options=()),)

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from ..spec import list_form_of
+from ..spec import AdvEstimatorSpec, list_form_of
 
-__all__ = ["calculate_minus_length_weighted_mean_advantages", "minus_length_weighted_mean"]
+__all__ = ["SPECS", "calculate_minus_length_weighted_mean_advantages", "minus_length_weighted_mean"]
 
 TOKEN_REWARDS_KEY = "per_token_rewards"
 
@@ -59,3 +59,9 @@ def calculate_minus_length_weighted_mean_advantages(rewards: Sequence[Any], *arg
     """List form; refuses per-token rewards (the PR's token mode)."""
     _refuse_token_mode(kwargs.get("traj_groups"))
     return _list_form(rewards, *args, **kwargs)
+
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (
+    AdvEstimatorSpec("minus_length_weighted_mean", calculate_minus_length_weighted_mean_advantages, minus_length_weighted_mean, options=()),
+)

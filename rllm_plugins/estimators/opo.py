@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..segments import GroupLayout
-from ..spec import list_form_of
+from ..spec import AdvEstimatorSpec, list_form_of
 
 
 def opo(values: np.ndarray, offsets: np.ndarray, /, *, lengths: np.ndarray | None = None, **_: Any) -> np.ndarray:
@@ -31,3 +31,6 @@ def opo(values: np.ndarray, offsets: np.ndarray, /, *, lengths: np.ndarray | Non
 
 
 calculate_opo_advantages = list_form_of(opo, "calculate_opo_advantages")
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (AdvEstimatorSpec("opo", calculate_opo_advantages, opo, options=()),)

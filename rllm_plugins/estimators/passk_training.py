@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 
 from ..segments import GroupLayout
-from ..spec import list_form_of
+from ..spec import AdvEstimatorSpec, list_form_of
 from .grpo import spread_divisor
 
-__all__ = ["calculate_passk_training_advantages", "check_passk_k", "passk_training"]
+__all__ = ["SPECS", "calculate_passk_training_advantages", "check_passk_k", "passk_training"]
 
 
 def check_passk_k(k: object, group_size: int | None = None) -> int:
@@ -101,3 +101,8 @@ def passk_training(
 
 
 calculate_passk_training_advantages = list_form_of(passk_training, "calculate_passk_training_advantages")
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (
+    AdvEstimatorSpec("passk_training", calculate_passk_training_advantages, passk_training, options=(), check_group_size=check_passk_group_size),
+)

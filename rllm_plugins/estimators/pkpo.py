@@ -33,9 +33,9 @@ import numpy as np
 from ..calling import is_finite_real, short_repr
 from ..scaled import power_of_two_scale
 from ..segments import GroupLayout, row_maxima
-from ..spec import list_form_of
+from ..spec import AdvEstimatorSpec, list_form_of
 
-__all__ = ["calculate_pkpo_advantages", "check_pkpo_group_size", "check_pkpo_options", "pkpo"]
+__all__ = ["SPECS", "calculate_pkpo_advantages", "check_pkpo_group_size", "check_pkpo_options", "pkpo"]
 
 
 def _check_k(k: object) -> int:
@@ -161,3 +161,8 @@ def pkpo(values: np.ndarray, offsets: np.ndarray, /, *, k: int | None = None, al
 
 
 calculate_pkpo_advantages = list_form_of(pkpo, "calculate_pkpo_advantages")
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (
+    AdvEstimatorSpec("pkpo", calculate_pkpo_advantages, pkpo, options=(), check_group_size=check_pkpo_group_size, check_options=check_pkpo_options),
+)

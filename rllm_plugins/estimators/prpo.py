@@ -15,7 +15,7 @@ import numpy as np
 
 from ..scaled import unit_scale_retry
 from ..segments import GroupLayout, check_offsets
-from ..spec import list_form_of
+from ..spec import AdvEstimatorSpec, list_form_of
 from .grpo import spread_divisor
 
 
@@ -74,3 +74,9 @@ def prpo_std_optional(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by
 
 calculate_prpo_advantages = list_form_of(prpo, "calculate_prpo_advantages", main_args=("epsilon",))
 calculate_prpo_std_optional_advantages = list_form_of(prpo_std_optional, "calculate_prpo_std_optional_advantages", main_args=("epsilon",))
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (
+    AdvEstimatorSpec("prpo", calculate_prpo_advantages, prpo, options=()),
+    AdvEstimatorSpec("prpo_std_optional", calculate_prpo_std_optional_advantages, prpo_std_optional, options=()),
+)

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ..spec import AdvEstimatorSpec
 from ..state.schema import MapOf
 from ..state.views import StateView, updated
 
@@ -243,3 +244,18 @@ def _scan_in_python(values: np.ndarray, ids: list[str], baselines: dict[str, flo
         append(baseline)
         baselines[task] = decay * baseline + kept
     return values - np.fromiter(read, dtype=np.float64, count=values.size)
+
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (
+    AdvEstimatorSpec(
+        "rae",
+        batched=rae,
+        options=(),
+        stateful=True,
+        group_order_invariant=False,
+        check_options=check_rae_options,
+        state_schema=STATE_SCHEMA,
+        breaks={"permutation": "each trajectory's baseline is the running mean of those scanned before it: the scan order is part of the estimate"},
+    ),
+)

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..segments import GroupLayout
-from ..spec import list_form_of
+from ..spec import AdvEstimatorSpec, list_form_of
 
 
 def reinforce(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -> np.ndarray:
@@ -17,3 +17,6 @@ def reinforce(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -> np.ndarra
 
 
 calculate_reinforce_advantages = list_form_of(reinforce, "calculate_reinforce_advantages")
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (AdvEstimatorSpec("reinforce", calculate_reinforce_advantages, reinforce, options=()),)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..scaled import unit_scale_retry
 from ..segments import GroupLayout
-from ..spec import list_form_of
+from ..spec import AdvEstimatorSpec, list_form_of
 from .grpo import spread_divisor
 
 
@@ -44,4 +44,9 @@ def reinforce_plus_plus_baseline(values: np.ndarray, offsets: np.ndarray, /, *, 
 
 calculate_reinforce_plus_plus_baseline_advantages = list_form_of(
     reinforce_plus_plus_baseline, "calculate_reinforce_plus_plus_baseline_advantages", spec_args=("epsilon",), main_args=("epsilon",)
+)
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (
+    AdvEstimatorSpec("reinforce_plus_plus_baseline", calculate_reinforce_plus_plus_baseline_advantages, reinforce_plus_plus_baseline, options=()),
 )

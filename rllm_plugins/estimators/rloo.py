@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..segments import GroupLayout
-from ..spec import list_form_of
+from ..spec import AdvEstimatorSpec, list_form_of
 
 
 def rloo(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -> np.ndarray:
@@ -26,3 +26,6 @@ def rloo(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -> np.ndarray:
 
 
 calculate_rloo_advantages = list_form_of(rloo, "calculate_rloo_advantages")
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (AdvEstimatorSpec("rloo", calculate_rloo_advantages, rloo, options=()),)

@@ -36,13 +36,14 @@ import numpy as np
 
 from ..calling import describe, is_finite_real
 from ..scaled import power_of_two_scale
+from ..spec import AdvEstimatorSpec
 from ..steps.anchors import normalize_within
 from ..steps.batch import StepBatch, discounted_returns
 from ..steps.forms import step_list_form_of
 from .grpo import spread_divisor
 from .step_options import check_choice, check_discount, check_std_ddof
 
-__all__ = ["AS_METHOD", "calculate_step_reinforce_advantages", "check_step_reinforce_options", "norm_types", "step_reinforce"]
+__all__ = ["SPECS", "AS_METHOD", "calculate_step_reinforce_advantages", "check_step_reinforce_options", "norm_types", "step_reinforce"]
 
 GROUPINGS = ("task_group", "batch")
 METHODS = ("mean_std", "mean", "identity", "asym_clip")
@@ -169,3 +170,10 @@ def _mixed(returns: np.ndarray, ids: np.ndarray, mean_type: str | None, std_type
 
 
 calculate_step_reinforce_advantages = step_list_form_of(step_reinforce, "calculate_step_reinforce_advantages")
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (
+    AdvEstimatorSpec(
+        "step_reinforce", calculate_step_reinforce_advantages, step_reinforce, options=(), level="step", check_options=check_step_reinforce_options
+    ),
+)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..scaled import scaled_standardize, unit_scale_retry
 from ..segments import GroupLayout
-from ..spec import list_form_of
+from ..spec import AdvEstimatorSpec, list_form_of
 from .grpo import spread_divisor
 
 SCALE_REWARDS = ("group", "batch", "none")
@@ -88,3 +88,9 @@ def trl_grpo_batch(
 
 calculate_trl_grpo_advantages = list_form_of(trl_grpo, "calculate_trl_grpo_advantages")
 calculate_trl_grpo_batch_advantages = list_form_of(trl_grpo_batch, "calculate_trl_grpo_batch_advantages")
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (
+    AdvEstimatorSpec("trl_grpo", calculate_trl_grpo_advantages, trl_grpo, options=()),
+    AdvEstimatorSpec("trl_grpo_batch", calculate_trl_grpo_batch_advantages, trl_grpo_batch, options=()),
+)

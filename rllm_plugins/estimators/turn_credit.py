@@ -29,11 +29,12 @@ from typing import Any
 import numpy as np
 
 from ..calling import describe, is_finite_real
+from ..spec import AdvEstimatorSpec
 from ..steps.batch import StepBatch, discounted_returns
 from ..steps.forms import step_list_form_of
 from .step_options import check_choice, check_discount
 
-__all__ = ["SCORE_KEY", "calculate_turn_credit_advantages", "check_turn_credit_options", "smear", "turn_credit", "turn_deltas"]
+__all__ = ["SPECS", "SCORE_KEY", "calculate_turn_credit_advantages", "check_turn_credit_options", "smear", "turn_credit", "turn_deltas"]
 
 SCORE_KEY = "turn_score"  # Step.metadata[SCORE_KEY]: the score of the state after the turn (None: unscored)
 CENTERS = ("turns", "tokens")
@@ -128,3 +129,15 @@ def turn_credit(
 
 
 calculate_turn_credit_advantages = step_list_form_of(turn_credit, "calculate_turn_credit_advantages")
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (
+    AdvEstimatorSpec(
+        "turn_credit",
+        calculate_turn_credit_advantages,
+        turn_credit,
+        options=(),
+        level="step",
+        check_options=check_turn_credit_options,
+    ),
+)

@@ -25,11 +25,12 @@ import numpy as np
 
 from ..calling import is_plain_real
 from ..scaled import power_of_two_scale
+from ..spec import AdvEstimatorSpec
 from ..steps.batch import StepBatch, discounted_sums
 from ..steps.forms import step_list_form_of
 from .step_options import check_discount
 
-__all__ = ["calculate_turn_gae_advantages", "check_turn_gae_options", "turn_gae", "turn_gae_returns", "whiten_over_tokens"]
+__all__ = ["SPECS", "calculate_turn_gae_advantages", "check_turn_gae_options", "turn_gae", "turn_gae_returns", "whiten_over_tokens"]
 
 WHITEN_EPS = 1e-8  # verl's masked_whiten: (x - mean) * rsqrt(var + 1e-8)
 
@@ -119,3 +120,8 @@ def turn_gae(
 
 
 calculate_turn_gae_advantages = step_list_form_of(turn_gae, "calculate_turn_gae_advantages", with_returns=True)
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (
+    AdvEstimatorSpec("turn_gae", calculate_turn_gae_advantages, turn_gae, options=(), level="step", needs_values=True, check_options=check_turn_gae_options),
+)

@@ -37,13 +37,14 @@ from typing import Any
 import numpy as np
 
 from ..calling import describe, is_finite_real
+from ..spec import AdvEstimatorSpec
 from ..steps.anchors import normalize_within
 from ..steps.batch import StepBatch, discounted_returns
 from ..steps.forms import step_list_form_of
 from .grpo import spread_divisor, standardize_in_groups
 from .step_options import check_choice, check_discount, check_std_ddof
 
-__all__ = ["calculate_turn_grpo_advantages", "check_turn_grpo_options", "turn_grpo", "turn_index"]
+__all__ = ["SPECS", "calculate_turn_grpo_advantages", "check_turn_grpo_options", "turn_grpo", "turn_index"]
 
 VALUES = ("return", "reward", "reward_to_go")
 BASELINES = ("mean", "leave_one_out")
@@ -254,3 +255,8 @@ def _combined_on_single_turns(batch: StepBatch, advantages: np.ndarray, norm: Ma
 
 
 calculate_turn_grpo_advantages = step_list_form_of(turn_grpo, "calculate_turn_grpo_advantages")
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (
+    AdvEstimatorSpec("turn_grpo", calculate_turn_grpo_advantages, turn_grpo, options=(), level="step", check_options=check_turn_grpo_options),
+)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..spec import list_form_of
+from ..spec import AdvEstimatorSpec, list_form_of
 from .grpo import standardize_in_groups
 
 
@@ -22,3 +22,6 @@ def verl_grpo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_
 
 
 calculate_verl_grpo_advantages = list_form_of(verl_grpo, "calculate_verl_grpo_advantages")
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (AdvEstimatorSpec("verl_grpo", calculate_verl_grpo_advantages, verl_grpo, options=()),)

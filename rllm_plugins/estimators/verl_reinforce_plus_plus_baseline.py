@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..segments import GroupLayout
-from ..spec import list_form_of
+from ..spec import AdvEstimatorSpec, list_form_of
 
 _TINY = 1e-8  # verl's masked_whiten variance floor
 
@@ -71,4 +71,11 @@ def verl_reinforce_plus_plus_baseline(values: np.ndarray, offsets: np.ndarray, /
 
 calculate_verl_reinforce_plus_plus_baseline_advantages = list_form_of(
     verl_reinforce_plus_plus_baseline, "calculate_verl_reinforce_plus_plus_baseline_advantages"
+)
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (
+    AdvEstimatorSpec(
+        "verl_reinforce_plus_plus_baseline", calculate_verl_reinforce_plus_plus_baseline_advantages, verl_reinforce_plus_plus_baseline, options=()
+    ),
 )

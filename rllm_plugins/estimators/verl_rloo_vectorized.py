@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..segments import GroupLayout
-from ..spec import list_form_of
+from ..spec import AdvEstimatorSpec, list_form_of
 
 
 def verl_rloo_vectorized(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -> np.ndarray:
@@ -26,3 +26,6 @@ def verl_rloo_vectorized(values: np.ndarray, offsets: np.ndarray, /, **_: Any) -
 
 
 calculate_verl_rloo_vectorized_advantages = list_form_of(verl_rloo_vectorized, "calculate_verl_rloo_vectorized_advantages")
+
+# options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
+SPECS: tuple[AdvEstimatorSpec, ...] = (AdvEstimatorSpec("verl_rloo_vectorized", calculate_verl_rloo_vectorized_advantages, verl_rloo_vectorized, options=()),)
