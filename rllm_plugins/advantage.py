@@ -23,7 +23,7 @@ from .calling import as_finite_real, describe
 from .config import PER_STEP_DEPRECATION, AlgorithmConfig
 from .options import check_estimator_kwargs, spec_options
 from .registry import get_estimator
-from .run import Call, Commit, Wording, run_outcome, run_steps
+from .run import Call, Commit, Wording, run_outcome, run_outcome_listed, run_steps
 from .segments import GroupLayout, offsets_from_sizes
 from .spec import flatten_groups, normalize_name
 from .steps.diagnostics import turn_metrics
@@ -226,16 +226,15 @@ def _call_estimator(
 
     values, offsets = flatten_groups(batch.rewards)
     task_ids = np.array([group.task_id for group in batch.groups for _ in group.trajectories], dtype=object) if call.needs.state else None
-    advantages, commit = run_outcome(
+    advantages, commit = run_outcome_listed(
         call,
         values,
         offsets,
         wording=group,
         role=role,
+        context={"rewards": batch.rewards, "algorithm_config": config, "traj_groups": batch.groups},
         state=config.estimator_state,
         task_ids=task_ids,
-        context={"rewards": batch.rewards, "algorithm_config": config, "traj_groups": batch.groups},
-        list_form=True,
         transforms=transforms,
     )
     commits.append(commit)

@@ -12,7 +12,7 @@ from typing import Any
 
 from .config import AlgorithmConfig
 from .discovery import manager
-from .discovery.unresolved import conflict_message, unavailable_because, unknown_message
+from .discovery.unresolved import resolve, unavailable_because, unknown_message
 from .spec import AdvEstimatorSpec, BatchedEstimator, Estimator, ListEstimator, normalize_name, validate_name
 
 __all__ = [
@@ -86,16 +86,11 @@ def unregister_rllm_adv_estimator(name: Any) -> None:
 def get_estimator(name: Any) -> Estimator:
     """The registered estimator for ``name``, with its provider and both calling forms."""
     key = normalize_name(name)
-    estimator = manager.user_estimator(key)
-    if estimator is not None:
-        return estimator
     state = manager.plugin_state()
-    if key in state.conflicts:
-        raise EstimatorConflictError(conflict_message("estimator", key, state.conflicts[key]))
-    estimator = state.estimators.get(key)
-    if estimator is not None:
-        return estimator
-    raise UnknownEstimatorError(_unknown_message(name, key))
+    return resolve(
+        key, manager.user_estimator(key), state.estimators, state.conflicts, kind="estimator", conflict_error=EstimatorConflictError,
+        unknown=lambda: UnknownEstimatorError(_unknown_message(name, key)),
+    )  # fmt: skip
 
 
 def _unknown_message(name: Any, key: str) -> str:

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .steps.batch import StepBatch
     from .transforms.stage import Transforms
 
-__all__ = ["Call", "Commit", "Wording", "run_outcome", "run_steps"]
+__all__ = ["Call", "Commit", "Wording", "run_outcome", "run_outcome_listed", "run_steps"]
 
 Commit = Callable[[], None]
 
@@ -148,12 +148,36 @@ def _by_groups(call: Call, result: Any, offsets: np.ndarray, wording: Callable[[
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
+def _outcome_kwargs(call: Call, lengths: np.ndarray | None, task_ids: np.ndarray | None, settings: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The keywords of an outcome-level call: its options, the framework ``settings`` it names, and what it reads."""
+    kwargs = dict(call.options)
+    kwargs.update((key, value) for key, value in (settings or {}).items() if takes_keyword(call.estimator.spec, key))
+    if call.needs.lengths and lengths is not None:
+        kwargs["lengths"] = lengths
+    if call.needs.state and task_ids is not None:
+        kwargs["task_ids"] = task_ids
+    return kwargs
+
+
+def _transformed(
+    advantages: np.ndarray, values: np.ndarray, offsets: np.ndarray, live: np.ndarray | None, transforms: Transforms | None, role: str
+) -> np.ndarray:
+    """The transforms' stage of an outcome-level run: one unit per row (``live`` ones only), ``rewards`` the rows' values."""
+    if transforms is None or not transforms.selected:
+        return advantages
+    rows = values.shape[0]
+    run_context = {"turn_index": np.zeros(rows, dtype=np.int64), **({"rewards": values} if values.ndim == 1 else {})}
+    if live is not None:
+        transforms = replace(transforms, parts=[(p, g, live if u is None else u & live) for p, g, u in transforms.parts or [(role, None, None)]])
+    return transforms.apply(advantages, np.diff(offsets), np.ones(rows, dtype=np.int64), run_context, role)
+
+
 def run_outcome(
     call: Call,
     values: np.ndarray,
     offsets: np.ndarray,
     *,
-    wording: Wording | Callable[[int], Wording],
+    wording: Wording,
     role: str,
     state: EstimatorState | None = None,
     lengths: np.ndarray | None = None,
@@ -162,10 +186,9 @@ def run_outcome(
     settings: Mapping[str, Any] | None = None,
     combine: Callable[..., Any] | None = None,
     context: Mapping[str, Any] | None = None,
-    list_form: bool = False,
     transforms: Transforms | None = None,
 ) -> tuple[np.ndarray, Commit]:
-    """Advantages ``(N,)`` float64 of an outcome-level ``call`` over ``values`` in groups ``offsets``, and its commit.
+    """Advantages ``(N,)`` float64 of an outcome-level ``call``'s batched form over ``values`` in groups ``offsets``, and its commit.
 
     ``values`` ``(N,)`` float64 (``(N, F)`` with ``combine``), ``offsets`` ``(G + 1,)`` int64. Inputs, each handed
     over only when the estimator reads it:
@@ -178,19 +201,12 @@ def run_outcome(
     ``live`` ``(N,)`` bool: the rows the estimator sees (verl: those with a model token); the others get 0 and never
     touch its state; ``lengths`` and ``task_ids`` are cut with them, a group left empty is dropped.
     ``combine(form, values, offsets, **kwargs)``: several rewards per row combined around the estimator's batched
-    form (:func:`rllm_plugins.aggregation.aggregate_advantages`). ``context``: rLLM's keywords for the collector's
-    calls (``algorithm_config``, ``traj_groups``; with ``list_form``, the ``rewards`` by group): ``list_form`` calls
-    the list form instead of the batched one, its output checked group by group, ``wording(g)`` wording group ``g``.
+    form (:func:`rllm_plugins.aggregation.aggregate_advantages`). ``context``: keywords the driver adds, never recorded
+    with a state (the collector's ``algorithm_config``).
     ``transforms``: applied to the checked advantages, one unit per row (those ``live`` only); their metrics in it.
     """
-    estimator, needs = call.estimator, call.needs
-    rows, row_values, row_offsets = values.shape[0], values, offsets
-    kwargs = dict(call.options)
-    kwargs.update((key, value) for key, value in (settings or {}).items() if takes_keyword(estimator.spec, key))
-    if needs.lengths and lengths is not None:
-        kwargs["lengths"] = lengths
-    if needs.state and task_ids is not None:
-        kwargs["task_ids"] = task_ids
+    kwargs = _outcome_kwargs(call, lengths, task_ids, settings)
+    row_values, row_offsets = values, offsets
     expected = values.shape[0]
     if live is not None and live.all() and bool((offsets[1:] > offsets[:-1]).all()):
         live = None  # every row live and no group empty: nothing to cut
@@ -200,32 +216,41 @@ def run_outcome(
         values, offsets, expected = values[live], offsets_from_sizes(sizes[sizes > 0]), int(np.count_nonzero(live))
         kwargs.update((key, kwargs[key][live]) for key in ("lengths", "task_ids") if key in kwargs)
     kwargs.update(context or {})
-    if list_form:
-        listed = _form(call, estimator.list_form)
-        result, commit = _invoke(call, listed, (), kwargs, state, role)
-        assert callable(wording), "a list form's output is worded group by group"
-        advantages = _by_groups(call, result, offsets, wording)
-    else:
-        assert isinstance(wording, Wording), "a batched form's output is worded as one"
-        form = _form(call, estimator.batched_form)
-        if combine is not None:
-            form = functools.partial(combine, form)
-        result, commit = _invoke(call, form, (values, offsets), kwargs, state, role)
-        advantages = as_advantages(result, wording.who or call.who)
-        if advantages.size != expected:
-            raise ValueError(wording.wrong_size(call, advantages.size, expected))
-        if live is not None:
-            every = np.zeros(live.size, dtype=np.float64)
-            every[live] = advantages
-            advantages = every
-        if not np.isfinite(advantages).all():
-            raise ValueError(wording.not_finite(advantages, "advantage"))
-    if transforms is not None and transforms.selected:  # the advantages are the estimator's, checked: the transforms' place
-        run_context = {"turn_index": np.zeros(rows, dtype=np.int64), **({"rewards": row_values} if row_values.ndim == 1 else {})}
-        if live is not None:
-            transforms = replace(transforms, parts=[(p, g, live if u is None else u & live) for p, g, u in transforms.parts or [(role, None, None)]])
-        advantages = transforms.apply(advantages, np.diff(row_offsets), np.ones(rows, dtype=np.int64), run_context, role)
-    return advantages, commit
+    form = _form(call, call.estimator.batched_form)
+    if combine is not None:
+        form = functools.partial(combine, form)
+    result, commit = _invoke(call, form, (values, offsets), kwargs, state, role)
+    advantages = as_advantages(result, wording.who or call.who)
+    if advantages.size != expected:
+        raise ValueError(wording.wrong_size(call, advantages.size, expected))
+    if live is not None:
+        every = np.zeros(live.size, dtype=np.float64)
+        every[live] = advantages
+        advantages = every
+    if not np.isfinite(advantages).all():
+        raise ValueError(wording.not_finite(advantages, "advantage"))
+    return _transformed(advantages, row_values, row_offsets, live, transforms, role), commit
+
+
+def run_outcome_listed(
+    call: Call,
+    values: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    wording: Callable[[int], Wording],
+    role: str,
+    context: Mapping[str, Any],
+    state: EstimatorState | None = None,
+    task_ids: np.ndarray | None = None,
+    transforms: Transforms | None = None,
+) -> tuple[np.ndarray, Commit]:
+    """:func:`run_outcome` for the collector's calls of the list form (rLLM's calling convention): ``context`` holds rLLM's
+    keywords (``rewards`` by group, ``algorithm_config``, ``traj_groups``); the output is checked group by group,
+    ``wording(g)`` wording group ``g``. Every row is live; the same state, transforms and commit."""
+    kwargs = {**_outcome_kwargs(call, None, task_ids, None), **context}
+    result, commit = _invoke(call, _form(call, call.estimator.list_form), (), kwargs, state, role)
+    advantages = _by_groups(call, result, offsets, wording)
+    return _transformed(advantages, values, offsets, None, transforms, role), commit
 
 
 def run_steps(

@@ -1,19 +1,49 @@
-"""Why a name resolves to no single estimator or transform: one wording for both lookups.
+"""One lookup for every plugin kind (estimators, advantage transforms), and why a name resolves to no single one.
 
-A name is offered by several installed plugins (:func:`conflict_message`), or by none (:func:`unknown_message`:
-a plugin that did not load or is disabled, an entry point in a misspelt group, a near-typo of an available name).
+:func:`resolve` is the lookup order of every kind: a registration in user code, else an error when several installed
+plugins offer the name (:func:`conflict_message`), else the plugin's, else an error when none does
+(:func:`unknown_message`: a plugin that did not load or is disabled, an entry point in a misspelt group, a near-typo of
+an available name). A new plugin kind calls it with its own maps and words.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from ..spec import Provider
 from . import manager
 from .manager import PluginRecord
 
-__all__ = ["conflict_message", "failed_to_load", "near_typo_hint", "unavailable_because", "unknown_message"]
+__all__ = ["conflict_message", "failed_to_load", "near_typo_hint", "resolve", "unavailable_because", "unknown_message"]
+
+T = TypeVar("T")
+
+
+def resolve(
+    key: str,
+    user: T | None,
+    plugins: Mapping[str, T],
+    conflicts: Mapping[str, Sequence[Provider]],
+    *,
+    kind: str,
+    conflict_error: Callable[[str], Exception],
+    unknown: Callable[[], Exception],
+) -> T:
+    """What the normalised name ``key`` selects of one plugin kind (``kind``: ``"estimator"``, ``"advantage transform"``).
+
+    ``user``: a registration in user code under ``key`` (it overrides, with the warning given when it was made);
+    ``plugins``: the installed plugins' offers by name; ``conflicts``: the names several of them offer. Raises
+    ``conflict_error(message)`` for a conflict and ``unknown()`` when nothing offers ``key``.
+    """
+    if user is not None:
+        return user
+    if key in conflicts:
+        raise conflict_error(conflict_message(kind, key, conflicts[key]))
+    found = plugins.get(key)
+    if found is not None:
+        return found
+    raise unknown()
 
 
 def unavailable_because(key: str) -> str | None:

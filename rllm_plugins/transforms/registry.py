@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from ..discovery import manager
-from ..discovery.unresolved import conflict_message, unknown_message
+from ..discovery.unresolved import resolve, unknown_message
 from ..spec import Provider
 from ..transform_spec import Transform, TransformSpec
 
@@ -99,23 +99,20 @@ def get_transform(name: Any) -> Transform:
     if not isinstance(name, str):
         raise UnknownTransformError(f"an advantage transform name must be a str, got {type(name).__name__}: {name!r}")
     key = name.strip().lower()
-    transform = _user.get(key)
-    if transform is not None:
-        return transform
     state = manager.plugin_state()
-    if key in state.transform_conflicts:
-        raise UnknownTransformError(conflict_message("advantage transform", key, state.transform_conflicts[key]))
-    transform = state.transforms.get(key)
-    if transform is not None:
-        return transform
-    raise UnknownTransformError(
-        unknown_message(
-            name,
-            key,
-            kind="advantage transform",
-            unknown="Unknown advantage transform",
-            names=available_transforms(),
-            offered=lambda record: record.transforms,
-            register="Register one with @rllm_plugins.register_advantage_transform or install a plugin that offers it.",
-        )
+    return resolve(
+        key, _user.get(key), state.transforms, state.transform_conflicts, kind="advantage transform", conflict_error=UnknownTransformError,
+        unknown=lambda: UnknownTransformError(_unknown_message(name, key)),
+    )  # fmt: skip
+
+
+def _unknown_message(name: str, key: str) -> str:
+    return unknown_message(
+        name,
+        key,
+        kind="advantage transform",
+        unknown="Unknown advantage transform",
+        names=available_transforms(),
+        offered=lambda record: record.transforms,
+        register="Register one with @rllm_plugins.register_advantage_transform or install a plugin that offers it.",
     )
