@@ -354,8 +354,8 @@ def test_kl_shaping_refuses_a_sum_over_processes_that_is_not_two_finite_sums():
 
 
 def test_a_run_refuses_a_per_unit_context_of_the_wrong_length():
-    from rllm_plugins.transforms.stage import Transforms
     from rllm_plugins.transforms import resolve_transforms
+    from rllm_plugins.transforms.stage import Transforms
 
     transforms = Transforms(resolve_transforms([("clip", {"max": 1.0})], "here"), "here", context={"lengths": np.ones(3)})
     with pytest.raises(ValueError, match=r"here: the context 'lengths' has shape \(3,\) for 4 units \(one value per unit\)"):
