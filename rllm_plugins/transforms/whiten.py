@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from ..scaled import power_of_two_scale
+
 __all__ = ["whiten"]
 
 
@@ -22,5 +24,7 @@ def whiten(advantages: np.ndarray, *, std: bool = True, eps: float = 1e-8) -> np
     values = np.asarray(advantages, dtype=np.float64)
     if values.size == 0:
         return values.copy()
-    centred = values - values.mean()
-    return centred / (centred.std() + eps) if std else centred
+    # on values divided by a power of two near their largest magnitude (exact), so no square or difference overflows
+    scale = float(power_of_two_scale(np.abs(values).max()))
+    centred = values / scale - (values / scale).mean()
+    return centred / (centred.std() + eps / scale) if std else centred * scale

@@ -47,3 +47,10 @@ def test_after_grpo_in_the_collector_the_units_are_every_trajectory_of_the_role(
     judge = plain(grpo(rewards["t2:judge"]))
     got = [t.steps[0].advantage for g in groups for t in g.trajectories]
     np.testing.assert_allclose(got, solver + judge, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("magnitude", [1e-300, 1e150, 1e200, 1e307])
+def test_whiten_is_the_same_z_score_at_any_scale(magnitude):
+    base = [0.25, -2.0, 7.5, 1e-3, 0.0]
+    got, _ = apply_transforms(np.array(base) * magnitude, ["whiten"])
+    np.testing.assert_allclose(got, plain(base, eps=1e-8 / magnitude), rtol=1e-9, atol=1e-12)

@@ -25,6 +25,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from rllm_plugins.steps.turns import Turns
+from rllm_verl.compute.rows import group_rows
 
 __all__ = ["rollout_order", "scan_order"]
 
@@ -60,17 +61,28 @@ def rollout_order(
     return np.array(order, dtype=np.int64)
 
 
-def scan_order(uids: np.ndarray, keys: Sequence[str], where: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(order, offsets)``: rows ``(B,)`` (one per trajectory; ``keys`` ``{uid}_{session}_{index}``) grouped by uid, the groups
-    sorted by ``str(uid)`` and each group's rows by session and index; ``offsets`` ``(G + 1,)`` the groups' bounds in that order."""
+def scan_order(uids: np.ndarray, keys: Sequence[str], where: str, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, offsets)``: entries ``(B,)`` (one per trajectory; ``keys`` ``{uid}_{session}_{index}``) grouped by uid with the
+    one uid rule (:func:`.rows.group_rows`: ``1`` and ``"1"`` differ, NaN refused), the groups sorted by ``str(uid)`` then the
+    uid's type name (an order verl's balancing cannot change) and each group's entries by session and index; ``offsets``
+    ``(G + 1,)`` the groups' bounds in that order. ``rows``: each entry's batch row, named in errors."""
     n = len(keys)
     if n == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
-    names = [str(uid) for uid in uids.tolist()]
-    rank = {name: r for r, name in enumerate(sorted(set(names)))}
-    sort_keys = [(rank[name], *_session_and_index(key, where)) for name, key in zip(names, keys, strict=True)]
+    try:
+        grouped, bounds = group_rows(uids, rows)
+    except ValueError as error:  # a NaN uid
+        raise ValueError(f"{where}: {error}") from None
+    members = np.arange(n) if grouped is None else grouped
+    sizes = np.diff(bounds)
+    group_of = np.empty(n, dtype=np.int64)
+    group_of[members] = np.repeat(np.arange(sizes.size), sizes)
+    heads = uids[members[bounds[:-1]]].tolist()
+    ranked = sorted(range(sizes.size), key=lambda g: (str(heads[g]), type(heads[g]).__name__))
+    rank = np.empty(sizes.size, dtype=np.int64)
+    rank[ranked] = np.arange(sizes.size)
+    sort_keys = [(int(rank[g]), *_session_and_index(key, where)) for g, key in zip(group_of.tolist(), keys, strict=True)]
     order = np.array(sorted(range(n), key=sort_keys.__getitem__), dtype=np.int64)
-    sizes = np.bincount([rank[name] for name in names], minlength=len(rank))
-    offsets = np.zeros(len(rank) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=offsets[1:])
+    offsets = np.zeros(sizes.size + 1, dtype=np.int64)
+    np.cumsum(sizes[ranked], out=offsets[1:])
     return order, offsets

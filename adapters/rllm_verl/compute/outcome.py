@@ -37,7 +37,7 @@ from rllm_verl.compute.sessions import Sessions, session_layout
 from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
 from rllm_verl.compute.steps import StepSources, compute_rllm_step_advantage, step_sources
 from rllm_verl.compute.tokens import check_has_tokens, mask_lengths, reward_sums, rows_with_tokens, write_advantages
-from rllm_verl.compute.transforms import names_context, unit_transforms
+from rllm_verl.compute.transforms import check_token_part, names_context, unit_transforms
 from rllm_verl.context import algorithm_value, current_keys, current_non_tensor_batch, current_tensor, publish_current, verl_arguments
 
 __all__ = ["ESTIMATOR_KWARGS_KEY", "check_inputs", "check_representable", "compute_rllm_advantage", "estimator_options", "output_dtype", "verl_estimator"]
@@ -226,13 +226,19 @@ def _outcome(
         layout = layout.keeping_live_groups(unit_has)
         unit_has = layout.per_unit(has_tokens) > 0
     if keys is not None and needs.state:  # v1: a running baseline's scan order, by uid, session and output
-        order, offsets = scan_order(index[layout.final_rows], [str(keys[r]) for r in layout.final_rows.tolist()], where)
+        order, offsets = scan_order(index[layout.final_rows], [str(keys[r]) for r in layout.final_rows.tolist()], where, layout.final_rows)
         layout = layout.reordered(order, offsets)
         unit_has = layout.per_unit(has_tokens) > 0
     transforms = unit_transforms(config)
     lengths = layout.per_unit(mask_lengths(response_mask)) if needs.lengths or transforms is not None else None
     if transforms is not None:
+        # the transforms' units are those with a model token, whatever verl's estimator: a unit without one (a response
+        # cut to nothing) stays a sample of its group's estimate, but is no unit of a transform's statistics
         transforms.context = {"lengths": lengths, "mean_logprobs": _mean_logprobs(transforms, index, response_mask, lengths, layout)}
+        if keyed is not None:  # the units' rewards as after verl's own estimators: their summed token_level_rewards
+            transforms.context["rewards"] = reward_sums(token_level_rewards)[layout.final_rows]
+        if not unit_has.all():
+            transforms.parts = [(VERL_ROLE, None, unit_has)]
     live, combine = None, None
     if needs.state:  # the scan order: v1 by uid and session (above), legacy the rows' (groups by first appearance); padding left out
         if keyed is not None:
@@ -258,6 +264,7 @@ def _outcome(
     )  # fmt: skip
     advantages = layout.to_rows(grouped)
     check_representable(advantages, dtype, where, index)
+    check_token_part(config, index)  # before the commit: a run the token part will refuse leaves the state as it was
     commit()  # every check passed
     if transforms is not None:
         publish_current(transforms.metrics, prefix="rllm/")

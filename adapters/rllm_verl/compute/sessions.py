@@ -105,6 +105,12 @@ def session_layout(sessions: Sessions, keys: Sequence[str] | None, where: str) -
     """The batch's :class:`~rllm_plugins.layout.Layout` with every session one unit, its outputs in index order, grouped by
     uid. ``keys`` (one per session, ``{uid}_{session}_{index}``): a running baseline's scan order, by uid and session;
     None: groups by first appearance."""
-    order, offsets = scan_order(sessions.uids, keys, where) if keys is not None else group_rows(sessions.uids)
+    if keys is not None:
+        order, offsets = scan_order(sessions.uids, keys, where, sessions.final_rows)
+    else:
+        try:
+            order, offsets = group_rows(sessions.uids, sessions.final_rows)
+        except ValueError as error:  # a NaN uid, named by its row
+            raise ValueError(f"{where}: {error}") from None
     assert sessions.output_index is not None, "parse_sessions gives every row its output index"
     return Layout.from_sessions(sessions.session_of_row, sessions.output_index, sessions.final_rows, order, offsets)

@@ -37,7 +37,7 @@ from rllm_plugins.steps.turns import PROMPT_ANCHOR, Turns, coded_states, find_tu
 from rllm_verl.compute.order import rollout_order
 from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
 from rllm_verl.compute.tokens import check_has_tokens
-from rllm_verl.compute.transforms import unit_transforms
+from rllm_verl.compute.transforms import check_token_part, unit_transforms
 from rllm_verl.context import REWARD_KEYS_ENV, V1_BATCH_ENV, add_turn_metrics, algorithm_value, current_keys, fetch_rows, publish_current
 
 __all__ = ["ANCHOR_STATES_KEY", "StepSources", "compute_rllm_step_advantage", "resolve_gamma", "step_sources"]
@@ -252,6 +252,7 @@ def compute_rllm_step_advantage(
     )
     per_turn = _checked_per_turn(grouped, turn_order, "advantage", where, index, turns, dtype)
     per_turn_returns = per_turn if grouped_returns is None else _checked_per_turn(grouped_returns, turn_order, "return", where, index, turns, dtype)
+    check_token_part(config, index)  # before the commit: a run the token part will refuse leaves the state as it was
     commit()  # every check passed
     if transforms is not None:
         publish_current(transforms.metrics, prefix="rllm/")

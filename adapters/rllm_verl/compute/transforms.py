@@ -37,7 +37,7 @@ from rllm_plugins.transforms.registry import registry_version
 from rllm_plugins.transforms.stage import Transforms
 from rllm_verl.compute.rows import group_rows
 from rllm_verl.compute.sessions import Sessions, session_layout
-from rllm_verl.context import publish_metrics
+from rllm_verl.context import current_non_tensor_batch, current_tensor, publish_metrics
 
 __all__ = ["CONFIG_KEY", "WHERE", "deferred", "transform_advantages", "transform_configured", "transforms_of", "unit_transforms"]
 
@@ -76,6 +76,25 @@ def unit_transforms(config: Any) -> Transforms | None:
     """The unit part of ``config``'s chain as an ``rllm_*`` estimator's run applies it (None when there is none)."""
     unit_part, _ = split_chain(transforms_of(config))
     return Transforms(unit_part, WHERE) if unit_part else None
+
+
+TOKEN_KEYS = {"logprobs": "old_log_probs", "ref_logprobs": "ref_log_prob"}  # a token-level transform's context: data.batch's keys
+
+
+def check_token_part(config: Any, index: Any) -> None:
+    """Refuse, naming the batch key, a token part of ``config``'s chain that the batch verl is processing cannot feed (a
+    transform requiring ``ref_logprobs`` without ``ref_log_prob``); nothing outside verl's call (nothing runs it there)."""
+    _, token_part = split_chain(transforms_of(config))
+    if not token_part or current_non_tensor_batch(index) is None:
+        return
+    for choice in token_part:
+        missing = [TOKEN_KEYS[k] for k in choice.transform.spec.requires if k in TOKEN_KEYS and current_tensor(index, TOKEN_KEYS[k]) is None]
+        if missing:
+            raise ValueError(
+                f"{WHERE}: advantage transform {choice.label!r} ({choice.transform.provider}) needs data.batch{missing}, which this batch "
+                "has not (verl computes ref_log_prob only with a reference policy, old_log_probs before the update); remove the transform or "
+                "run with what it reads"
+            )
 
 
 def names_context(transforms: Transforms, key: str) -> bool:
@@ -123,11 +142,21 @@ def transform_advantages(data: Any, selected: tuple[SelectedTransform, ...], ses
     values = _numpy(advantages)
     tokens = mask.sum(axis=1)
     live = tokens > 0
+    if not np.isfinite(values[mask]).all():  # verl's estimator wrote a non-finite advantage: no transform is the cause
+        row = int(np.flatnonzero(~np.isfinite(np.where(mask, values, 0.0)).all(axis=1))[0])
+        cause = "check the batch's token_level_rewards (a NaN or inf reward)"
+        if "token_level_rewards" in batch.keys():  # noqa: SIM118 - a TensorDict
+            sums = _numpy(batch["token_level_rewards"]).sum(axis=1)
+            if not np.isfinite(sums).all():
+                bad = int(np.flatnonzero(~np.isfinite(sums))[0])
+                cause = f"row {bad} has reward {sums[bad]}; token_level_rewards must be finite"
+        uid = data.non_tensor_batch["uid"][row] if "uid" in data.non_tensor_batch else None
+        raise ValueError(f"{WHERE}: the estimator wrote a non-finite advantage in row {row} (uid {uid!r}) before any transform ran: {cause}")
     per_row = np.where(live, values[np.arange(len(values)), mask.argmax(axis=1)], 0.0)  # the value at each row's first model token
     per_unit_form = bool(np.all((values == per_row[:, None]) | ~mask))
     metrics: dict[str, float] = {}
     token_context: dict[str, Any] = {"mask": mask.astype(np.float64)}
-    for key, name in (("logprobs", "old_log_probs"), ("ref_logprobs", "ref_log_prob")):
+    for key, name in TOKEN_KEYS.items():
         if name in batch.keys():  # noqa: SIM118 - a TensorDict
             token_context[key] = _numpy(batch[name])
     unit_part, token_part = split_chain(selected)

@@ -49,6 +49,26 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any, keys:
     return data
 
 
+def _verls_own(original: Callable[..., Any], data: Any, batch_keys: Any, adv_estimator: Any, *args: Any) -> Any:
+    """verl's own estimator through verl's function, the transforms deferred to after it: verl's ``grpo`` computes on each
+    session's final output (a sub-batch) and copies one value per row back, which would flatten a token-level transform
+    applied inside. The transforms then see verl's units: a session where ``grpo`` broadcast one advantage over it, else
+    each row."""
+    from verl.trainer.ppo import core_algos
+
+    with deferred():
+        out = original(data, batch_keys, adv_estimator, *args)
+    config = args[-1]
+    sessions = None
+    if adv_estimator == core_algos.AdvantageEstimator.GRPO and batch_keys is not None and "uid" in data.non_tensor_batch:
+        try:
+            sessions = parse_sessions(list(batch_keys), data.non_tensor_batch["uid"])
+        except ValueError:  # keys verl reads its own way: each row its own unit
+            sessions = None
+    transform_configured(out, config, sessions=sessions)
+    return out
+
+
 def extend(original: Callable[..., Any]) -> Callable[..., Any]:
     """verl's ``compute_advantage_for_multi_trajectories`` with session-level ``rllm_*`` estimators."""
 
@@ -63,6 +83,8 @@ def extend(original: Callable[..., Any]) -> Callable[..., Any]:
         config: Any = None,
     ) -> Any:
         name = rllm_name(adv_estimator)
+        if name is None:  # verl's own estimator: verl's function, then the transforms on the whole batch (below)
+            return _verls_own(original, data, batch_keys, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config)
         if batch_keys is None or "uid" not in data.non_tensor_batch:
             return original(data, batch_keys, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config)
         if len(batch_keys) == len(data) and first_outputs_only(batch_keys):  # the usual case, without parsing keys
@@ -70,17 +92,10 @@ def extend(original: Callable[..., Any]) -> Callable[..., Any]:
         try:
             sessions = parse_sessions(list(batch_keys), data.non_tensor_batch["uid"])
         except ValueError as error:
-            if name is None:  # verl's own estimator: verl reads the keys its own way
-                return original(data, batch_keys, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config)
             raise ValueError(f"advantage estimator {adv_estimator!r} in compute_advantage_for_multi_trajectories: {error}") from None
         if sessions.one_output_each:
             return original(data, batch_keys, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config)
         given = {"gamma": gamma, "lam": lam, "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo}
-        if name is None:  # verl's own estimator; the transforms then see its units: whole sessions where it broadcast
-            with deferred():
-                out = original(data, batch_keys, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config)
-            transform_configured(out, config, sessions=sessions)
-            return out
         if "response_mask" not in data.batch.keys():  # noqa: SIM118 - a TensorDict
             from verl.trainer.ppo.ray_trainer import compute_response_mask
 

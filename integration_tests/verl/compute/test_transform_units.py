@@ -200,3 +200,99 @@ def test_outputs_of_a_session_with_different_advantages_are_units_of_their_own(p
     data = batch(SESSION_REWARDS, SESSION_LENGTHS, SESSION_UIDS)
     compute_advantage_for_multi_trajectories(data, SESSION_KEYS, adv_estimator="rloo", config=algorithm(["test_unit_probe"], probe))
     assert len(probe) == 1 and probe[0]["offsets"] == [0, 3, 7] and probe[0]["lengths"] == [float(k) for k in SESSION_LENGTHS]
+
+
+# Cases a hostile review found; each compares with a plain re-statement or with another path on the same batch.
+
+
+def with_log_probs(data, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    n = len(data)
+    data.batch["old_log_probs"] = -torch.rand(n, WIDTH, generator=gen) * 2
+    data.batch["ref_log_prob"] = -torch.rand(n, WIDTH, generator=gen) * 2
+    return data
+
+
+def test_kl_shaping_after_verls_grpo_on_v1_is_per_token_as_on_the_legacy_path():
+    """v1's grpo copies one value per row from a sub-batch: the token-level transform must run after that copy, not inside."""
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    rewards, lengths, uids = REAL
+    config = algorithm([{"name": "kl_shaping", "coef": 0.5}])
+    legacy = ray_trainer.compute_advantage(with_log_probs(batch(rewards, lengths, uids)), "grpo", config=config)
+    keys = [f"{u}_{i}_0" for i, u in enumerate(uids)]
+    v1 = compute_advantage_for_multi_trajectories(with_log_probs(batch(rewards, lengths, uids)), keys, adv_estimator="grpo", config=config)
+    np.testing.assert_allclose(v1.batch["advantages"].numpy(), legacy.batch["advantages"].numpy(), atol=1e-6)
+    row0 = v1.batch["advantages"].numpy()[0, : lengths[0]]
+    assert not np.allclose(row0, row0[0]), "kl_shaping makes the advantages differ token by token"
+
+
+def test_verls_rloo_on_sessions_gives_the_transforms_its_rows_whatever_the_values(probe):
+    """verl's rloo treats each output as a sample; equal values inside a session must not make the session one unit."""
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    keys, uids = ["p_0_0", "p_0_1", "p_1_0", "q_0_0", "q_1_0", "q_1_1"], ["p", "p", "p", "q", "q", "q"]
+    config = algorithm(["test_unit_probe"], probe)
+    compute_advantage_for_multi_trajectories(batch([1, 1, 0, 0, 1, 1], [2] * 6, uids), keys, adv_estimator="rloo", config=config)
+    assert probe[-1]["offsets"] == [0, 3, 6], "one unit per row"
+
+
+@pytest.mark.parametrize("name", ["grpo", "rllm_grpo"])
+def test_a_row_without_model_tokens_in_a_real_group_is_no_unit_of_a_transform(probe, name):
+    uids, lengths, rewards = ["a", "a", "b", "b", "c", "c"], [3, 2, 4, 1, 5, 0], [1.0, 0.0, 0.5, 2.0, 0.0, 3.0]
+    out = ray_trainer.compute_advantage(batch(rewards, lengths, uids), name, config=algorithm(["test_unit_probe"], probe))
+    assert probe[-1]["lengths"] == [3.0, 2.0, 4.0, 1.0, 5.0], "the five rows with a model token"
+    got = out.batch["advantages"].numpy()[:5, 0]
+    np.testing.assert_allclose(got, whitened(probe[-1]["advantages"]), atol=1e-5)
+    np.testing.assert_allclose(got, [1.2247449, -0.8164966, -0.8164966, 1.2247449, -0.8164966], atol=1e-5)  # groups of two: either estimator
+
+
+def test_a_nan_uid_on_sessions_is_named_by_its_batch_row():
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    keys, uids = ["p_0_0", "p_0_1", "p_1_0", "nan_0_0", "q_0_0", "q_1_0"], ["p", "p", "p", float("nan"), "q", "q"]
+    for name in ("rllm_grpo", "rllm_rae"):
+        with pytest.raises(ValueError, match=rf"'{name}' \(sessions of .*\): row 3 has uid nan"):
+            compute_advantage_for_multi_trajectories(batch([1.0, 0.0, 0.5, 1.0, 0.0, 1.0], [2] * 6, uids), keys, adv_estimator=name, config=algorithm([]))
+
+
+def test_a_token_part_the_batch_cannot_feed_is_refused_before_a_running_baseline_moves():
+    from rllm_verl.compute.state import verl_estimator_state
+
+    verl_estimator_state().clear()
+    try:
+        data = batch([1.0, 0.0, 0.5], [2, 3, 1], ["a", "a", "b"])  # no old_log_probs, no ref_log_prob
+        needs = r"algorithm.rllm_advantage_transforms: advantage transform 'kl_shaping' .* needs data.batch\['old_log_probs', 'ref_log_prob'\]"
+        with pytest.raises(ValueError, match=needs):
+            ray_trainer.compute_advantage(data, "rllm_rae", config=algorithm(["kl_shaping"]))
+        assert not verl_estimator_state(), "the state is as it was"
+    finally:
+        verl_estimator_state().clear()
+
+
+def test_a_nan_reward_after_verls_grpo_is_named_as_the_cause_not_a_transform():
+    with pytest.raises(ValueError, match=r"non-finite advantage in row 0 .* before any transform ran: row 1 has reward nan"):
+        ray_trainer.compute_advantage(batch([1.0, float("nan"), 0.5, 0.0], [2] * 4, ["a", "a", "b", "b"]), "grpo", config=algorithm(["whiten"]))
+
+
+def test_codapo_with_reward_keys_reads_the_summed_token_rewards_after_rllm_grpo_as_after_verls_grpo():
+    """With algorithm.gdpo_reward_keys the estimator's rewards are per key; a transform's rewards are the rows' summed
+    token_level_rewards on both paths (verl's own estimators give nothing else)."""
+    uids = ["p", "p", "q", "q"]
+    extra = {"acc": np.array([1.0, 0.0, 1.0, 1.0], dtype=object), "fmt": np.array([0.5, 0.1, 0.2, 0.9], dtype=object)}
+    seen = {}
+
+    @register_advantage_transform("test_rewards_seen")
+    def rewards_seen(advantages, *, rewards):
+        seen["rewards"] = rewards.tolist()
+        return advantages
+
+    try:
+        for name in ("rllm_grpo", "grpo"):
+            data = batch([1.0, 0.0, 1.0, 1.0], [2] * 4, uids)
+            data.non_tensor_batch.update(extra)
+            config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gdpo_reward_keys": ["acc", "fmt"], "rllm_advantage_transforms": ["test_rewards_seen"]})
+            ray_trainer.compute_advantage(data, name, config=config)
+            assert seen.pop("rewards") == [1.0, 0.0, 1.0, 1.0], name
+    finally:
+        unregister_advantage_transform("test_rewards_seen")

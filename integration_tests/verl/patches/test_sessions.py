@@ -395,3 +395,21 @@ def test_a_final_output_with_an_all_zero_mask_gives_verls_grpo_zeros_and_ours_th
     grpo = (sessions - sessions.mean()) / (sessions.std() + EPS)  # rLLM's GRPO over the two sessions' final rewards
     assert theirs.batch["advantages"][0].abs().sum() == 0  # verl read session 0's advantage at a masked position
     np.testing.assert_allclose(ours.batch["advantages"][:, 0].numpy(), [grpo[0], 0.0, grpo[1]], rtol=1e-6)
+
+
+def test_a_running_baseline_on_sessions_keeps_1_and_the_string_1_apart(ref, algorithm_config):
+    """The scan order of a stateful estimator groups by the one uid rule: prompt 1 and prompt "1" are two groups."""
+    from rllm_verl.compute.state import scratch_state
+
+    options = {"terms": [["grpo", 1.0], ["rae", 0.5]]}
+    rewards = [0.0, 1.0, 0.0, 1.0, 1.0]
+
+    def first_token(keys, uids):
+        with scratch_state():
+            config = algorithm_config(adv_estimator="rllm_composite", rllm_estimator_kwargs=options)
+            out = run(ref.make_batch(rewards, [2] * 5, uids), keys, "rllm_composite", config)
+            return out.batch["advantages"][:, 0].numpy()
+
+    mixed = first_token(["1_0_0", "1_0_1", "1_1_0", "1_2_0", "1_3_0"], [1, 1, 1, "1", "1"])
+    apart = first_token(["1_0_0", "1_0_1", "1_1_0", "x_2_0", "x_3_0"], [1, 1, 1, "x", "x"])
+    np.testing.assert_allclose(mixed, apart, atol=1e-6)
