@@ -11,10 +11,10 @@ the transforms. The chain splits where the first token-level transform stands (:
 - the **token part** (``kl_shaping`` and every transform after it) runs on ``(B, T)`` advantages with ``mask``
   (``response_mask``), ``logprobs`` (``old_log_probs``) and ``ref_logprobs`` (``ref_log_prob``), after any estimator.
 
-Units read back from a batch (verl's own estimators): padding rows (``response_mask`` all 0, as v1's
-``_balance_batch`` adds) are no unit and stay 0; with sessions, a session is one unit when all its outputs carry one
-advantage (verl's ``grpo`` broadcasts), else each output is; units are grouped by ``uid`` with the one uid rule
-(:func:`rllm_verl.compute.outcome.group_rows`), each with its final output's summed ``token_level_rewards`` as
+Units read back from a batch (verl's own estimators): rows without a model token (``response_mask`` all 0, as v1's
+``_balance_batch`` pads) are no unit and stay 0; after verl's ``grpo`` on v1's multi-output sessions a session is one
+unit (verl broadcasts its final output's advantage), after verl's other estimators each output is; units are grouped
+by ``uid`` with the one uid rule (:func:`rllm_verl.compute.rows.group_rows`), each with its final output's summed ``token_level_rewards`` as
 ``rewards``, its model tokens over all its outputs as ``lengths``, and its mean ``old_log_probs`` as ``mean_logprobs``.
 Advantages that differ token by token (``gae``, step-level ones) take elementwise transforms only. ``returns`` are
 not changed.
@@ -104,8 +104,8 @@ def names_context(transforms: Transforms, key: str) -> bool:
 
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
-    """Within the block, :func:`transform_configured` does nothing: the caller transforms the batch once it has its units
-    (v1's sessions, whose ``compute_advantage`` call sees only their final outputs)."""
+    """Within the block, :func:`transform_configured` does nothing: the caller transforms the whole batch after it (verl's
+    own estimators on v1, whose ``grpo`` computes on a sub-batch of final outputs and copies one value per row back)."""
     token = _deferred.set(True)
     try:
         yield
@@ -118,8 +118,9 @@ def _numpy(tensor: torch.Tensor) -> np.ndarray:
 
 
 def _read_back(uids: np.ndarray, per_row: np.ndarray, live: np.ndarray, sessions: Sessions | None) -> Layout:
-    """The units of a batch verl's own estimator wrote: each session whose live outputs carry one advantage, else each live
-    row; grouped by uid (:func:`.rows.group_rows`), padding rows in none."""
+    """The units of a batch verl's own estimator wrote: with ``sessions`` (after verl's ``grpo``, which broadcasts), each
+    session, if its live outputs do carry one advantage; else each live row; grouped by uid (:func:`.rows.group_rows`),
+    padding rows in none."""
     if sessions is not None and not sessions.one_output_each:
         layout = session_layout(sessions, None, WHERE).keeping_rows(live)
         first = per_row[layout.rows[layout.row_offsets[:-1]]]  # each session's first live output
