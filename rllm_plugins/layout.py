@@ -58,13 +58,6 @@ class Layout:
     def num_units(self) -> int:
         return self.final_rows.size
 
-    @property
-    def unit_of_row(self) -> np.ndarray:
-        """``(B,)`` int64: each row's unit in this layout's order, ``-1`` for a row in none (padding)."""
-        out = np.full(self.num_rows, -1, dtype=np.int64)
-        out[self.rows] = np.repeat(np.arange(self.num_units), np.diff(self.row_offsets))
-        return out
-
     def per_unit(self, per_row: np.ndarray) -> np.ndarray:
         """``(N,)`` the sum of ``per_row`` ``(B,)`` over each unit's rows (a unit's tokens from its rows' tokens)."""
         if self.identity:
