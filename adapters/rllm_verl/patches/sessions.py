@@ -21,7 +21,7 @@ from typing import Any
 
 from rllm_verl.compute.outcome import compute_rllm_advantage
 from rllm_verl.compute.sessions import Sessions, first_outputs_only, parse_sessions
-from rllm_verl.compute.transforms import deferred, transform_configured
+from rllm_verl.compute.transforms import deferred, transform_configured, transforms_of
 from rllm_verl.context import processing
 from rllm_verl.extension import ADVANTAGE_PARAMETERS, NO_DEFAULT, Extension
 from rllm_verl.registration import rllm_name
@@ -56,11 +56,14 @@ def _verls_own(original: Callable[..., Any], data: Any, batch_keys: Any, adv_est
     each row."""
     from verl.trainer.ppo import core_algos
 
+    config = args[-1]
+    if not transforms_of(config):  # nothing to defer: verl's function as it is
+        return original(data, batch_keys, adv_estimator, *args)
     with deferred():
         out = original(data, batch_keys, adv_estimator, *args)
-    config = args[-1]
     sessions = None
-    if adv_estimator == core_algos.AdvantageEstimator.GRPO and batch_keys is not None and "uid" in data.non_tensor_batch:
+    grpo = adv_estimator == core_algos.AdvantageEstimator.GRPO
+    if grpo and batch_keys is not None and "uid" in data.non_tensor_batch and not first_outputs_only(batch_keys):
         try:
             sessions = parse_sessions(list(batch_keys), data.non_tensor_batch["uid"])
         except ValueError:  # keys verl reads its own way: each row its own unit
