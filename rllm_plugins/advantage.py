@@ -317,6 +317,8 @@ def _transforms(groups: list[TrajectoryGroup], rewards: list[np.ndarray] | None,
         context["rewards"] = np.array([float(step.reward or 0.0) for steps in units for step in steps], dtype=np.float64)
     elif rewards:
         context["rewards"] = np.concatenate(rewards)
+    if "rewards" in context:  # the collector shapes no reward: the task score is the reward
+        context["scores"] = context["rewards"]
     if all(len(step.logprobs) == len(step.response_ids) for steps in units for step in steps) and lengths.all():  # Step.logprobs: every token's
         context["mean_logprobs"] = np.array([sum(sum(step.logprobs) for step in steps) for steps in units], dtype=np.float64) / lengths
     return Transforms(config.transforms, "AlgorithmConfig.advantage_transforms", context)

@@ -162,11 +162,12 @@ def _outcome_kwargs(call: Call, lengths: np.ndarray | None, task_ids: np.ndarray
 def _transformed(
     advantages: np.ndarray, values: np.ndarray, offsets: np.ndarray, live: np.ndarray | None, transforms: Transforms | None, role: str
 ) -> np.ndarray:
-    """The transforms' stage of an outcome-level run: one unit per row (``live`` ones only), ``rewards`` the rows' values."""
+    """The transforms' stage of an outcome-level run: one unit per row (``live`` ones only), ``rewards`` and ``scores`` the rows'
+    values (a driver whose values may be shaped gives its own ``scores``)."""
     if transforms is None or not transforms.selected:
         return advantages
     rows = values.shape[0]
-    run_context = {"turn_index": np.zeros(rows, dtype=np.int64), **({"rewards": values} if values.ndim == 1 else {})}
+    run_context = {"turn_index": np.zeros(rows, dtype=np.int64), **({"rewards": values, "scores": values} if values.ndim == 1 else {})}
     if live is not None:
         transforms = replace(transforms, parts=[(p, g, live if u is None else u & live) for p, g, u in transforms.parts or [(role, None, None)]])
     return transforms.apply(advantages, np.diff(offsets), np.ones(rows, dtype=np.int64), run_context, role)
@@ -292,5 +293,6 @@ def run_steps(
         steps = np.diff(batch.step_offsets)
         turn_index = np.arange(batch.num_steps) - np.repeat(batch.step_offsets[:-1], steps)
         group_sizes = np.diff(batch.step_offsets[batch.traj_offsets])
-        advantages = transforms.apply(advantages, group_sizes, steps, {"rewards": batch.step_rewards, "turn_index": turn_index}, role)
+        run_context = {"rewards": batch.step_rewards, "scores": batch.step_rewards, "turn_index": turn_index}
+        advantages = transforms.apply(advantages, group_sizes, steps, run_context, role)
     return advantages, returns, commit

@@ -25,6 +25,10 @@ __all__ = ["CONTEXT_KEYWORDS", "Transform", "TransformSpec", "transform_context"
 CONTEXT_KEYWORDS: Mapping[str, str] = {
     "offsets": "int64 (G+1,): group g holds units offsets[g]:offsets[g+1] (sequence level: trajectories or steps of one task group)",
     "rewards": "float64 (N,): each unit's reward (the trajectory's reward; a step's own reward at the step level)",
+    "scores": (
+        "float64 (N,): each unit's task score before any shaping (verl's token_level_scores summed over the unit, where its rewards "
+        "may carry the KL penalty; elsewhere the same as rewards)"
+    ),
     "lengths": "float64 (N,): each unit's number of response tokens",
     "mean_logprobs": "float64 (N,): each unit's mean log-probability of its response tokens under the rollout policy, where the framework has it",
     "turn_index": "int64 (N,): each step's index within its trajectory (step level; 0 for outcome level)",

@@ -57,7 +57,7 @@ READ_FIELDS = (
     "beta",
 )
 TRANSFORMS_WHERE = "RLLMGRPOConfig.advantage_transforms"
-SEQUENCE_CONTEXT = {"offsets", "rewards", "lengths", "turn_index", "traj_offsets", "role"}  # lengths: on the outcome path
+SEQUENCE_CONTEXT = {"offsets", "rewards", "scores", "lengths", "turn_index", "traj_offsets", "role"}  # lengths: on the outcome path; scores: the rewards
 TOKEN_CONTEXT = {"mask", "logprobs", "ref_logprobs", "role", "sum_over_processes"}
 
 

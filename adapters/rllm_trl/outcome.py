@@ -273,7 +273,7 @@ def _normalize_then_sum_role(
     wording = Wording("completions", lambda values, _: f"{where} gave the non-finite advantage {values[~np.isfinite(values)][0]}; advantages must be finite")
     offsets = np.arange(0, per_func.shape[0] + 1, G, dtype=np.int64)
     if transforms is not None:  # the combined rewards of the scorable rows (the estimator saw each function's)
-        context = {"rewards": batch.rewards[rows], "lengths": None if batch.lengths is None else batch.lengths[rows]}
+        context = {"rewards": batch.rewards[rows], "scores": batch.rewards[rows], "lengths": None if batch.lengths is None else batch.lengths[rows]}
         transforms = replace(transforms, context=context, parts=[(batch.roles[role], None, batch.scorable[rows])])
     advantages, _ = run_outcome(call, per_func, offsets, wording=wording, role=batch.roles[role], lengths=lengths, combine=combine, transforms=transforms)
     return rows, advantages

@@ -6,7 +6,8 @@ transforms run on the gathered batch, per role, on every process alike, inside t
 by :func:`sequence_transforms`): on the outcome path one value per completion (unscorable rows stay 0 and out of the
 transforms; ``offsets`` group a role's scorable completions by prompt, ``rewards`` and ``lengths`` are theirs); on the
 step path one value per turn of the scored completions (``offsets`` group a prompt's turns, ``rewards`` the turns'
-rewards, ``turn_index`` and ``traj_offsets`` place them). A token-level transform (``kl_shaping``) and every
+rewards, ``turn_index`` and ``traj_offsets`` place them). ``scores`` are the ``rewards`` on both: TRL subtracts nothing
+from a reward (its KL term is in the loss). A token-level transform (``kl_shaping``) and every
 transform after it run here instead (:func:`transform_tokens`): the run holds one value per completion or turn of the
 gathered batch, and the token log-probs they read exist only on each process's own rows. They run on this
 process's rows, ``(B, T)``, with ``mask`` (the completion mask, times the tool mask where TRL has one),

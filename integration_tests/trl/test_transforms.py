@@ -127,3 +127,32 @@ def _selected(config):
     from rllm_trl.config import advantage_settings
 
     return advantage_settings(config).transforms
+
+
+def test_a_transform_requiring_scores_is_accepted_and_gets_trls_rewards_on_both_aggregations(make_config, tmp_path):
+    """TRL subtracts nothing from a reward (its KL term is in the loss): the task scores are the gathered rewards."""
+    import torch
+    from rllm_trl import RLLMGRPOConfig
+    from rllm_trl.outcome import compute_advantages, prepare_batch
+    from rllm_trl.transforms import sequence_transforms
+
+    from rllm_plugins import register_advantage_transform
+    from rllm_plugins.transforms import unregister_advantage_transform
+
+    seen = []
+
+    @register_advantage_transform("test_scores_seen", requires=("scores",))
+    def scores_seen(advantages, *, scores, rewards):
+        seen.append((scores.tolist(), rewards.tolist()))
+        return advantages.copy()
+
+    try:
+        config = make_config(tmp_path, RLLMGRPOConfig, advantage_transforms=["test_scores_seen"])
+        rewards = torch.tensor([[1.0, 0.5], [0.0, 0.5], [1.0, 0.0], [0.0, 1.0]] * 2)
+        batch = prepare_batch(rewards, torch.tensor([1.0, 0.5]), G)
+        for aggregation in ("sum_then_normalize", "normalize_then_sum"):
+            compute_advantages(batch, "grpo", aggregation=aggregation, transforms=sequence_transforms(_selected(config))[0])
+            scores, given = seen.pop()
+            assert scores == given == batch.rewards.tolist() == [1.25, 0.25, 1.0, 0.5] * 2, aggregation
+    finally:
+        unregister_advantage_transform("test_scores_seen")

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..transform_spec import transform_context
-from .entries import SelectedTransform, resolve_transforms
+from .entries import SelectedTransform, narrow_dtype, narrow_dtype_message, resolve_transforms
 
 __all__ = ["apply_transforms", "transform_metrics"]
 
@@ -83,6 +83,9 @@ def apply_transforms(
             result = spec.fn(view, **choice.options, **given)
         except ValueError as e:
             raise ValueError(f"{who}: {e}") from None
+        narrow = narrow_dtype(result)
+        if narrow is not None:  # converted to float64 below, the precision it lost would pass unseen
+            raise ValueError(narrow_dtype_message(who, narrow))
         out = np.array(result, dtype=np.float64)
         if out.shape != current.shape:
             raise ValueError(f"{who} returned shape {out.shape} for advantages of shape {current.shape}; a transform keeps the shape")

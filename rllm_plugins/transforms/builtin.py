@@ -20,7 +20,7 @@ BUILTIN_TRANSFORMS = (
         "codapo",
         codapo,
         "each question's advantages times its CoDaValue (confidence x 4 accuracy (1 - accuracy)) plus weight_offset (CoDaPO, verl #7497)",
-        requires=("offsets", "rewards", "mean_logprobs"),
+        requires=("offsets", "scores", "mean_logprobs"),
     ),
     TransformSpec(
         "kl_shaping",

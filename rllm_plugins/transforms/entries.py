@@ -20,7 +20,16 @@ from .registry import get_transform
 
 _EMPTY = inspect.Parameter.empty
 
-__all__ = ["SelectedTransform", "check_available_context", "resolve_transforms", "split_chain", "trial_context"]
+__all__ = [
+    "SelectedTransform",
+    "check_available_context",
+    "narrow_dtype",
+    "narrow_dtype_message",
+    "resolve_transforms",
+    "split_chain",
+    "trial_call",
+    "trial_context",
+]
 
 
 @dataclass(frozen=True)
@@ -57,12 +66,39 @@ def trial_context(level: str) -> dict[str, Any]:
     return {
         "offsets": np.array([0, 2, 4]),
         "rewards": np.array([1.0, 0.0, 0.5, 0.25]),
+        "scores": np.array([1.0, 0.0, 0.5, 0.25]),
         "lengths": np.array([3.0, 5.0, 2.0, 4.0]),
         "mean_logprobs": np.array([-0.5, -1.0, -0.25, -2.0]),
         "turn_index": np.zeros(4, dtype=np.int64),
         "traj_offsets": np.arange(5),
         "role": "all_groups",
     }
+
+
+def narrow_dtype(result: Any) -> str | None:
+    """The name of ``result``'s dtype where it holds less than float32 does (float16, bfloat16, an integer, bool or object
+    type); None for float32 and wider. A list or a scalar is read as numpy reads it."""
+    dtype = getattr(result, "dtype", None)
+    if dtype is None:
+        try:
+            dtype = np.asarray(result).dtype
+        except (ValueError, TypeError):
+            return None  # not an array at all: the shape check says so
+    if isinstance(getattr(dtype, "is_floating_point", None), bool):  # a torch dtype
+        return None if dtype.is_floating_point and dtype.itemsize >= 4 else str(dtype)
+    try:
+        kind, size = np.dtype(dtype).kind, np.dtype(dtype).itemsize
+    except TypeError:
+        return str(dtype)
+    return None if kind == "f" and size >= 4 else str(np.dtype(dtype))
+
+
+def narrow_dtype_message(who: str, dtype: str) -> str:
+    """What a transform that returned ``dtype`` (:func:`narrow_dtype`) is told, on every path and by ``rllm-plugins check``."""
+    return (
+        f"{who} returned advantages of dtype {dtype}, which holds less than float32 (float16 turns 1.7320508 into 1.732421875): "
+        "return float64 or the input's dtype"
+    )
 
 
 def resolve_transforms(entries: Any, where: str, *, trial: bool = True) -> tuple[SelectedTransform, ...]:
@@ -106,18 +142,27 @@ def resolve_transforms(entries: Any, where: str, *, trial: bool = True) -> tuple
     return tuple(selected)
 
 
-def _trial(choice: SelectedTransform, where: str) -> None:
-    """Call the transform once on a small input, so that option values it refuses fail at config time."""
+def trial_call(choice: SelectedTransform, where: str, *, writable: bool = False) -> Any:
+    """Call the transform once on a small input and return what it returned: option values it refuses raise ``ValueError``.
+    The advantages are read-only unless ``writable`` (the contract check hands a writable copy and reports a change)."""
     spec = choice.transform.spec
     context = trial_context(spec.level)
     named = transform_context(spec)
     advantages = np.array([[0.5, -1.0, 0.0], [1.5, -0.25, 2.0]]) if spec.level == "token" else np.array([0.5, -1.0, 0.0, 1.5])
-    advantages.flags.writeable = False
+    advantages.flags.writeable = writable
     try:
-        spec.fn(advantages, **choice.options, **{k: v for k, v in context.items() if k in named})
+        return spec.fn(advantages, **choice.options, **{k: v for k, v in context.items() if k in named})
     except (ValueError, TypeError) as e:
         who = f"advantage transform {spec.name!r} ({choice.transform.provider})"
         raise ValueError(f"{where}: {who} fails on a small input with the options {dict(choice.options)}: {e}") from None
+
+
+def _trial(choice: SelectedTransform, where: str) -> None:
+    """Call the transform once on a small input, so that option values it refuses, and advantages it returns in less than
+    float32, fail at config time."""
+    dtype = narrow_dtype(trial_call(choice, where))
+    if dtype is not None:
+        raise ValueError(f"{where}: " + narrow_dtype_message(f"advantage transform {choice.name!r} ({choice.transform.provider})", dtype))
 
 
 def check_available_context(selected: Sequence[SelectedTransform], available: set[str], where: str, framework: str) -> None:

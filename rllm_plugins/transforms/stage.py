@@ -19,7 +19,7 @@ from .apply import apply_transforms
 __all__ = ["PER_UNIT", "Transforms"]
 
 
-PER_UNIT = ("rewards", "lengths", "mean_logprobs", "turn_index")  # the context keywords that hold one value per unit
+PER_UNIT = ("rewards", "scores", "lengths", "mean_logprobs", "turn_index")  # the context keywords that hold one value per unit
 
 
 @dataclass
@@ -29,8 +29,9 @@ class Transforms:
     ``selected``: the resolved entries (:class:`~rllm_plugins.transforms.SelectedTransform`); ``where``: the config field
     errors name. ``context``: the driver's keywords of :data:`~rllm_plugins.transform_spec.CONTEXT_KEYWORDS`, those of
     :data:`PER_UNIT` one value per unit of the run (its rows at the outcome level, its steps at the step level); the run
-    adds ``offsets`` and ``traj_offsets`` and, where the driver gives none, ``rewards`` (its 1-D values, or the step
-    rewards) and ``turn_index``. ``parts``: ``(role, groups, units)`` transformed each on its own under its role's name,
+    adds ``offsets`` and ``traj_offsets`` and, where the driver gives none, ``rewards`` and ``scores`` (its 1-D values, or
+    the step rewards) and ``turn_index``; a driver whose rewards may be shaped gives ``scores`` itself (None where it has
+    none). ``parts``: ``(role, groups, units)`` transformed each on its own under its role's name,
     ``groups`` ``(G,)`` bool the run's groups in the part and ``units`` ``(N,)`` bool its units (None: all); by default
     one part, the run's role and everything. Units outside every part keep their advantages. ``metrics``: filled by
     the run, each transform's (``transform/{role}/{label}/...``).

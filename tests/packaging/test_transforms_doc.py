@@ -7,11 +7,13 @@ import io
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rllm_plugins.transform_spec import CONTEXT_KEYWORDS, transform_options
 from rllm_plugins.transforms import unregister_advantage_transform
 from rllm_plugins.transforms.builtin import BUILTIN_TRANSFORMS
+from rllm_plugins.transforms.contract import COMMON_RULES, ELEMENTWISE, RULES, SEQUENCE_RULES, TOKEN_RULES
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "transforms.md"
 TEXT = PAGE.read_text()
@@ -26,10 +28,10 @@ def snippets() -> list[tuple[str, str | None]]:
 
 
 def test_the_page_has_its_snippets():
-    assert len(snippets()) == 3 and sum(printed is not None for _, printed in snippets()) == 2
+    assert len(snippets()) == 4 and sum(printed is not None for _, printed in snippets()) == 3
 
 
-@pytest.mark.parametrize("index", range(3))
+@pytest.mark.parametrize("index", range(4))
 def test_every_snippet_runs_and_prints_what_the_page_says(index):
     code, printed = snippets()[index]
     out = io.StringIO()
@@ -55,3 +57,15 @@ def test_the_built_ins_table_names_every_built_in_with_its_options():
     assert set(rows) == {spec.name for spec in BUILTIN_TRANSFORMS}
     for spec in BUILTIN_TRANSFORMS:
         assert set(re.findall(r"`(\w+)`", rows[spec.name])) >= set(transform_options(spec)), spec.name
+
+
+def test_the_check_rules_table_is_the_programs():
+    section = TEXT.split("## `rllm-plugins check` for a transform", 1)[1]
+    rows = dict(re.findall(r"^\| ([a-z][^|]*?) \| (.*?) \|$", section, re.M))
+    assert rows == {"rule": "demands", **RULES}
+    assert list(RULES) == [*SEQUENCE_RULES, *TOKEN_RULES, *COMMON_RULES, "masked tokens", ELEMENTWISE]
+
+
+def test_the_precision_example_is_what_float16_does():
+    assert "grpo's 1.7320508 becomes 1.732421875" in TEXT
+    assert float(np.float16(1.7320508)) == 1.732421875

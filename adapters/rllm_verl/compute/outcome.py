@@ -37,7 +37,7 @@ from rllm_verl.compute.sessions import Sessions, session_layout
 from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
 from rllm_verl.compute.steps import StepSources, compute_rllm_step_advantage, step_sources
 from rllm_verl.compute.tokens import check_has_tokens, mask_lengths, reward_sums, rows_with_tokens, write_advantages
-from rllm_verl.compute.transforms import check_token_part, names_context, unit_transforms
+from rllm_verl.compute.transforms import check_token_part, current_scores, names_context, unit_transforms
 from rllm_verl.context import algorithm_value, current_keys, current_non_tensor_batch, current_tensor, publish_current, verl_arguments
 
 __all__ = ["ESTIMATOR_KWARGS_KEY", "check_inputs", "check_representable", "compute_rllm_advantage", "estimator_options", "output_dtype", "verl_estimator"]
@@ -235,6 +235,8 @@ def _outcome(
         # the transforms' units are those with a model token, whatever verl's estimator: a unit without one (a response
         # cut to nothing) stays a sample of its group's estimate, but is no unit of a transform's statistics
         transforms.context = {"lengths": lengths, "mean_logprobs": _mean_logprobs(transforms, index, response_mask, lengths, layout)}
+        task_scores = current_scores(index) if names_context(transforms, "scores") else None  # never the (KL-penalised) rewards
+        transforms.context["scores"] = None if task_scores is None else task_scores[layout.final_rows]
         if keyed is not None:  # the units' rewards as after verl's own estimators: their summed token_level_rewards
             transforms.context["rewards"] = reward_sums(token_level_rewards)[layout.final_rows]
         if not unit_has.all():

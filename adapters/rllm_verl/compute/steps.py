@@ -37,8 +37,8 @@ from rllm_plugins.steps.turns import PROMPT_ANCHOR, Turns, coded_states, find_tu
 from rllm_verl.compute.order import rollout_order
 from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
 from rllm_verl.compute.tokens import check_has_tokens
-from rllm_verl.compute.transforms import check_token_part, unit_transforms
-from rllm_verl.context import REWARD_KEYS_ENV, V1_BATCH_ENV, add_turn_metrics, algorithm_value, current_keys, fetch_rows, publish_current
+from rllm_verl.compute.transforms import SCORES_KEY, check_token_part, names_context, unit_transforms
+from rllm_verl.context import REWARD_KEYS_ENV, V1_BATCH_ENV, add_turn_metrics, algorithm_value, current_keys, current_tensor, fetch_rows, publish_current
 
 __all__ = ["ANCHOR_STATES_KEY", "StepSources", "compute_rllm_step_advantage", "resolve_gamma", "step_sources"]
 
@@ -147,6 +147,15 @@ def _prompt_state(prompt: Any) -> tuple[str, TokenIds]:
     return (PROMPT_ANCHOR, TokenIds.of(ids))
 
 
+def _turn_scores(transforms: Any, index: np.ndarray, turns: Turns, turn_order: np.ndarray) -> np.ndarray | None:
+    """Each turn's task score in episode order (``token_level_scores`` read as the turn rewards are), when a transform names
+    ``scores`` and the batch verl is processing has them; else None (never the rewards, which may carry the KL penalty)."""
+    if not names_context(transforms, "scores"):
+        return None
+    scores = current_tensor(index, SCORES_KEY)
+    return None if scores is None else turn_rewards(_numpy(scores), turns)[turn_order]
+
+
 def compute_rllm_step_advantage(
     name: str,
     call: Call,
@@ -246,7 +255,7 @@ def compute_rllm_step_advantage(
     state = verl_estimator_state() if needs.state else None  # a composite's stateful term: this process's state, as for rllm_rae
     transforms = unit_transforms(config)  # the unit part of the transforms, one unit per turn (as the collector's step level)
     if transforms is not None:
-        transforms.context = {"lengths": step_tokens}
+        transforms.context = {"lengths": step_tokens, "scores": _turn_scores(transforms, index, turns, turn_order)}
     grouped, grouped_returns, commit = run_steps(
         call, batch, wording=Wording("steps", not_finite), role=VERL_ROLE, state=state, context=added, transforms=transforms
     )

@@ -15,7 +15,9 @@ Units read back from a batch (verl's own estimators): rows without a model token
 ``_balance_batch`` pads) are no unit and stay 0; after verl's ``grpo`` on v1's multi-output sessions a session is one
 unit (verl broadcasts its final output's advantage), after verl's other estimators each output is; units are grouped
 by ``uid`` with the one uid rule (:func:`rllm_verl.compute.rows.group_rows`), each with its final output's summed ``token_level_rewards`` as
-``rewards``, its model tokens over all its outputs as ``lengths``, and its mean ``old_log_probs`` as ``mean_logprobs``.
+``rewards`` and summed ``token_level_scores`` as ``scores`` (the task's score: with ``algorithm.use_kl_in_reward`` verl's
+rewards carry the KL penalty, its scores do not; a batch without ``token_level_scores`` gives no ``scores``), its model
+tokens over all its outputs as ``lengths``, and its mean ``old_log_probs`` as ``mean_logprobs``.
 Advantages that differ token by token (``gae``, step-level ones) take elementwise transforms only. ``returns`` are
 not changed.
 """
@@ -37,9 +39,20 @@ from rllm_plugins.transforms.registry import registry_version
 from rllm_plugins.transforms.stage import Transforms
 from rllm_verl.compute.rows import group_rows
 from rllm_verl.compute.sessions import Sessions, session_layout
+from rllm_verl.compute.tokens import reward_sums
 from rllm_verl.context import current_non_tensor_batch, current_tensor, publish_metrics
 
-__all__ = ["CONFIG_KEY", "WHERE", "deferred", "transform_advantages", "transform_configured", "transforms_of", "unit_transforms"]
+__all__ = [
+    "CONFIG_KEY",
+    "SCORES_KEY",
+    "WHERE",
+    "current_scores",
+    "deferred",
+    "transform_advantages",
+    "transform_configured",
+    "transforms_of",
+    "unit_transforms",
+]
 
 CONFIG_KEY = "rllm_advantage_transforms"  # +algorithm.rllm_advantage_transforms=[...]
 WHERE = f"algorithm.{CONFIG_KEY}"
@@ -95,6 +108,15 @@ def check_token_part(config: Any, index: Any) -> None:
                 "has not (verl computes ref_log_prob only with a reference policy, old_log_probs before the update); remove the transform or "
                 "run with what it reads"
             )
+
+
+SCORES_KEY = "token_level_scores"  # the task's scores before verl subtracts the KL penalty (algorithm.use_kl_in_reward)
+
+
+def current_scores(index: Any) -> np.ndarray | None:
+    """``(B,)`` each row's summed ``token_level_scores`` in the batch verl is processing (float64), or None where it has none."""
+    scores = current_tensor(index, SCORES_KEY)
+    return None if scores is None else reward_sums(scores)
 
 
 def names_context(transforms: Transforms, key: str) -> bool:
@@ -168,6 +190,8 @@ def transform_advantages(data: Any, selected: tuple[SelectedTransform, ...], ses
         lengths = layout.per_unit(tokens)
         rewards = _numpy(batch["token_level_rewards"]).sum(axis=1) if "token_level_rewards" in batch.keys() else np.zeros(len(per_row))  # noqa: SIM118
         context: dict[str, Any] = {"offsets": layout.unit_offsets, "rewards": rewards[layout.final_rows], "lengths": lengths}
+        if SCORES_KEY in batch.keys():  # noqa: SIM118 - the task scores, before any KL penalty; without them no transform gets scores
+            context["scores"] = reward_sums(batch[SCORES_KEY])[layout.final_rows]
         if "logprobs" in token_context:  # each unit's mean log-prob of its tokens under the rollout policy (old_log_probs)
             context["mean_logprobs"] = layout.per_unit((token_context["logprobs"] * mask).sum(axis=1)) / np.maximum(lengths, 1)
         context.update(turn_index=np.zeros(units, dtype=np.int64), traj_offsets=np.arange(units + 1))

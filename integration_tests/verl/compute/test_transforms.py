@@ -6,6 +6,7 @@ loop, SkyRL's ``A_t += coef (mean KL - KL_t)`` over the batch's model tokens.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import defaultdict
 
@@ -164,3 +165,83 @@ def test_codapo_after_verls_grpo_reads_the_rows_old_log_probs():
             want[i] = grpo[i] * (confidence * 4 * accuracy * (1 - accuracy) + 0.1)
     mask = out.batch["response_mask"].numpy()
     np.testing.assert_allclose(out.batch["advantages"].numpy(), np.array(want)[:, None] * mask, rtol=0, atol=1e-6)
+
+
+# codapo under algorithm.use_kl_in_reward=True: verl's token_level_rewards are token_level_scores - beta * KL
+
+
+KL_REWARDS, KL_LENGTHS, KL_UIDS = [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0], [3, 4, 2, 5, 3, 3, 4, 2], ["a", "a", "a", "a", "b", "b", "b", "b"]
+
+
+def penalised(seed=1):
+    """A batch whose token_level_rewards verl's own apply_kl_penalty made from its token_level_scores (beta 0.05, k1)."""
+    from verl.trainer.ppo.core_algos import FixedKLController
+
+    data = batch(KL_REWARDS, KL_LENGTHS, KL_UIDS, seed=seed, log_probs=True)
+    data, _ = ray_trainer.apply_kl_penalty(data, kl_ctrl=FixedKLController(kl_coef=0.05), kl_penalty="kl")
+    return data
+
+
+def plain_codapo_factors(correct_by_row, logp, lengths, uids, offset):
+    """CoDaPO's factor per row, written plainly: per uid, a = share correct, c = exp(mean of the rows' mean log-probs)."""
+    factors = [0.0] * len(uids)
+    for uid in dict.fromkeys(uids):
+        members = [i for i, u in enumerate(uids) if u == uid]
+        a = sum(correct_by_row[i] for i in members) / len(members)
+        c = math.exp(sum(sum(logp[i][: lengths[i]]) / lengths[i] for i in members) / len(members))
+        for i in members:
+            factors[i] = c * 4 * a * (1 - a) + offset
+    return factors
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rllm_grpo"])
+def test_codapo_counts_correct_answers_on_the_task_scores_not_on_the_kl_penalised_rewards(estimator):
+    """Before: codapo read the penalised rewards, found no reward equal to 1.0, and scaled every advantage by weight_offset alone."""
+    data = penalised()
+    scores = data.batch["token_level_scores"].double().sum(-1).tolist()
+    rewards = data.batch["token_level_rewards"].double().sum(-1).tolist()
+    assert scores == KL_REWARDS and all(abs(r - 1.0) > 1e-3 for r in rewards), "the penalty moved every correct answer's reward off 1.0"
+    config = {"use_kl_in_reward": True, "kl_penalty": "kl"}
+    plain = ray_trainer.compute_advantage(penalised(), estimator, config=algorithm([], **config)).batch["advantages"].double().numpy()
+    out = ray_trainer.compute_advantage(data, estimator, config=algorithm([{"name": "codapo", "weight_offset": 0.1}], **config))
+    got = out.batch["advantages"].double().numpy()
+    first = [0] * len(KL_UIDS)  # every row's first token is a model token
+    factors = [got[i, first[i]] / plain[i, first[i]] for i in range(len(KL_UIDS))]
+    logp = data.batch["old_log_probs"].double().tolist()
+    from_scores = plain_codapo_factors([s == 1.0 for s in scores], logp, KL_LENGTHS, KL_UIDS, 0.1)
+    from_rewards = plain_codapo_factors([r == 1.0 for r in rewards], logp, KL_LENGTHS, KL_UIDS, 0.1)
+    np.testing.assert_allclose(factors, from_scores, rtol=1e-5)
+    assert from_rewards == [0.1] * len(KL_UIDS) and min(from_scores) > 0.3, (from_scores, from_rewards)
+
+
+def test_codapo_on_a_verl_batch_without_token_level_scores_is_refused_naming_scores():
+    data = batch(KL_REWARDS, KL_LENGTHS, KL_UIDS, log_probs=True)
+    data.batch.pop("token_level_scores")
+    with pytest.raises(ValueError, match=r"advantage transform 'codapo' .* needs \['scores'\], which this path does not provide"):
+        ray_trainer.compute_advantage(data, "grpo", config=algorithm(["codapo"]))
+
+
+@pytest.mark.parametrize(("estimator", "units"), [("grpo", "rows"), ("rllm_rloo", "rows"), ("rllm_step_reinforce", "turns")])
+def test_a_transform_reading_scores_gets_the_summed_token_level_scores_on_every_verl_path(estimator, units):
+    """verl's own estimators, an rllm_* outcome name, an rllm_* step-level name (one turn per row here): scores are the
+    task's, rewards the penalised ones."""
+    from rllm_plugins import register_advantage_transform
+    from rllm_plugins.transforms import unregister_advantage_transform
+
+    seen = []
+
+    @register_advantage_transform("test_scores_seen", requires=("scores",))
+    def scores_seen(advantages, *, scores, rewards):
+        seen.append((scores.tolist(), rewards.tolist()))
+        return advantages.copy()
+
+    try:
+        data = penalised()
+        penalty = data.batch["token_level_rewards"].double().sum(-1).tolist()
+        with pytest.warns(UserWarning) if units == "turns" else contextlib.nullcontext():  # a single turn per episode: warned
+            ray_trainer.compute_advantage(data, estimator, config=algorithm(["test_scores_seen"], use_kl_in_reward=True))
+        (scores, rewards), by_uid = seen[-1], sorted(range(len(KL_UIDS)), key=lambda i: KL_UIDS[i])  # seen[0]: the config-time trial
+        assert scores == [KL_REWARDS[i] for i in by_uid]
+        np.testing.assert_allclose(rewards, [penalty[i] for i in by_uid], rtol=1e-6)
+    finally:
+        unregister_advantage_transform("test_scores_seen")
