@@ -4,7 +4,8 @@ An estimator's *options* are the keyword parameters of the forms its spec gives 
 ``batched``), without the arguments the framework itself passes (:data:`CONTEXT_KEYS`), plus
 the names its spec declares in ``AdvEstimatorSpec.options``. An estimator that takes
 ``**kwargs`` and declares no ``options`` is *open*: any key may be meant for it, so unknown keys
-cannot be flagged. A value is checked against the type of the parameter's default (a bool
+pass, except a near miss of an option it names (``trimm`` for ``trim``): that is refused as a typo, naming the option
+(:data:`NEAR_MISS`); an estimator that does read such a key declares its options. A value is checked against the type of the parameter's default (a bool
 default takes a bool, a float default a finite real number, an int default an int, a str
 default a str); ``epsilon`` (and the spec's spelling ``episilon``) must be a finite number >= 0. A
 number is an int or a float (Python or numpy): a ``Fraction``, which numpy cannot compute with, is refused.
@@ -135,6 +136,8 @@ def check_estimator_kwargs(selected: Mapping[str, Estimator], kwargs: Mapping[st
         taking = [(name, options) for name, _, options in estimators if key in options.defaults]
         if not taking and not any(options.open for *_, options in estimators):
             raise ValueError(_unknown(where, key, who, accepted))
+        if not taking:  # an open estimator takes any key: one this close to an option it names is a typo of it
+            _refuse_near_miss(where, key, [(name, estimator, options) for name, estimator, options in estimators if options.open])
         for name, options in taking:
             problem = _value_problem(key, value, options.defaults[key])
             if problem is not None:
@@ -157,6 +160,24 @@ def check_given_options(name: str, estimator: Estimator, kwargs: Mapping[str, An
     ``ValueError`` saying it needs options and what its check asks for.
     """
     check_estimator_kwargs({name: estimator}, kwargs, where=where, norm_field=norm_field)
+
+
+NEAR_MISS = 0.8
+"""How close (``difflib`` ratio) an unknown key must be to a named option of an open estimator to be refused as its typo."""
+
+
+def _refuse_near_miss(where: str, key: str, open_estimators: list[tuple[str, Estimator, EstimatorOptions]]) -> None:
+    """Refuse ``key`` when it is a near miss of an option that one of ``open_estimators`` (``**kwargs``, no declared options) names."""
+    import difflib  # only for keys no estimator names
+
+    for name, estimator, options in open_estimators:
+        close = difflib.get_close_matches(key, list(options.defaults), n=1, cutoff=NEAR_MISS)
+        if close:
+            raise ValueError(
+                f"{where}: unknown option {key!r} for estimator {name!r} ({estimator.provider}). Did you mean {close[0]!r}? Its **kwargs "
+                f"would take {key!r} and the run would use the default of {close[0]!r} without a word. An estimator that does read "
+                f"{key!r} declares it: AdvEstimatorSpec(options=({key!r}, ...))"
+            )
 
 
 def _unknown(where: str, key: str, who: str, accepted: list[str]) -> str:

@@ -47,6 +47,7 @@ __all__ = [
     "is_plain_real",
     "normalize_name",
     "Provider",
+    "unapplied_loss_warning",
 ]
 
 ListEstimator = Callable[..., tuple[Sequence[Any], Sequence[Any]]]
@@ -268,6 +269,9 @@ class AdvEstimatorSpec:
     ``breaks`` maps a relation of the conformance matrix (:mod:`.testing.matrix`) that the estimator
     breaks on purpose to the reason (e.g. ``{"no_token_rows": "reproduces verl's gpg, whose statistics
     count padding rows"}``); the matrix reports such a cell as declared, and the docs list every one.
+    ``trainer_loss`` names a loss term the method adds to the policy-gradient loss (ECHO's environment-token loss): the
+    advantages alone are not the method, and the verl and TRL adapters, which apply their framework's own loss, say so at
+    config time (:func:`unapplied_loss_warning`).
     """
 
     name: str
@@ -286,6 +290,7 @@ class AdvEstimatorSpec:
     needs_values: bool = False
     state_schema: Mapping[str, Any] | None = field(default=None, compare=False)
     breaks: Mapping[str, str] | None = field(default=None, compare=False)
+    trainer_loss: str = ""
     list_form: ListEstimator = field(init=False, repr=False, compare=False)
     batched_form: BatchedEstimator = field(init=False, repr=False, compare=False)
 
@@ -341,6 +346,8 @@ class AdvEstimatorSpec:
 
             object.__setattr__(self, "state_schema", check_schema(self.state_schema, f"estimator {self.name!r}"))
         object.__setattr__(self, "breaks", _checked_breaks(self.name, self.breaks))
+        if not isinstance(self.trainer_loss, str):
+            raise TypeError(f"estimator {self.name!r}: trainer_loss must be a str (the loss term, in words), got {type(self.trainer_loss).__name__}")
         if self.stateful:
             to_list, to_batched = stateful_list_form_of, stateful_batched_form_of
         elif self.level == "step":
@@ -354,6 +361,18 @@ class AdvEstimatorSpec:
     @property
     def names(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
+
+
+def unapplied_loss_warning(spec: AdvEstimatorSpec, selected_as: str, trainer: str) -> str | None:
+    """What a user of ``trainer`` (which applies its own loss) is told when selecting ``spec`` as ``selected_as``: that the
+    method's ``trainer_loss`` is not applied, so the run trains on its advantages with the framework's loss only. None when the
+    spec names no such loss."""
+    if not spec.trainer_loss:
+        return None
+    return (
+        f"estimator {selected_as!r}: {trainer} applies its own loss, not {spec.trainer_loss}; the run trains on the advantages of {spec.name!r} "
+        "without that term, which is not the whole method. Apply the term in your trainer's loss, or choose another estimator"
+    )
 
 
 def _checked_breaks(name: str, breaks: object) -> Mapping[str, str]:

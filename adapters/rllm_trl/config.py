@@ -25,7 +25,7 @@ from rllm_plugins.estimators import check_group_size
 from rllm_plugins.estimators.trl_compat import trl_scaling
 from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.registry import Estimator, available_estimators, get_estimator
-from rllm_plugins.spec import normalize_name
+from rllm_plugins.spec import normalize_name, unapplied_loss_warning
 from rllm_plugins.transforms import SelectedTransform, check_available_context, resolve_transforms, split_chain
 from rllm_plugins.types import TrajectoryGroup
 from rllm_trl.versions import check_config_fields, check_hooks, check_logprobs
@@ -115,7 +115,8 @@ class AdvantageSettings:
     the options of every call, the role column, and TRL's settings not at their default, given
     to the estimators that take them (``trl_settings``: ``{}`` or ``{"scale_rewards": "batch" | "none"}``).
     ``overridden`` says, one line each, which TRL settings not at their default an estimator
-    in use does not follow.
+    in use does not follow, and which estimator's method has a loss term TRL does not apply
+    (``AdvEstimatorSpec.trainer_loss``); the config warns with each.
     """
 
     estimator: str
@@ -384,6 +385,10 @@ def _resolve(args: Any) -> AdvantageSettings:
             f"{'computes the advantages its' if len(others) == 1 else 'compute the advantages their'} own way; "
             f"set adv_estimator='trl_grpo' to follow scale_rewards{hint}"
         )
+    for name, chosen in selected.items():  # a method whose loss term TRL's GRPO loss lacks
+        line = unapplied_loss_warning(chosen.spec, name, "TRL's GRPOTrainer")
+        if line is not None:
+            overridden.append(line)
     transforms = check_trl_transforms(getattr(args, "advantage_transforms", None), getattr(args, "beta", 0.0))
     return AdvantageSettings(
         estimator=estimator,

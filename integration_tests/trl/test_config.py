@@ -273,3 +273,28 @@ def test_each_estimator_name_is_resolved_once_per_config(monkeypatch):
 def test_a_value_based_estimator_is_refused_at_config_time_because_grpo_trainer_has_no_critic(fields):
     with pytest.raises(ValueError, match=r"'turn_gae' is value-based: .*GRPOTrainer has no critic .*critic.enable=true"):
         RLLMGRPOConfig(**BASE, **fields)
+
+
+def test_an_estimator_whose_loss_trl_does_not_apply_is_named_in_a_warning_at_config_time():
+    with pytest.warns(UserWarning) as record:  # before: echo trained plain GRPO advantages without a word
+        RLLMGRPOConfig(**BASE, adv_estimator="echo")
+    assert [str(w.message) for w in record if "loss" in str(w.message)] == [
+        "RLLMGRPOConfig: estimator 'echo': TRL's GRPOTrainer applies its own loss, not ECHO's auxiliary cross-entropy loss on "
+        "environment-observation tokens (env_loss_coef); the run trains on the advantages of 'echo' without that term, which is not the "
+        "whole method. Apply the term in your trainer's loss, or choose another estimator"
+    ]
+
+
+def test_an_option_typo_for_a_kwargs_estimator_is_refused_at_config_time():
+    from rllm_plugins import register_rllm_adv_estimator, unregister_rllm_adv_estimator
+
+    @register_rllm_adv_estimator("h_trim_trl")
+    def trimmed(rewards, trim: float = 0.0, **kwargs):
+        return [r - trim for r in rewards], [r - trim for r in rewards]
+
+    try:
+        with pytest.raises(ValueError, match=r"RLLMGRPOConfig\.adv_estimator_kwargs: unknown option 'trimm' for estimator 'h_trim_trl' .*Did you mean 'trim'\?"):
+            RLLMGRPOConfig(**BASE, adv_estimator="h_trim_trl", adv_estimator_kwargs={"trimm": 0.5})  # before: accepted, trim=0.0 used
+        RLLMGRPOConfig(**BASE, adv_estimator="h_trim_trl", adv_estimator_kwargs={"trim": 0.5, "window": 3})
+    finally:
+        unregister_rllm_adv_estimator("h_trim_trl")

@@ -4,7 +4,7 @@ ECHO adds an auxiliary cross-entropy loss on environment-observation tokens, wei
 ``AlgorithmConfig.env_loss_coef`` (0.05 when ``echo`` is the estimator and the field is left None,
 as rLLM main resolves it). That loss belongs to the trainer: the advantages here are ``grpo``'s,
 the coefficient is stored in the config for rLLM code that reads it, and the verl and TRL adapters
-train with their framework's own loss (no environment-token term).
+train with their framework's own loss (no environment-token term) and say so at config time (``trainer_loss``).
 """
 
 from __future__ import annotations
@@ -25,4 +25,5 @@ def echo(values: np.ndarray, offsets: np.ndarray, /, *, norm_adv_by_std_in_grpo:
 calculate_echo_advantages = list_form_of(echo, "calculate_echo_advantages")
 
 # options=(): every option of a built-in is a named parameter (its ``**_`` only takes the framework's arguments)
-SPECS: tuple[AdvEstimatorSpec, ...] = (AdvEstimatorSpec("echo", calculate_echo_advantages, echo, options=()),)
+ENV_LOSS = "ECHO's auxiliary cross-entropy loss on environment-observation tokens (env_loss_coef)"
+SPECS: tuple[AdvEstimatorSpec, ...] = (AdvEstimatorSpec("echo", calculate_echo_advantages, echo, options=(), trainer_loss=ENV_LOSS),)

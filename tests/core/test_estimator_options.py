@@ -143,3 +143,57 @@ def test_a_spec_declares_its_own_group_size_check_and_it_runs_with_the_users_opt
     assert str(error.value) == "m=8 needs groups of at least that size, got 4"
     with pytest.raises(TypeError, match="check_group_size must be callable"):
         AdvEstimatorSpec("bad_check", batched=lambda values, offsets, /, **_: values, check_group_size=3)
+
+
+def test_an_open_estimator_refuses_a_near_miss_of_an_option_it_names_on_every_path_that_checks_options(registered):
+    # the shape docs/plugins.md shows: named options plus **kwargs; `trimm` used to reach **kwargs and run with trim's default
+    @registered("h_trimmed")
+    def trimmed(rewards, trim: float = 0.0, **kwargs):
+        return [r - trim for r in rewards], [r - trim for r in rewards]
+
+    expected = (
+        f"{WHERE}: unknown option 'trimm' for estimator 'h_trimmed' ({get_estimator('h_trimmed').provider}). Did you mean 'trim'? "
+        "Its **kwargs would take 'trimm' and the run would use the default of 'trim' without a word. An estimator that does read 'trimm' "
+        "declares it: AdvEstimatorSpec(options=('trimm', ...))"
+    )
+    with pytest.raises(ValueError) as error:
+        _collect(estimator="h_trimmed", estimator_kwargs={"trimm": 0.5})
+    assert str(error.value) == expected
+    assert _collect(estimator="h_trimmed", estimator_kwargs={"trim": 0.5}) == [0.5, -0.5]
+    # a key no named option is close to still reaches **kwargs (an open estimator may read anything)
+    assert _collect(estimator="h_trimmed", estimator_kwargs={"threshold": 0.5}) == [1.0, 0.0]
+
+
+def test_the_near_miss_rule_is_difflib_s_ratio_against_the_named_options_only():
+    import difflib
+
+    from rllm_plugins.options import NEAR_MISS
+
+    def fn(rewards, *, trim: float = 0.0, window: int = 4, **kwargs):
+        return list(rewards), list(rewards)
+
+    spec = AdvEstimatorSpec("h_near", fn=fn)
+    from rllm_plugins.spec import Estimator, Provider
+
+    chosen = {"h_near": Estimator(spec, Provider("h", kind="user"))}
+    for key in ("trimm", "trin", "windw", "windows", "tri", "alpha", "trim_ratio", "w"):
+        refused = any(difflib.SequenceMatcher(None, key, named).ratio() >= NEAR_MISS for named in ("trim", "window"))
+        try:
+            check_estimator_kwargs(chosen, {key: 1}, where=WHERE, norm_field=NORM)
+        except ValueError as error:
+            assert refused and "Did you mean" in str(error), key
+        else:
+            assert not refused, key
+
+
+def test_trainer_loss_is_words_and_only_an_estimator_naming_one_gets_the_warning():
+    from rllm_plugins.spec import unapplied_loss_warning
+
+    def fn(rewards, **kwargs):
+        return list(rewards), list(rewards)
+
+    with pytest.raises(TypeError, match=r"estimator 'h_loss': trainer_loss must be a str \(the loss term, in words\), got float"):
+        AdvEstimatorSpec("h_loss", fn=fn, trainer_loss=0.05)  # type: ignore[arg-type]
+    assert unapplied_loss_warning(AdvEstimatorSpec("h_loss", fn=fn), "h_loss", "a trainer") is None
+    named = unapplied_loss_warning(AdvEstimatorSpec("h_loss", fn=fn, trainer_loss="an entropy bonus"), "rllm_h_loss", "a trainer")
+    assert named is not None and named.startswith("estimator 'rllm_h_loss': a trainer applies its own loss, not an entropy bonus;")

@@ -21,7 +21,7 @@ from TransferQueue for the keys of the batch ``PPOTrainer._compute_advantage`` i
 from __future__ import annotations
 
 import warnings
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,7 @@ from rllm_verl.compute.tokens import check_has_tokens
 from rllm_verl.compute.transforms import SCORES_KEY, check_token_part, names_context, unit_transforms
 from rllm_verl.context import REWARD_KEYS_ENV, V1_BATCH_ENV, add_turn_metrics, algorithm_value, current_keys, current_tensor, fetch_rows, publish_current
 
-__all__ = ["ANCHOR_STATES_KEY", "StepSources", "compute_rllm_step_advantage", "resolve_gamma", "step_sources"]
+__all__ = ["ANCHOR_STATES_KEY", "VERL_DEFAULTS", "StepSources", "compute_rllm_step_advantage", "given_twice", "resolve_gamma", "step_sources"]
 
 ANCHOR_STATES_KEY = "anchor_states"  # non_tensor_batch[ANCHOR_STATES_KEY]: per row, one anchor state per turn (overrides responses)
 
@@ -79,6 +79,23 @@ def step_sources(index: np.ndarray, length: int, where: str, responses: Any = No
         override = np.empty(len(given), dtype=object)
         override[:] = [extra[ANCHOR_STATES_KEY] for extra in rows.extra_fields]
     return StepSources(padded, override, rows.prompts)
+
+
+VERL_DEFAULTS = {"gamma": 1.0, "lam": 1.0}
+"""verl's own defaults of the ``algorithm`` fields an ``rllm_*`` estimator may also take as an option (its ``ppo_trainer`` config)."""
+
+
+def given_twice(option: str, options: Mapping[str, Any], config: Any) -> str | None:
+    """Why ``option`` is given twice (``algorithm.<option>`` off verl's default, and ``rllm_estimator_kwargs.<option>``, to
+    different values), or None. The one rule of a run and of ``verl-check``: the two agree, or one of them is left alone."""
+    from_algorithm = None if config is None else config.get(option, None)
+    if option not in options or from_algorithm is None or from_algorithm == VERL_DEFAULTS.get(option) or from_algorithm == options[option]:
+        return None
+    return (
+        f"{option} is set twice with different values: algorithm.{option}={from_algorithm!r} and "
+        f"algorithm.rllm_estimator_kwargs.{option}={options[option]!r} (the estimator would take algorithm.rllm_estimator_kwargs.{option}); "
+        "set it in one place"
+    )
 
 
 def resolve_gamma(options: dict[str, Any], config: Any) -> tuple[Any, str]:
@@ -222,6 +239,10 @@ def compute_rllm_step_advantage(
             return f"{where}: row {row} (uid {index[row]!r}), turn {j - int(turns.row_offsets[row])}"
 
         anchors = anchor_ids(ordered_states, group_of_row[turns.row[turn_order]], place, None if codes is None else codes[turn_order])
+    for option in ("gamma", "lam") if needs.values else ("gamma",):
+        problem = given_twice(option, options, config)
+        if problem is not None:
+            raise ValueError(f"{where}: {problem}")
     gamma, _ = resolve_gamma(dict(options), config)
     added: dict[str, Any] = {}  # verl's own settings, for an estimator whose options leave them out
     if gamma is not None and "gamma" not in options:

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from rllm_verl.tools.resolved import table_lines
 from rllm_verl.versions import PLUGIN_MODULE
 
-__all__ = ["ENTRY_POINT_NAME", "VerlCheckReport", "entry_point_policy_error", "main", "registration_mechanism", "verl_check"]
+__all__ = ["ENTRY_POINT_NAME", "VerlCheckReport", "entry_point_policy_error", "external_modules_error", "main", "registration_mechanism", "verl_check"]
 
 ENTRY_POINT_NAME = "rllm_plugins"  # our entry point in verl's ``verl.plugins`` group (not the distribution name)
 TRIAL_GROUP_SIZES = (1, 2, 3, 4, 8)  # tried whatever rollout.n says, with rollout.n itself
@@ -143,8 +143,56 @@ def registration_mechanism(environ: Mapping[str, str] | None = None) -> str:
     return f"{how}: {'NOT in place' if error else 'in place'}"
 
 
+def external_modules_error(environ: Mapping[str, str] | None = None) -> str | None:
+    """Why ``import verl`` would fail on ``VERL_USE_EXTERNAL_MODULES``, with the line that fixes it; None when every name imports.
+
+    verl imports each comma-separated name as is (unstripped) in ``import verl``: a space around a name, an empty name (a comma
+    too many) or a module that is not installed makes ``import verl`` fail in every process. Checked without importing anything:
+    a name close to ``rllm_verl.plugin`` is taken for it in the fix.
+    """
+    import difflib
+    import importlib.util
+
+    from rllm_verl.versions import EXTERNAL_MODULES_ENV
+
+    environ = os.environ if environ is None else environ
+    raw = environ.get(EXTERNAL_MODULES_ENV, "")
+    if not raw:
+        return None
+    problems, fixed = [], []
+    for name in raw.split(","):
+        stripped = name.strip()
+        if not stripped:
+            problems.append("the list holds an empty name (a comma too many)")
+            continue
+        if stripped != name:
+            problems.append(f"{name!r} has spaces around it")
+        try:
+            found = importlib.util.find_spec(stripped) is not None
+        except (ImportError, ValueError):  # a parent package that is not installed, a malformed name
+            found = False
+        if not found:
+            close = difflib.get_close_matches(stripped, [PLUGIN_MODULE], n=1, cutoff=0.8)
+            problems.append(f"{stripped!r} is no module here" + (f" (did you mean {close[0]!r}?)" if close else " (install it, or remove it)"))
+            stripped = close[0] if close else stripped
+        fixed.append(stripped)
+    if not problems:
+        return None
+    return (
+        f"{EXTERNAL_MODULES_ENV}={raw!r}: verl imports each comma-separated name as is in `import verl`, and {'; '.join(problems)}, so "
+        f"`import verl` fails in every process (the driver and Ray's workers). Fix: export {EXTERNAL_MODULES_ENV}={','.join(dict.fromkeys(fixed))}"
+    )
+
+
+UNKNOWN_ESTIMATOR = "verl will not load the rllm_* estimators and the run fails with 'Unknown advantage estimator'"
+"""What a run does without rllm-plugins loaded, for an ``rllm_*`` estimator (the default ``consequence`` of the policy error)."""
+
+
 def entry_point_policy_error(
-    environ: Mapping[str, str] | None = None, installed: Sequence[tuple[str, str]] | None = None, entry_points: bool | None = None
+    environ: Mapping[str, str] | None = None,
+    installed: Sequence[tuple[str, str]] | None = None,
+    entry_points: bool | None = None,
+    consequence: str = UNKNOWN_ESTIMATOR,
 ) -> str | None:
     """Why verl would not register the ``rllm_*`` names in a process that imports it (None when it will).
 
@@ -154,7 +202,8 @@ def entry_point_policy_error(
     ``import verl``: ``auto`` (the default) loads every ``verl.plugins`` entry point, ``none`` none, and a
     comma-separated list only the entry points it names; the entry point must then be installed:
     ``installed`` lists the ``(name, value)`` of the ``verl.plugins`` entry points (default: those of the
-    installed distributions). verl 0.7 and 0.8 load no entry point: there the variable is the only way.
+    installed distributions). verl 0.7 and 0.8 load no entry point: there the variable is the only way. ``consequence`` says
+    what the run does then (default: :data:`UNKNOWN_ESTIMATOR`).
     """
     from rllm_verl.versions import EXTERNAL_MODULES_ENV, verl_features
 
@@ -168,9 +217,9 @@ def entry_point_policy_error(
     if not entry_points:
         line = f"{EXTERNAL_MODULES_ENV}={','.join([raw_modules, PLUGIN_MODULE]) if raw_modules.strip() else PLUGIN_MODULE}"
         return (
-            f"verl {verl_features().version} has no verl.plugins entry points (they came with verl 0.9.0): import verl registers the rllm_* "
-            f"estimators only when {EXTERNAL_MODULES_ENV} names {PLUGIN_MODULE}, so the run would fail with 'Unknown advantage estimator' "
-            f"in verl's TaskRunner. Fix: export {line} in the shell that starts the driver (and ray start, on a cluster you start yourself)"
+            f"verl {verl_features().version} has no verl.plugins entry points (they came with verl 0.9.0): import verl loads rllm-plugins "
+            f"only when {EXTERNAL_MODULES_ENV} names {PLUGIN_MODULE}, so {consequence} (in verl's TaskRunner). "
+            f"Fix: export {line} in the shell that starts the driver (and ray start, on a cluster you start yourself)"
         )
     raw = environ.get("VERL_USE_EXTERNAL_PLUGINS", "auto")
     policy = raw.strip().lower()
@@ -181,8 +230,7 @@ def entry_point_policy_error(
             return None
         return (
             f"no entry point {ENTRY_POINT_NAME!r} = {PLUGIN_MODULE!r} of the verl.plugins group is installed (rllm_verl is "
-            "importable without its distribution's metadata, e.g. from a source tree on PYTHONPATH), so verl will not load "
-            "the rllm_* estimators and the run fails with 'Unknown advantage estimator'. Fix: install rllm-plugins[verl] "
+            f"importable without its distribution's metadata, e.g. from a source tree on PYTHONPATH), so {consequence}. Fix: install rllm-plugins[verl] "
             f"(pip install -e . in a checkout), or set {EXTERNAL_MODULES_ENV}={PLUGIN_MODULE}"
         )
     if policy == "none":
@@ -191,14 +239,13 @@ def entry_point_policy_error(
         reason = f"VERL_USE_EXTERNAL_PLUGINS={raw!r} lets verl load only the entry points {', '.join(map(repr, allowed)) or '(none)'}"
         fix = f"add ours: VERL_USE_EXTERNAL_PLUGINS={','.join([*allowed, ENTRY_POINT_NAME])} (or unset it)"
     return (
-        f"{reason}, so verl will not load the rllm_* estimators and the run fails with 'Unknown advantage estimator'. "
-        f"Fix: {fix}. The entry-point name is {ENTRY_POINT_NAME!r} (group verl.plugins), not the distribution name 'rllm-plugins'."
+        f"{reason}, so {consequence}. Fix: {fix}. The entry-point name is {ENTRY_POINT_NAME!r} (group verl.plugins), not the distribution name 'rllm-plugins'."
     )
 
 
-def _dry_run(name: str, algorithm: object, group_size: int, use_v1: bool) -> None:
-    """Run ``name`` with the real options on a toy batch (two groups of ``group_size``, uneven lengths, two turns in most rows)
-    through the function the configured trainer calls: ``ray_trainer.compute_advantage`` (legacy) or, in a v1 advantage step
+def _dry_run(name: str, algorithm: object, group_size: int, use_v1: bool, reference: bool) -> None:
+    """Run ``name`` with the real options on a toy batch (two groups of ``group_size``, uneven lengths, two turns in most rows,
+    what verl holds at that point: ``token_level_scores``, ``old_log_probs``, and ``ref_log_prob`` when ``reference``) through the function the configured trainer calls: ``ray_trainer.compute_advantage`` (legacy) or, in a v1 advantage step
     whose rows are served from memory as TransferQueue would serve them, ``compute_advantage_for_multi_trajectories``."""
     import numpy as np
     import torch
@@ -218,6 +265,12 @@ def _dry_run(name: str, algorithm: object, group_size: int, use_v1: bool) -> Non
     responses = torch.arange(rows * 5).reshape(rows, 5) % 3
     prompts = torch.tensor([[9, 9]] * rows)
     values = torch.linspace(-0.5, 0.5, rows * 5).reshape(rows, 5)  # the critic's, as the trainer holds them when critic.enable=true
+    log_probs = {"old_log_probs": -torch.linspace(0.1, 2.0, rows * 5).reshape(rows, 5)}  # verl computes them before the advantage
+    if reference:  # and ref_log_prob only with a reference policy
+        log_probs["ref_log_prob"] = log_probs["old_log_probs"] - torch.linspace(-0.2, 0.3, rows * 5).reshape(rows, 5)
+    task_scores = rewards.clone()  # token_level_scores; with use_kl_in_reward verl subtracts a KL penalty from them into the rewards
+    if OmegaConf.select(algorithm, "use_kl_in_reward", default=False):  # type: ignore[arg-type]
+        rewards = task_scores - 0.01 * (log_probs["old_log_probs"] - log_probs["ref_log_prob"]) * mask
     index = np.array(["p"] * group_size + ["q"] * group_size, dtype=object)
     keys = OmegaConf.select(algorithm, "gdpo_reward_keys", default=None)  # type: ignore[arg-type]
     scores = [{str(k): [1.0, 0.0, 0.5, None][i % 4] for k in keys} for i in range(rows)] if keys and not isinstance(keys, str) else None
@@ -230,12 +283,14 @@ def _dry_run(name: str, algorithm: object, group_size: int, use_v1: bool) -> Non
     }
     if not use_v1:  # the legacy trainer's DataProto holds the token ids and the reward keys
         non_tensors = {"uid": index, **({k: np.array([s[k] for s in scores], dtype=object) for k in scores[0]} if scores else {})}
-        tensors = {"token_level_rewards": rewards, "response_mask": mask, "responses": responses, "prompts": prompts, "values": values}
+        tensors = {"token_level_rewards": rewards, "token_level_scores": task_scores, "response_mask": mask, "responses": responses, "prompts": prompts}
+        tensors.update(values=values, **log_probs)
         compute_advantage(DataProto.from_dict(tensors=tensors, non_tensors=non_tensors), adv_estimator=name, **kwargs)
         return
     from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories  # only when the release has the v1 trainer
 
-    data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask, "values": values}, non_tensors={"uid": index})
+    tensors = {"token_level_rewards": rewards, "token_level_scores": task_scores, "response_mask": mask, "values": values, **log_probs}  # as v1 holds them
+    data = DataProto.from_dict(tensors=tensors, non_tensors={"uid": index})
     row_keys = [f"{uid}_{row}_0" for row, uid in enumerate(index.tolist())]
     if not extension_status().get(V1_BATCH.name, "").startswith("active"):  # as in training: nothing serves the rows
         compute_advantage_for_multi_trajectories(data, row_keys, adv_estimator=name, **kwargs)
@@ -350,17 +405,113 @@ def _provider_of(name: str, fn: object) -> str:
     return f"{where} (distribution {', '.join(dists)})" if dists else where
 
 
+def needs_reference_policy(config: object) -> bool:
+    """Whether verl runs a reference policy (and so computes ``ref_log_prob``) with ``config``: ``algorithm.use_kl_in_reward`` or
+    ``actor_rollout_ref.actor.use_kl_loss``, as verl's ``main_ppo`` decides on every supported release."""
+    from omegaconf import OmegaConf
+
+    in_reward = OmegaConf.select(config, "algorithm.use_kl_in_reward", default=False)  # type: ignore[arg-type]
+    return bool(in_reward or OmegaConf.select(config, "actor_rollout_ref.actor.use_kl_loss", default=False))  # type: ignore[arg-type]
+
+
+def _transform_errors(transforms: Sequence[object], config: object) -> list[str]:
+    """Why the selected ``transforms`` would not run as configured: rllm-plugins not loaded in verl's processes (its extension
+    of ``compute_advantage`` runs them, for every estimator), the extension off, or a reference log-prob without a reference policy."""
+    from rllm_verl.compute.transforms import WHERE
+    from rllm_verl.context import REWARD_KEYS_ENV
+
+    if not transforms:
+        return []
+    names = ", ".join(repr(choice.label) for choice in transforms)  # type: ignore[attr-defined]
+    silent = (
+        f"verl would not apply {WHERE} ({names}; rllm-plugins applies them, with any estimator, verl's own included): "
+        "the run trains on untransformed advantages without a word"
+    )
+    policy_error = entry_point_policy_error(consequence=silent)
+    if policy_error is not None:
+        return [policy_error]
+    status = extension_status_of("reward_keys")
+    if status != "active":  # the transforms run inside that extension: without it they would silently not run
+        message = f"{WHERE} is set, but the extension of ray_trainer.compute_advantage that runs them is {status}"
+        return [f"{message}; unset {REWARD_KEYS_ENV} or drop the transforms"]
+    needing = [choice for choice in transforms if "ref_logprobs" in choice.transform.spec.requires]  # type: ignore[attr-defined]
+    if needing and not needs_reference_policy(config):
+        label = needing[0].label  # type: ignore[attr-defined]
+        return [
+            f"{WHERE}: advantage transform {label!r} reads the reference policy's log-probabilities (data.batch['ref_log_prob']), "
+            "which verl computes only when it runs a reference policy; this config runs none, so the first advantage step would fail. "
+            "Fix: set actor_rollout_ref.actor.use_kl_loss=true (or algorithm.use_kl_in_reward=true), or drop the transform"
+        ]
+    return []
+
+
+def _trial_failure(name: str, algorithm: object, config: object, sizes: Sequence[int]) -> tuple[str, list[int]] | None:
+    """Run ``name`` (with the configured transforms) on toy batches of two groups of each of ``sizes`` through the configured
+    trainer's function; the first failure's message and the sizes tried up to it, or None."""
+    from omegaconf import OmegaConf
+
+    from rllm_verl.compute.state import scratch_state
+
+    use_v1 = bool(OmegaConf.select(config, "trainer.use_v1", default=False))  # type: ignore[arg-type]
+    trainer = "v1 trainer (trainer.use_v1=true)" if use_v1 else "legacy trainer (trainer.use_v1=false)"
+    for size in sizes:
+        try:
+            with scratch_state():  # a trial run leaves the state of stateful estimators as it was
+                _dry_run(name, algorithm, size, use_v1, needs_reference_policy(config))
+        except Exception as error:
+            message = f"{name!r} fails on a toy batch of two groups of {size} with this config on verl's {trainer}: {type(error).__name__}: {error}"
+            return message, list(sizes[: list(sizes).index(size) + 1])
+    return None
+
+
 def _requested_estimator(overrides: Sequence[str]) -> str | None:
     """The ``algorithm.adv_estimator`` the overrides set (``+``/``++`` prefixes allowed), for a config that cannot be composed."""
     values = [o.split("=", 1)[1] for o in overrides if "=" in o and o.split("=", 1)[0].lstrip("+~") == "algorithm.adv_estimator"]
     return values[-1] if values else None
 
 
+def _import_failure() -> str | None:
+    """Why verl's trainer cannot be imported here (a verdict with its fix), or None: a malformed ``VERL_USE_EXTERNAL_MODULES``
+    (checked before anything is imported), else the import's own error."""
+    from rllm_verl.tools.verl_import import verl_import_error
+
+    return external_modules_error() or verl_import_error(("verl", "verl.trainer.ppo.ray_trainer"))
+
+
 def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer", config_dir: str | None = None) -> VerlCheckReport:
     """Compose verl's config with Hydra ``overrides`` and check that ``algorithm.adv_estimator`` will resolve.
 
-    Returns a report (never raises for a bad estimator or option; composition errors are reported too).
+    Returns a report, never raises: a bad estimator, option or config, a verl that cannot be imported and a plugin that raises
+    each end in an error naming what failed and how to fix it.
     """
+    from rllm_verl.versions import verl_features
+
+    requested = _requested_estimator(overrides)
+    blocked = str(verl_features().unsupported) if verl_features().unsupported else _import_failure()
+    if blocked is not None:  # nothing of verl can be looked at
+        unchecked = "not checked: verl cannot be imported"
+        statuses = dict.fromkeys(("session_extension", "reward_key_extension", "v1_batch_extension", "estimator_state", "sync_trainer"), unchecked)
+        return VerlCheckReport(False, requested, config_name, [], [blocked], registration=unchecked, **statuses)
+    try:
+        return _checked(overrides, config_name, config_dir)
+    except Exception as error:  # a plugin or a verl internal raising where no check expects it
+        message = (
+            f"the check stopped at an unexpected {type(error).__name__}: {error} (raised in {_raised_at(error)}). Fix what it names; "
+            "if it names rllm-plugins itself, report it with this line"
+        )
+        return VerlCheckReport(False, requested, config_name, [], [message])
+
+
+def _raised_at(error: BaseException) -> str:
+    """``module:line`` of the innermost frame of ``error``'s traceback."""
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+
+
+def _checked(overrides: Sequence[str], config_name: str, config_dir: str | None) -> VerlCheckReport:
+    """:func:`verl_check` once verl imports."""
     from omegaconf import OmegaConf
     from verl.trainer.ppo import core_algos
 
@@ -368,15 +519,13 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     from rllm_plugins.discovery.unresolved import failed_to_load, near_typo_hint
     from rllm_plugins.estimators import check_group_size
     from rllm_plugins.registry import get_estimator, unavailable_because
+    from rllm_plugins.spec import unapplied_loss_warning
     from rllm_verl.compute.outcome import estimator_options
     from rllm_verl.compute.transforms import transforms_of
-    from rllm_verl.context import REWARD_KEYS_ENV
     from rllm_verl.registration import VERL_PREFIX, register_estimators_into_verl
     from rllm_verl.tools.agent_loop import agent_loop_errors
     from rllm_verl.versions import verl_features
 
-    if verl_features().unsupported:
-        return VerlCheckReport(False, _requested_estimator(overrides), config_name, [], [str(verl_features().unsupported)])
     rllm_names = register_estimators_into_verl()
     if entry_point_policy_error() is not None:  # verl will not load them in a real run
         rllm_names = []
@@ -394,20 +543,19 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
         transforms = transforms_of(algorithm)
     except ValueError as error:
         return VerlCheckReport(False, name, config_name, rllm_names, [str(error)])
-    status = extension_status_of("reward_keys") if transforms else "active"
-    if status != "active":  # the transforms run inside that extension: without it they would silently not run
-        message = f"algorithm.rllm_advantage_transforms is set, but the extension of ray_trainer.compute_advantage that runs them is {status}"
-        return VerlCheckReport(False, name, config_name, rllm_names, [f"{message}; unset {REWARD_KEYS_ENV} or drop the transforms"])
+    transform_errors = _transform_errors(transforms, config)
+    if transform_errors:
+        return VerlCheckReport(False, name, config_name, rllm_names, transform_errors)
     loop_errors = agent_loop_errors(config)  # verl fails on these only on its rollout workers
     if loop_errors:
         return VerlCheckReport(False, name, config_name, rllm_names, loop_errors)
-    from rllm_verl.tools.resolved import algorithm_key_problems, context_rows, explicit_algorithm_keys, resolve_options
+    from rllm_verl.tools.resolved import algorithm_key_problems, context_rows, explicit_algorithm_keys, resolve_options, transform_rows
 
     verl_defaults = _compose([], "ppo_trainer", None).algorithm
     key_errors, key_warnings = algorithm_key_problems(algorithm, verl_defaults)
     if key_errors:
         return VerlCheckReport(False, name, config_name, rllm_names, key_errors, warnings=key_warnings)
-    resolved = [list(row) for row in context_rows(config, registration_mechanism())]
+    resolved = [*(list(row) for row in transform_rows(transforms)), *(list(row) for row in context_rows(config, registration_mechanism()))]
     known = sorted(core_algos.ADV_ESTIMATOR_REGISTRY)
     if name not in core_algos.ADV_ESTIMATOR_REGISTRY:
         because = unavailable_because(name.removeprefix(VERL_PREFIX)) if name.startswith(VERL_PREFIX) else None
@@ -423,7 +571,14 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
         theirs = f"{VERL_PREFIX}{name}"
         if theirs in core_algos.ADV_ESTIMATOR_REGISTRY and entry_point_policy_error() is None:
             provider += f"; rllm-plugins' {name} is {theirs!r}"
-        return VerlCheckReport(True, name, config_name, rllm_names, provider=provider, warnings=key_warnings, resolved=resolved)
+        if not transforms:
+            return VerlCheckReport(True, name, config_name, rllm_names, provider=provider, warnings=key_warnings, resolved=resolved)
+        sizes, note = sorted({*TRIAL_GROUP_SIZES, _group_size(config)}), f" (actor_rollout_ref.rollout.n={_group_size(config)})"
+        failure = _trial_failure(name, algorithm, config, sizes)  # verl's own estimator, then the transforms
+        if failure is not None:
+            message, tried = failure
+            return VerlCheckReport(False, name, config_name, rllm_names, [message], provider, tried, note, [], key_warnings, resolved)
+        return VerlCheckReport(True, name, config_name, rllm_names, [], provider, sizes, note, [], key_warnings, resolved)
     policy_error = entry_point_policy_error()
     if policy_error is not None:
         return VerlCheckReport(False, name, config_name, rllm_names, [policy_error])
@@ -450,24 +605,19 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
     critic_error = _critic_error(name, estimator.spec, config)
     if critic_error is not None:
         return VerlCheckReport(False, name, config_name, rllm_names, [critic_error], provider=provider)
-    from rllm_verl.compute.state import scratch_state
-
     use_v1 = bool(OmegaConf.select(config, "trainer.use_v1", default=False))
     features = verl_features()
     if use_v1 and not features.v1_trainer:
         message = f"trainer.use_v1=true: verl {features.version} has no v1 trainer (it came with verl 0.9.0); remove trainer.use_v1 or upgrade verl"
         return VerlCheckReport(False, name, config_name, rllm_names, [message], provider=provider)
     step_lines, warnings = _step_level_lines(estimator, options, config, use_v1)
+    loss_line = unapplied_loss_warning(estimator.spec, name, "verl's actor")
+    warnings = [*warnings, loss_line] if loss_line else warnings
     sizes, note = _trial_sizes(estimator.spec, options, group_size)
-    trainer = "v1 trainer (trainer.use_v1=true)" if use_v1 else "legacy trainer (trainer.use_v1=false)"
-    for size in sizes:
-        try:
-            with scratch_state():  # a trial run leaves the state of stateful estimators as it was
-                _dry_run(name, algorithm, size, use_v1)
-        except Exception as error:
-            message = f"{name!r} fails on a toy batch of two groups of {size} with this config on verl's {trainer}: {type(error).__name__}: {error}"
-            tried = sizes[: sizes.index(size) + 1]
-            return VerlCheckReport(False, name, config_name, rllm_names, [message], provider, tried, note, step_lines, [*key_warnings, *warnings], resolved)
+    failure = _trial_failure(name, algorithm, config, sizes)
+    if failure is not None:
+        message, tried = failure
+        return VerlCheckReport(False, name, config_name, rllm_names, [message], provider, tried, note, step_lines, [*key_warnings, *warnings], resolved)
     return VerlCheckReport(True, name, config_name, rllm_names, [], provider, sizes, note, step_lines, [*key_warnings, *warnings], resolved)
 
 

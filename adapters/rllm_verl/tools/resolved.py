@@ -7,7 +7,8 @@
 - :func:`resolve_options`: each option of the chosen estimator, its value and where it comes from. Two options are
   also read from verl's own fields (as :mod:`rllm_verl.compute.steps` reads them): ``gamma`` from ``algorithm.gamma``
   for a step-level estimator, ``lam`` from ``algorithm.lam`` for a value-based one; ``rllm_estimator_kwargs`` wins.
-  Both set to different values is refused naming both; a value outside the option's range is refused naming the
+  Both set to different values (``algorithm.*`` off verl's default) is refused naming both, as the run refuses it
+  (:func:`rllm_verl.compute.steps.given_twice`); a value outside the option's range is refused naming the
   field it came from.
 - :func:`context_rows`: the verl version and how the ``rllm_*`` names get registered (as ``verl-check`` found them),
   the trainer path, the agent loop's class and file.
@@ -20,12 +21,13 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["algorithm_key_problems", "context_rows", "explicit_algorithm_keys", "resolve_options", "table_lines"]
+__all__ = ["algorithm_key_problems", "context_rows", "explicit_algorithm_keys", "resolve_options", "table_lines", "transform_rows"]
 
 KWARGS = "rllm_estimator_kwargs"
-RLLM_ALGORITHM_KEYS = (KWARGS, "gdpo_reward_keys", "gdpo_reward_weights", "rllm_multi_objective_aggregation")
+TRANSFORMS = "rllm_advantage_transforms"  # rllm_verl.compute.transforms.CONFIG_KEY (not imported: that module imports torch)
+RLLM_ALGORITHM_KEYS = (KWARGS, TRANSFORMS, "gdpo_reward_keys", "gdpo_reward_weights", "rllm_multi_objective_aggregation")
 """Keys under ``algorithm`` that rllm-plugins reads (and verl's ``gdpo``, for the two ``gdpo_*``) beyond verl's defaults."""
-OPEN_KEYS = (KWARGS, "gdpo_reward_keys", "gdpo_reward_weights")  # their contents are checked elsewhere, or free
+OPEN_KEYS = (KWARGS, TRANSFORMS, "gdpo_reward_keys", "gdpo_reward_weights")  # their contents are checked elsewhere, or free
 
 
 def _paths(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -89,6 +91,7 @@ def resolve_options(
     different values, or a value from ``algorithm.*`` outside the option's range. ``kwargs`` are the ``rllm_estimator_kwargs``,
     ``explicit`` the ``algorithm`` keys the user set (others hold verl's ``defaults``)."""
     from rllm_plugins.options import check_estimator_kwargs, spec_options
+    from rllm_verl.compute.steps import given_twice
 
     spec = estimator.spec
     aliases = _aliases(spec)
@@ -99,11 +102,9 @@ def resolve_options(
         from_algorithm = None if field is None else algorithm.get(option, None)
         set_by_user = field is not None and (option in explicit or from_algorithm != defaults.get(option, None))
         if option in kwargs:
-            if from_algorithm is not None and set_by_user and from_algorithm != kwargs[option]:
-                errors.append(
-                    f"{option} is set twice with different values: {field}={from_algorithm!r} and algorithm.{KWARGS}.{option}={kwargs[option]!r} "
-                    f"(the estimator would take algorithm.{KWARGS}.{option}); set it in one place"
-                )
+            problem = given_twice(option, kwargs, algorithm)  # the run's own rule
+            if problem is not None:
+                errors.append(problem)
             rows.append((option, repr(kwargs[option]), f"algorithm.{KWARGS}.{option}"))
         elif from_algorithm is not None:
             read[option] = from_algorithm
@@ -146,6 +147,19 @@ def context_rows(config: Any, registration: str) -> list[tuple[str, str, str]]:
             where = "?"
         source = f"{AGENT}.default_agent_loop" + (f" in {path}" if name in defined else ", verl's own")
         rows.append(("agent loop", f"{name!r}: {target} ({where})", source))
+    return rows
+
+
+def transform_rows(transforms: Sequence[Any]) -> list[tuple[str, str, str]]:
+    """``(what, value, source)`` for each selected transform (``SelectedTransform``), in the order they run: its label, every
+    option's value (given, else the default) and its provider."""
+    from rllm_plugins.transform_spec import transform_options
+
+    rows = []
+    for index, choice in enumerate(transforms):
+        options = {**transform_options(choice.transform.spec), **choice.options}
+        shown = ", ".join(f"{key}={value!r}" for key, value in options.items() if value is not inspect.Parameter.empty)
+        rows.append((f"transform {index + 1}", f"{choice.label}({shown}) of {choice.transform.provider}", f"algorithm.{TRANSFORMS}[{index}]"))
     return rows
 
 
