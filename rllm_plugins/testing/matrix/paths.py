@@ -54,6 +54,9 @@ __all__ = [
     "core_paths",
     "installed_paths",
     "path_table",
+    "transform_table",
+    "transform_twin",
+    "transformed_by",
     "transformed_twin",
 ]
 
@@ -382,9 +385,90 @@ def transformed_twin(path: Path) -> Path:
     )
 
 
+def transform_table() -> list[str]:
+    """Every registered advantage transform that is no built-in (installed plugins' and user code's) and runs on one value per
+    unit (sequence level), sorted: each joins the matrix by being registered, as an estimator does (:func:`transform_twin`)."""
+    from ...transforms.registry import all_transforms  # the registry of transforms, read when the table is built
+
+    return sorted(name for name, t in all_transforms().items() if t.provider.kind != "builtin" and t.spec.level == "sequence")
+
+
+def _units(sample: Sample) -> tuple[np.ndarray, dict[str, Any]]:
+    """Where each unit of ``sample`` starts among its steps (a trajectory at the outcome level, a step at the step level),
+    and the context every path hands a transform for those units (offsets by task group, their rewards, scores, lengths)."""
+    trajectories = [t for group in sample.groups for t in group]
+    steps = [len(t.step_rewards) for t in trajectories]
+    if sample.level == "outcome":
+        sizes = [len(group) for group in sample.groups]
+        starts = np.concatenate([[0], np.cumsum(steps)[:-1]]).astype(np.int64) if steps else np.zeros(0, dtype=np.int64)
+        rewards = np.array([t.reward for t in trajectories], dtype=np.float64)
+        lengths = np.array([float(sum(t.lengths)) for t in trajectories])
+        turn_index = np.zeros(len(trajectories), dtype=np.int64)
+        traj_offsets = np.arange(len(trajectories) + 1, dtype=np.int64)
+    else:
+        sizes = [sum(len(t.step_rewards) for t in group) for group in sample.groups]
+        starts = np.arange(sum(steps), dtype=np.int64)
+        rewards = np.array([r for t in trajectories for r in t.step_rewards], dtype=np.float64)
+        lengths = np.array([float(n) for t in trajectories for n in t.lengths])
+        turn_index = np.array([k for t in trajectories for k in range(len(t.step_rewards))], dtype=np.int64)
+        traj_offsets = offsets_from_sizes(steps)
+    context = {"offsets": offsets_from_sizes(sizes), "rewards": rewards, "scores": rewards, "lengths": lengths, "turn_index": turn_index}
+    return starts, {**context, "traj_offsets": traj_offsets}
+
+
+def transformed_by(name: str) -> Callable[[np.ndarray, Sample], np.ndarray]:
+    """The reference of ``name``'s twin: the transform applied to the untransformed path's output, one value per unit of the
+    sample (trajectories or steps) with the context the sample gives, back on every step of its unit."""
+
+    def reference(advantages: np.ndarray, sample: Sample) -> np.ndarray:
+        from ...transforms import apply_transforms
+
+        starts, context = _units(sample)
+        values = np.asarray(advantages, dtype=np.float64)
+        if not starts.size:
+            return values.copy()
+        out, _ = apply_transforms(values[starts], [(name, {})], **context)
+        per_unit = np.diff(np.append(starts, values.size))
+        return np.repeat(out, per_unit)
+
+    return reference
+
+
+def transform_twin(path: Path, name: str) -> Path:
+    """``path`` with the transform ``name`` selected after every estimator (its framework's way), compared with
+    :func:`transformed_by` of ``path``'s own output: a wrapper named ``<path>+<name>``, so that a path that hands a transform
+    other units, groups or context than the sample's fails there."""
+    twin = transformed_twin(path)
+
+    def run(call: Call, sample: Sample, state: Mapping[str, Any] | None) -> Output:
+        return path.run(replace(call, transforms=((name, {}),)), sample, state)
+
+    pad = path.pad
+
+    def padded(call: Call, sample: Sample, n: int) -> Output:
+        assert pad is not None
+        return pad(replace(call, transforms=((name, {}),)), sample, n)
+
+    return replace(
+        twin,
+        name=f"{path.name}+{name}",
+        description=f"{path.name}, then the advantage transform {name} as its users select it",
+        run=run,
+        pad=padded if pad is not None else None,
+        reference=transformed_by(name),
+    )
+
+
 def with_twins(paths: list[Path]) -> list[Path]:
-    """``paths``, each path that takes transforms followed by its :func:`transformed_twin`."""
-    return [q for p in paths for q in ((p, transformed_twin(p)) if p.takes_transforms else (p,))]
+    """``paths``, each path that takes transforms followed by its :func:`transformed_twin` and by one :func:`transform_twin`
+    per transform of :func:`transform_table` (installed plugins' and user code's)."""
+    names = transform_table()
+    out: list[Path] = []
+    for p in paths:
+        out.append(p)
+        if p.takes_transforms:
+            out += [transformed_twin(p), *(transform_twin(p, name) for name in names)]
+    return out
 
 
 COLLECTOR = Path(

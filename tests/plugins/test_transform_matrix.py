@@ -1,0 +1,57 @@
+"""An installed third-party transform joins the conformance matrix as an installed estimator does: one twin per path.
+
+The fixture distribution ``rllm-fixture-transform`` offers ``recentre`` (a group statistic); with it installed, every
+path that takes transforms has a twin ``<path>+recentre``, checked by the matrix's relations against the transform
+applied to that path's own output, and ``rllm-plugins check recentre`` passes the transform's own rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from rllm_plugins.testing.matrix import FAST, RELATIONS, core_paths, entry_of, run_cell, run_matrix
+from rllm_plugins.testing.matrix.paths import transform_table, transform_twin
+from rllm_plugins.transforms.contract import check_transform
+
+RELATION = {r.name: r for r in RELATIONS}
+
+
+def test_an_installed_transform_gets_a_twin_of_every_path_that_takes_transforms(load_plugins):
+    """Before: the matrix crossed the estimators with clip, scale and whiten only; an installed transform had no cell."""
+    load_plugins()
+    assert transform_table() == ["recentre"]
+    names = [p.name for p in core_paths()]
+    assert names[:3] == ["collector", "collector+transforms", "collector+recentre"]
+    assert [n for n in names if "recentre" in n] == ["collector+recentre"]  # the core's one path that takes transforms
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "step_reinforce"])
+def test_the_installed_transforms_cells_hold_on_the_collector(load_plugins, estimator):
+    load_plugins()
+    twin = next(p for p in core_paths() if p.name == "collector+recentre")
+    cells = run_matrix([entry_of(estimator)], [twin], FAST)
+    assert not [str(c) for c in cells if c.status == "FAIL"]
+    assert {c.relation for c in cells if c.status == "PASS"} >= {"equals_collector", "permutation"}
+
+
+def test_a_path_that_hands_the_transform_other_groups_fails_its_cell(load_plugins):
+    """The twin's reference is the transform on the sample's task groups: a collector that ran every trajectory as one group fails."""
+    load_plugins()
+    from rllm_plugins.testing.matrix.paths import COLLECTOR, Sample
+
+    def one_group(call, sample, state):
+        merged = Sample((tuple(t for group in sample.groups for t in group),), sample.level)
+        return COLLECTOR.run(call, merged, state)
+
+    wrong = transform_twin(dataclasses.replace(COLLECTOR, run=one_group), "recentre")
+    cell = run_cell(entry_of("reinforce"), wrong, RELATION["equals_collector"], FAST)
+    assert cell.status == "FAIL" and "expected" in cell.message, cell
+
+
+def test_the_installed_transform_keeps_its_own_rules(load_plugins):
+    load_plugins()
+    report = check_transform("recentre")
+    assert report.ok, str(report)
+    assert len(report.results) == 8
