@@ -21,9 +21,9 @@ RELATION = {r.name: r for r in RELATIONS}
 def test_an_installed_transform_gets_a_twin_of_every_path_that_takes_transforms(load_plugins):
     """Before: the matrix crossed the estimators with clip, scale and whiten only; an installed transform had no cell."""
     load_plugins()
-    assert transform_table() == ["recentre"]
+    assert "recentre" in transform_table() and not {"clip", "scale", "whiten", "codapo", "kl_shaping"} & set(transform_table())
     names = [p.name for p in core_paths()]
-    assert names[:3] == ["collector", "collector+transforms", "collector+recentre"]
+    assert names[:2] == ["collector", "collector+transforms"] and "collector+recentre" in names
     assert [n for n in names if "recentre" in n] == ["collector+recentre"]  # the core's one path that takes transforms
 
 
