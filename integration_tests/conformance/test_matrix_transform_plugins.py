@@ -1,8 +1,9 @@
 """A third-party transform joins the matrix on verl's and TRL's paths as on the collector: one twin per path.
 
-``recentre`` here is the fixture plugin's transform (tests/plugins/fixtures/transform), registered in user code; its twins
-``<path>+test_recentre`` must give the transform applied to that path's own output, on the sample's task groups. verl's v1
-path is left to ``make conformance`` (every call goes through TransferQueue).
+``recentre`` here is the fixture plugin's transform (tests/plugins/fixtures/transform, whose joining the matrix by being
+installed tests/plugins/test_transform_matrix.py checks), registered in user code; its twins ``<path>+test_recentre``
+(:func:`transform_twin`, as an installed plugin's get them) must give the transform applied to that path's own output, on
+the sample's task groups. verl's v1 path is left to ``make conformance`` (every call goes through TransferQueue).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ pytest.importorskip("trl")
 
 from rllm_plugins import register_advantage_transform
 from rllm_plugins.testing.matrix import FAST, RELATIONS, entry_of, installed_paths, run_matrix
+from rllm_plugins.testing.matrix.paths import transform_twin
 from rllm_plugins.transforms import unregister_advantage_transform
 
 NAME = "test_recentre"
@@ -33,7 +35,7 @@ def recentre(advantages, *, offsets, weight: float = 1.0):
 def twins():
     register_advantage_transform(NAME)(recentre)
     try:
-        yield {p.name: p for p in installed_paths() if p.name.endswith(f"+{NAME}")}
+        yield {f"{p.name}+{NAME}": transform_twin(p, NAME) for p in installed_paths() if p.takes_transforms}
     finally:
         unregister_advantage_transform(NAME)
 

@@ -55,3 +55,16 @@ def test_the_installed_transform_keeps_its_own_rules(load_plugins):
     report = check_transform("recentre")
     assert report.ok, str(report)
     assert len(report.results) == 8
+
+
+def test_a_transform_registered_in_user_code_leaves_the_tables_as_they_are():
+    """A test module's registration (made when pytest collects it) must not add twins to every matrix of the run."""
+    from rllm_plugins import register_advantage_transform
+    from rllm_plugins.transforms import unregister_advantage_transform
+
+    before = [p.name for p in core_paths()]
+    register_advantage_transform("test_user_only")(lambda advantages: advantages.copy())
+    try:
+        assert "test_user_only" not in transform_table() and [p.name for p in core_paths()] == before
+    finally:
+        unregister_advantage_transform("test_user_only")

@@ -386,11 +386,12 @@ def transformed_twin(path: Path) -> Path:
 
 
 def transform_table() -> list[str]:
-    """Every registered advantage transform that is no built-in (installed plugins' and user code's) and runs on one value per
-    unit (sequence level), sorted: each joins the matrix by being registered, as an estimator does (:func:`transform_twin`)."""
+    """Every advantage transform an installed plugin offers that runs on one value per unit (sequence level), sorted: each
+    joins the matrix by being installed, as an estimator does (:func:`transform_twin`). Transforms registered in user code
+    (a test module's) stay out: the matrix's tables are those of the installation."""
     from ...transforms.registry import all_transforms  # the registry of transforms, read when the table is built
 
-    return sorted(name for name, t in all_transforms().items() if t.provider.kind != "builtin" and t.spec.level == "sequence")
+    return sorted(name for name, t in all_transforms().items() if t.provider.kind == "plugin" and t.spec.level == "sequence")
 
 
 def _units(sample: Sample) -> tuple[np.ndarray, dict[str, Any]]:
@@ -461,7 +462,7 @@ def transform_twin(path: Path, name: str) -> Path:
 
 def with_twins(paths: list[Path]) -> list[Path]:
     """``paths``, each path that takes transforms followed by its :func:`transformed_twin` and by one :func:`transform_twin`
-    per transform of :func:`transform_table` (installed plugins' and user code's)."""
+    per transform of :func:`transform_table` (installed plugins')."""
     names = transform_table()
     out: list[Path] = []
     for p in paths:
