@@ -104,7 +104,10 @@ class VerlFeatures:
     """A warning for a release newer than the matrix tested (None when tested)."""
     config_path_resolver: str
     """Where verl's ``resolve_config_path`` (how its agent-loop workers find ``agent_loop_config_path``) lives:
-    ``verl.experimental.agent_loop.utils`` before 0.9, ``verl.utils.import_utils`` from 0.9 on."""
+    ``verl.experimental.agent_loop.utils`` up to 0.9.0, ``verl.utils.import_utils`` from 0.9.1 on."""
+    agent_loop_arguments: tuple[str, ...]
+    """The keyword arguments verl's ``AgentLoopWorker`` builds each agent loop with: ``tools`` (the tools the worker loaded
+    from ``multi_turn``) from 0.8.0 on (before, ``tool_agent`` loads its own), ``hf_model_type`` from 0.9.1 on."""
 
     @property
     def registration(self) -> str:
@@ -129,7 +132,13 @@ def features_of(version: str) -> VerlFeatures:
         entry_points=parsed >= FIRST_WITH_ENTRY_POINTS,
         v1_trainer=parsed >= FIRST_WITH_V1,
         sync_trainer=(0, 8, 0) <= parsed < FIRST_WITH_V1,
-        config_path_resolver="verl.utils.import_utils" if parsed >= (0, 9, 0) else "verl.experimental.agent_loop.utils",
+        config_path_resolver="verl.utils.import_utils" if parsed >= (0, 9, 1) else "verl.experimental.agent_loop.utils",
+        agent_loop_arguments=(
+            *("trainer_config", "server_manager", "tokenizer", "processor"),
+            *(("hf_model_type",) if parsed >= (0, 9, 1) else ()),
+            *("dataset_cls", "data_config"),
+            *(("tools",) if parsed >= (0, 8, 0) else ()),
+        ),
         unsupported=unsupported,
         untested=untested,
     )

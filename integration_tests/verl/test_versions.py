@@ -70,6 +70,33 @@ def test_verls_agent_loop_config_resolver_is_where_the_seam_says():
         resolve_config_path("no/such/agent_loops.yaml")
 
 
+def test_verls_agent_loop_worker_builds_each_loop_with_the_arguments_the_seam_names():
+    """verl-rehearse builds the agent loop with these keyword arguments, as the worker of this release does."""
+    import re
+
+    import verl.experimental.agent_loop.agent_loop as agent_loop
+
+    source = Path(agent_loop.__file__).read_text(encoding="utf-8")
+    calls = re.findall(r"agent_loop = hydra\.utils\.instantiate\((.*?)\n\s*\)", source, re.S)
+    assert len(calls) == 1, f"verl {FEATURES.version}: AgentLoopWorker builds agent loops elsewhere; update agent_loop_arguments in rllm_verl.versions"
+    passed = tuple(name for name in re.findall(r"(\w+)=", calls[0]) if name != "config")
+    assert passed == FEATURES.agent_loop_arguments, f"verl {FEATURES.version} passes {passed}; rllm_verl.versions' agent_loop_arguments says otherwise"
+
+
+@pytest.mark.parametrize(
+    "version, resolver, tools, hf_model_type",
+    [
+        ("0.7.1", "verl.experimental.agent_loop.utils", False, False),
+        ("0.8.0", "verl.experimental.agent_loop.utils", True, False),
+        ("0.9.0", "verl.experimental.agent_loop.utils", True, False),  # resolve_config_path moved to import_utils in 0.9.1
+        ("0.9.1", "verl.utils.import_utils", True, True),
+    ],
+)
+def test_where_each_release_resolves_config_paths_and_what_it_gives_agent_loops(version, resolver, tools, hf_model_type):
+    f = features_of(version)
+    assert (f.config_path_resolver, "tools" in f.agent_loop_arguments, "hf_model_type" in f.agent_loop_arguments) == (resolver, tools, hf_model_type)
+
+
 def test_the_registry_and_the_legacy_advantage_step_are_what_every_extension_relies_on():
     from verl.trainer.ppo import core_algos, ray_trainer
 
