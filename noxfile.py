@@ -43,6 +43,9 @@ VERL_TESTS = [
     "integration_tests/verl/test_compute_advantage.py",
     "integration_tests/verl/compute/test_step_level.py",  # the step bridge
     "integration_tests/verl/compute/test_estimator_state.py",  # state save/resume with the trainers' checkpoints
+    "integration_tests/verl/tools/test_rehearse.py",  # verl-rehearse: the examples' loops, the documented commands, the reply options
+    "integration_tests/verl/tools/test_rehearse_loops.py",  # verl's own loops, sessions (v1), what a loop returns that verl refuses
+    "integration_tests/verl/tools/test_rehearse_verdicts.py",  # a verdict and the fix, never a traceback
 ]
 VERL_V1_TESTS = ["integration_tests/verl/patches/test_sessions.py"]
 TRL_TESTS = [

@@ -21,17 +21,19 @@ __all__ = ["Call", "mask_errors", "model_spans", "output_errors", "session_outpu
 
 @dataclass(frozen=True)
 class Call:
-    """One ``generate`` call of a rollout: the context the loop sent (``prompt_ids``) and the model's reply (``token_ids``)."""
+    """One ``generate`` call of a rollout: the context the loop sent (``prompt_ids``) and the model's reply (``token_ids``, from
+    the text ``reply``)."""
 
     prompt_ids: tuple[int, ...]
     token_ids: tuple[int, ...]
+    reply: str = ""
 
 
 def session_outputs(returned: Any, where: str, use_v1: bool) -> tuple[list[Any], list[str], list[str]]:
     """The outputs of one rollout as a list, the errors that keep verl from taking them, and warnings.
 
     A single ``AgentLoopOutput`` is one output; a list is a session, which only verl's v1 trainer takes
-    (``trainer.use_v1=true``); ``[]`` is dropped there with a warning in verl's log.
+    (``trainer.use_v1=true``, from verl 0.9 on); ``[]`` is dropped there with a warning in verl's log.
     """
     from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
@@ -43,11 +45,18 @@ def session_outputs(returned: Any, where: str, use_v1: bool) -> tuple[list[Any],
     if wrong:
         return [], [f"{where}: run() returned a list whose items {', '.join(wrong)} are not AgentLoopOutput"], []
     if not use_v1:
+        from rllm_verl.versions import verl_features
+
+        features = verl_features()
+        if features.v1_trainer:
+            trainer, fix = "verl's legacy trainer (trainer.use_v1=false)", "train with trainer.use_v1=true"
+        else:  # the legacy trainer is the only one there
+            trainer, fix = f"verl {features.version}'s trainer (it has no v1 trainer)", "upgrade to verl>=0.9.1 and train with trainer.use_v1=true"
         return (
             [],
             [
-                f"{where}: run() returned a list of {len(returned)} output(s) (a session); verl's legacy trainer (trainer.use_v1=false) "
-                "takes one AgentLoopOutput per rollout and fails on a list: return one output, or train with trainer.use_v1=true"
+                f"{where}: run() returned a list of {len(returned)} output(s) (a session); {trainer} "
+                f"takes one AgentLoopOutput per rollout and fails on a list: return one output, or {fix}"
             ],
             [],
         )

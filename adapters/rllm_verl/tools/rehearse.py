@@ -40,8 +40,8 @@ class RehearsalError(ValueError):
 
 @dataclass
 class RehearsedRow:
-    """One row: its group (prompt index), rollout and output within it, score, and per model turn the anchor state and the
-    advantage at its first token."""
+    """One row: its group (prompt index), rollout and output within it, score, per model turn the anchor state and the
+    advantage at its first token, and the scripted replies the row holds (``replies``, in the order the model drew them)."""
 
     group: int
     reward: float
@@ -49,6 +49,7 @@ class RehearsedRow:
     advantages: list[float]
     rollout: int = 0
     output: int = 0
+    replies: list[str] = field(default_factory=list)
 
     @property
     def turns(self) -> int:
@@ -83,12 +84,14 @@ class Rehearsal:
             f"{len({row.group for row in self.rows})} prompt(s) x {self.group_size} rollouts, {len(self.rows)} rows; {self.adv_estimator} through {through}",
             f"reward: {self.reward}",
             *([f"critic: {self.critic}"] if self.critic else []),
-            "row  group  rollout  output  reward  turns  anchor state -> advantage, per turn",
         ]
+        drawn = [" ".join(map(repr, row.replies)) for row in self.rows]
+        width = max(len("replies"), *map(len, drawn))
+        head.append(f"row  group  rollout  output  reward  turns  {'replies':<{width}}  anchor state -> advantage, per turn")
         body = [
-            f"{i:>3}  {row.group:>5}  {row.rollout:>7}  {row.output:>6}  {row.reward:>6.3f}  {row.turns:>5}  "
+            f"{i:>3}  {row.group:>5}  {row.rollout:>7}  {row.output:>6}  {row.reward:>6.3f}  {row.turns:>5}  {replies:<{width}}  "
             + " | ".join(f"{anchor} -> {advantage:+.4f}" for anchor, advantage in zip(row.anchors, row.advantages, strict=True))
-            for i, row in enumerate(self.rows)
+            for i, (row, replies) in enumerate(zip(self.rows, drawn, strict=True))
         ]
         turns = [row.turns for row in self.rows]
         tail = f"turns per row: min {min(turns)}, max {max(turns)}" + (
@@ -222,15 +225,18 @@ def _tools(config: Any) -> list[Any]:
     """The tools verl's ``AgentLoopWorker`` loads from ``multi_turn.tool_config_path`` and ``function_tool_path``."""
     from omegaconf import OmegaConf
     from verl.tools.tool_registry import load_all_tools
-    from verl.utils.import_utils import resolve_config_path
+
+    from rllm_verl.tools.agent_loop import _current_folder_importable
+    from rllm_verl.versions import resolve_config_path
 
     multi_turn = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn", default={}) or {}
     tool_config, function_tools = multi_turn.get("tool_config_path"), multi_turn.get("function_tool_path")
     try:
-        return load_all_tools(
-            tool_config_path=resolve_config_path(tool_config) if tool_config else None,
-            function_tool_path=resolve_config_path(function_tools) if function_tools else None,
-        )
+        with _current_folder_importable():  # a tool's class_name is a module of the current folder, as for the agent loop
+            return load_all_tools(
+                tool_config_path=resolve_config_path(tool_config) if tool_config else None,
+                function_tool_path=resolve_config_path(function_tools) if function_tools else None,
+            )
     except Exception as error:
         raise RehearsalError([f"the tools of actor_rollout_ref.rollout.multi_turn do not load ({type(error).__name__}: {error})"]) from None
 
@@ -256,14 +262,16 @@ def rehearse(
     """
     import hydra.utils
     from omegaconf import OmegaConf
-    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap, _agent_loop_registry
+    from verl.experimental.agent_loop import agent_loop as verl_agent_loop
     from verl.trainer.ppo import core_algos
 
-    from rllm_verl.registration import register_estimators_into_verl
+    from rllm_verl.registration import VERL_PREFIX, register_estimators_into_verl
     from rllm_verl.tools.agent_loop import _current_folder_importable, _defined_loops, agent_loop_errors
-    from rllm_verl.tools.check import _compose, extension_status_of
+    from rllm_verl.tools.check import _compose, entry_point_policy_error, extension_status_of
+    from rllm_verl.tools.loop_outputs import model_spans
     from rllm_verl.tools.rollouts import run_rollouts
     from rllm_verl.tools.stand_ins import Scorer, ScriptedServer
+    from rllm_verl.versions import verl_features
 
     if not prompts:
         raise RehearsalError(["verl-rehearse needs at least one prompt (--prompt TEXT)"])
@@ -284,7 +292,7 @@ def rehearse(
         raise RehearsalError([f"algorithm.adv_estimator={name!r} is no estimator verl knows (rllm-plugins verl-check says more)"])
     loop_name = str(OmegaConf.select(config, f"{AGENT}.default_agent_loop"))
     path = OmegaConf.select(config, f"{AGENT}.agent_loop_config_path", default=None)
-    entry = (_defined_loops(str(path))[0] if path else {}).get(loop_name) or _agent_loop_registry[loop_name]
+    entry = (_defined_loops(str(path))[0] if path else {}).get(loop_name) or verl_agent_loop._agent_loop_registry[loop_name]
     rollout = config.actor_rollout_ref.rollout
     group_size = int(rollout.n)
     values = None
@@ -297,21 +305,23 @@ def rehearse(
     tokenizer = _tokenizer(tokenizer_path, [*prompts, *replies])
     server = ScriptedServer(tokenizer, replies, random.Random(seed))
     scorer = Scorer(config, tokenizer)
-    tools = _tools(config)
+    wrap = verl_agent_loop.DictConfigWrap
+    arguments = {  # what verl's worker gives each loop; which of them depends on the release (rllm_verl.versions)
+        "trainer_config": wrap(config=config),
+        "server_manager": server,
+        "tokenizer": tokenizer,
+        "processor": None,
+        "hf_model_type": None,
+        "dataset_cls": None,
+        "data_config": wrap(config.data),
+    }
+    given = verl_features().agent_loop_arguments
+    if "tools" in given:  # the worker loads them once (before 0.8, tool_agent loads its own from tool_config_path)
+        arguments["tools"] = verl_agent_loop.ToolListWrap(_tools(config))
 
     def build() -> Any:  # as verl's worker: one object per rollout, built inside the running event loop
         with _current_folder_importable():
-            return hydra.utils.instantiate(
-                config=entry,
-                trainer_config=DictConfigWrap(config=config),
-                server_manager=server,
-                tokenizer=tokenizer,
-                processor=None,
-                hf_model_type=None,
-                dataset_cls=None,
-                data_config=DictConfigWrap(config.data),
-                tools=ToolListWrap(tools),
-            )
+            return hydra.utils.instantiate(config=entry, **{name: arguments[name] for name in given})
 
     limits = {
         "vocab_size": len(tokenizer),
@@ -324,11 +334,23 @@ def rehearse(
     if results.errors:
         raise RehearsalError(results.errors, results.warnings)
     placed = [(r.group, r.session, i, o) for r in results.rollouts for i, o in enumerate(r.outputs)]
+    calls = [r.calls for r in results.rollouts for _ in r.outputs]
     if not placed:
         raise RehearsalError(["no rollout gave an output, so there is no row to compute advantages on"], results.warnings)
     outputs = [o for *_, o in placed]
     keys = [f"prompt{g}_{s}_{i}" for g, s, i, _ in placed]
-    data = _advantages(name, config, outputs, [f"prompt{g}" for g, *_ in placed], keys, tokenizer, values)
+    try:
+        data = _advantages(name, config, outputs, [f"prompt{g}" for g, *_ in placed], keys, tokenizer, values)
+    except Exception as error:  # the estimator (verl's, ours or a plugin's) or an extension raised
+        from rllm_verl.tools.rollouts import _raised_at
+
+        raise RehearsalError(
+            [
+                f"algorithm.adv_estimator={name!r} raised {type(error).__name__}: {error}{_raised_at(error)} on the rehearsed rows. "
+                f"Fix: rllm-plugins verl-check algorithm.adv_estimator={name} names its provider and tries its options on toy groups"
+            ],
+            results.warnings,
+        ) from None
     rows = []
     for k, (group, session, index, output) in enumerate(placed):
         turns = _turns(data.batch["response_mask"][k].tolist())
@@ -339,16 +361,66 @@ def rehearse(
             response = data.batch["responses"][k].tolist()
             anchors = ["prompt"] + [repr(tokenizer.decode(response[turns[t - 1][1] : turns[t][0]])) for t in range(1, len(turns))]
         advantages = [float(data.batch["advantages"][k][start]) for start, _ in turns]
-        rows.append(RehearsedRow(group, float(output.reward_score), anchors, advantages, session, index))
+        found = model_spans(output.prompt_ids, output.response_ids, calls[k])  # the replies in this row, else all the rollout drew
+        drawn = [calls[k][turn].reply for turn, *_ in found] if found else [call.reply for call in calls[k]]
+        rows.append(RehearsedRow(group, float(output.reward_score), anchors, advantages, session, index, drawn))
     reward = scorer.described if scorer.used else "the agent loop's reward_score"
     target = str(entry["_target_"])
     trainer = "v1" if use_v1 else "legacy"
-    return Rehearsal(loop_name, target, name, group_size, list(replies), seed, rows, trainer, reward, critic, results.warnings)
+    warnings = list(results.warnings)
+    unregistered = entry_point_policy_error() if name.startswith(VERL_PREFIX) else None
+    if unregistered is not None:  # registered here by the rehearsal itself, not by verl as in the run
+        warnings.append(unregistered)
+    return Rehearsal(loop_name, target, name, group_size, list(replies), seed, rows, trainer, reward, critic, warnings)
+
+
+def read_replies(path: str) -> list[str]:
+    """``--replies-file PATH``: a JSON list of strings when ``PATH`` ends in ``.json``, else one reply per line (blank lines skipped)."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    except OSError as error:
+        raise ValueError(f"--replies-file {path!r} cannot be read ({type(error).__name__}: {error.strerror or error})") from None
+    if not path.endswith(".json"):
+        return [line for line in text.splitlines() if line.strip()]
+    try:
+        replies = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--replies-file {path!r} is not JSON ({error}); a .json file holds a list of strings, any other file one reply per line") from None
+    if not isinstance(replies, list) or not all(isinstance(r, str) for r in replies):
+        raise ValueError(f"--replies-file {path!r} must hold a JSON list of strings, got {type(replies).__name__}")
+    return replies
+
+
+def _chosen_replies(args: argparse.Namespace) -> list[str]:
+    """The scripted replies from exactly one of ``--replies`` (once), ``--reply`` (repeated) and ``--replies-file`` (once)."""
+    given = [
+        *(f"--replies {r!r}" for r in args.replies or []),
+        *(f"--reply {r!r}" for r in args.reply),
+        *(f"--replies-file {f!r}" for f in args.replies_file or []),
+    ]
+    kinds = sum(map(bool, (args.replies, args.reply, args.replies_file)))
+    if kinds > 1 or len(args.replies or []) > 1 or len(args.replies_file or []) > 1:
+        raise ValueError(
+            f"the scripted replies come from one option, and {' and '.join(given)} were given: put every reply in one --replies "
+            "(comma-separated), or give one --reply per reply (a reply may hold commas), or list them in one --replies-file"
+        )
+    if args.reply:
+        return list(args.reply)
+    if args.replies_file:
+        return read_replies(args.replies_file[0])
+    return (args.replies[0] if args.replies else "+,-").split(",")
+
+
+def _failure_lines(message: str) -> list[str]:
+    """A failure's verdict line, and its fix on a line of its own when it has one (``"... Fix: ..."``)."""
+    what, _, fix = message.partition(" Fix: ")
+    return [f"rllm-plugins verl-rehearse: {what}", *([f"rllm-plugins verl-rehearse: fix: {fix}"] if fix else [])]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``rllm-plugins verl-rehearse [--agent-loop-config FILE] [--name LOOP] --prompt TEXT [--replies A,B] [--json] OVERRIDES...``;
-    exit 1 on any failure (with ``--json`` too: ``{"ok": false, "errors": [...]}``)."""
+    """``rllm-plugins verl-rehearse [--agent-loop-config FILE] [--name LOOP] --prompt TEXT [--reply TEXT ...] [--json] OVERRIDES...``;
+    exit 1 on any failure, with a verdict and the fix instead of a traceback (with ``--json`` too: ``{"ok": false, "errors": [...]}``)."""
     parser = argparse.ArgumentParser(
         prog="rllm-plugins verl-rehearse",
         description="Run your verl agent loop on a CPU against a scripted stand-in for the rollout server, check what it returns, build "
@@ -358,7 +430,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--agent-loop-config", help=f"shortcut for {AGENT}.agent_loop_config_path=FILE")
     parser.add_argument("--name", help=f"shortcut for {AGENT}.default_agent_loop=NAME")
     parser.add_argument("--prompt", action="append", default=[], help="a user message; one group per prompt (repeat the option)")
-    parser.add_argument("--replies", default="+,-", help="comma-separated texts the scripted model answers with, drawn at random each turn")
+    parser.add_argument("--reply", action="append", default=[], help="one text the scripted model answers with (repeat the option; a reply may hold commas)")
+    parser.add_argument("--replies", action="append", help="comma-separated texts the scripted model answers with, drawn at random each turn (default '+,-')")
+    parser.add_argument("--replies-file", action="append", help="the replies in a file: one per line, or a JSON list of strings in a file ending in .json")
     parser.add_argument("--seed", type=int, default=0, help="seed of the scripted replies")
     parser.add_argument("--tokenizer", help="a local Hugging Face tokenizer folder (default: a tiny one trained on the prompts and replies)")
     parser.add_argument(
@@ -369,7 +443,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="also show what verl prints meanwhile (held back by default)")
     args = parser.parse_args(argv)
     from rllm_verl.tools.check import _held_output
+    from rllm_verl.tools.rollouts import _raised_at
     from rllm_verl.tools.stand_ins import parse_critic_values
+    from rllm_verl.tools.verl_import import REHEARSE_MODULES, verl_import_error
 
     overrides = list(args.overrides)
     if args.agent_loop_config:
@@ -378,24 +454,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides.append(f"{AGENT}.default_agent_loop={args.name}")
     with _held_output() as held:  # verl's import warnings and log lines
         try:
+            replies = _chosen_replies(args)
             values = parse_critic_values(args.critic_values) if args.critic_values else None
+            cannot_import = verl_import_error(REHEARSE_MODULES)
+            if cannot_import is not None:
+                raise RehearsalError([cannot_import])
             rehearsal: Rehearsal | RehearsalError = rehearse(
-                overrides, args.prompt, args.replies.split(","), seed=args.seed, tokenizer_path=args.tokenizer, ground_truth=args.ground_truth,
-                critic_values=values,
-            )  # fmt: skip
+                overrides, args.prompt, replies, seed=args.seed, tokenizer_path=args.tokenizer, ground_truth=args.ground_truth, critic_values=values
+            )
         except RehearsalError as error:
             rehearsal = error
         except ValueError as error:
             rehearsal = RehearsalError([str(error)])
+        except Exception as error:  # verl, a plugin or the loop's code failed where no check names it
+            rehearsal = RehearsalError(
+                [f"the rehearsal stopped: {type(error).__name__}: {error}{_raised_at(error)}. Fix: --verbose shows what verl printed meanwhile"]
+            )
     if args.verbose and held[0].strip():
         print(f"printed by verl and its imports:\n{held[0].strip()}", file=sys.stderr)
     if isinstance(rehearsal, RehearsalError):
         if args.json:
             print(json.dumps({"ok": False, "errors": rehearsal.errors, "warnings": rehearsal.warnings}, indent=2), flush=True)
         else:
-            print("\n".join(f"rllm-plugins verl-rehearse: {e}" for e in rehearsal.errors), file=sys.stderr)
             for warning in rehearsal.warnings:
                 print(f"rllm-plugins verl-rehearse: warning: {warning}", file=sys.stderr)
+            print("\n".join(line for e in rehearsal.errors for line in _failure_lines(e)), file=sys.stderr)
         return 1
     print(json.dumps(rehearsal.as_dict(), indent=2) if args.json else rehearsal, flush=True)
     return 0

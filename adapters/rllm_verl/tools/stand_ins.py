@@ -34,8 +34,9 @@ class ScriptedServer:
     async def generate(self, *, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any], **_: Any) -> Any:
         from verl.workers.rollout.replica import TokenOutput
 
-        token_ids = self.tokenizer.encode(self.rng.choice(self.replies), add_special_tokens=False)
-        self.calls.append(Call(tuple(int(t) for t in prompt_ids), tuple(token_ids)))
+        reply = self.rng.choice(self.replies)
+        token_ids = self.tokenizer.encode(reply, add_special_tokens=False)
+        self.calls.append(Call(tuple(int(t) for t in prompt_ids), tuple(token_ids), reply))
         return TokenOutput(token_ids=token_ids)
 
 

@@ -12,8 +12,14 @@ import pytest
 pytest.importorskip("verl")
 
 from rllm_verl.tools.rehearse import main, rehearse
+from rllm_verl.versions import verl_features
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "verl_multi_turn"
+TOOL_EXAMPLE = EXAMPLE.parent / "verl_tool_agent"
+DOCS = EXAMPLE.parents[1] / "docs" / "verl.md"
+V1 = verl_features().v1_trainer  # from verl 0.9 on; before, the legacy trainer is the only one
+V1_LINE = "through verl's compute_advantage_for_multi_trajectories (v1 trainer)"
+LEGACY_LINE = "through verl's compute_advantage (legacy trainer)"
 AGENT = "actor_rollout_ref.rollout.agent"
 LAUNCH = ["algorithm.adv_estimator=rllm_gigpo", "algorithm.gamma=0.95", "actor_rollout_ref.rollout.n=4"]
 CORRIDOR = [f"{AGENT}.agent_loop_config_path=agent_loops.yaml", f"{AGENT}.default_agent_loop=corridor"]
@@ -70,21 +76,77 @@ def test_another_seed_draws_other_replies(in_the_example):
     assert first.rows == again.rows and [r.anchors for r in first.rows] != [r.anchors for r in other.rows]
 
 
-def test_the_command_prints_turns_anchors_and_advantages(in_the_example, capsys):
+def on_this_verl(text: str) -> str:
+    """What the command prints on the installed verl: a verl without the v1 trainer computes through the legacy one."""
+    return text if V1 else text.replace(V1_LINE, LEGACY_LINE)
+
+
+def test_the_command_prints_turns_replies_anchors_and_advantages(in_the_example, capsys):
     argv = [*LAUNCH, "--agent-loop-config", "agent_loops.yaml", "--name", "corridor", "--prompt", PROMPTS[0], "--replies", "+,-,++"]
     assert main(argv) == 0
     printed = capsys.readouterr().out.splitlines()
     rows = rehearse([*LAUNCH, *CORRIDOR], PROMPTS[:1], ["+", "-", "++"], seed=0).rows
     assert printed[0] == "agent loop 'corridor' (anchored_agent_loop.CorridorAgentLoop) against a scripted server (replies '+', '-', '++', seed 0)"
-    assert printed[1] == "1 prompt(s) x 4 rollouts, 4 rows; rllm_gigpo through verl's compute_advantage_for_multi_trajectories (v1 trainer)"
+    assert printed[1] == on_this_verl(f"1 prompt(s) x 4 rollouts, 4 rows; rllm_gigpo {V1_LINE}")
     assert printed[2] == "reward: the agent loop's reward_score"
+    drawn = [" ".join(map(repr, row.replies)) for row in rows]
+    width = max(len(d) for d in drawn)
+    assert printed[3] == f"row  group  rollout  output  reward  turns  {'replies':<{width}}  anchor state -> advantage, per turn"
     for i, (line, row) in enumerate(zip(printed[4:8], rows, strict=True)):
-        *columns, turns = line.split(maxsplit=6)
-        assert columns == [str(i), "0", str(i), "0", f"{row.reward:.3f}", str(row.turns)]
-        assert turns == " | ".join(f"{a} -> {v:+.4f}" for a, v in zip(row.anchors, row.advantages, strict=True))
+        assert len(row.replies) == row.turns and set(row.replies) <= {"+", "-", "++"}  # one drawn reply per model turn
+        start = f"{i:>3}      0  {i:>7}       0  {row.reward:>6.3f}  {row.turns:>5}  {drawn[i]:<{width}}  "
+        assert line == start + " | ".join(f"{a} -> {v:+.4f}" for a, v in zip(row.anchors, row.advantages, strict=True))
     assert printed[8] == f"turns per row: min {min(r.turns for r in rows)}, max {max(r.turns for r in rows)}"
 
 
+def test_json_gives_each_row_the_replies_it_drew(in_the_example, capsys):
+    argv = [*LAUNCH, "--agent-loop-config", "agent_loops.yaml", "--name", "corridor", "--prompt", PROMPTS[0], "--replies", "+,-,++", "--json"]
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    rows = rehearse([*LAUNCH, *CORRIDOR], PROMPTS[:1], ["+", "-", "++"], seed=0).rows
+    assert printed["replies"] == ["+", "-", "++"]
+    assert [row["replies"] for row in printed["rows"]] == [row.replies for row in rows]
+    assert all(len(row["replies"]) == len(row["advantages"]) for row in printed["rows"])
+
+
+HERMES_CALL = '<tool_call>{"name": "calc", "arguments": {"a": 1, "b": 2}}</tool_call>'
+
+
+def test_each_reply_option_gives_one_reply_and_a_reply_may_hold_commas(in_the_example, capsys):
+    argv = [*LAUNCH, "--agent-loop-config", "agent_loops.yaml", "--name", "corridor", "--prompt", PROMPTS[0], "--json"]
+    assert main([*argv, "--reply", HERMES_CALL, "--reply", "+"]) == 0
+    assert json.loads(capsys.readouterr().out)["replies"] == [HERMES_CALL, "+"]
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [("replies.txt", f"{HERMES_CALL}\n+\n\n-\n"), ("replies.json", json.dumps([HERMES_CALL, "+", "-"]))],
+)
+def test_a_replies_file_holds_one_reply_per_line_or_a_json_list(in_the_example, tmp_path, capsys, name, text):
+    (tmp_path / name).write_text(text)
+    argv = [*LAUNCH, "--agent-loop-config", "agent_loops.yaml", "--name", "corridor", "--prompt", PROMPTS[0], "--json"]
+    assert main([*argv, "--replies-file", str(tmp_path / name)]) == 0
+    assert json.loads(capsys.readouterr().out)["replies"] == [HERMES_CALL, "+", "-"]
+
+
+@pytest.mark.parametrize(
+    "options, given",
+    [
+        (["--replies", "+,-", "--replies", "++"], "--replies '+,-' and --replies '++'"),
+        (["--replies", "+,-", "--reply", "++"], "--replies '+,-' and --reply '++'"),
+        (["--reply", "++", "--replies-file", "r.txt"], "--reply '++' and --replies-file 'r.txt'"),
+    ],
+)
+def test_replies_from_two_options_are_refused_naming_both(in_the_example, capsys, options, given):
+    argv = [*LAUNCH, "--agent-loop-config", "agent_loops.yaml", "--name", "corridor", "--prompt", PROMPTS[0]]
+    assert main([*argv, *options]) == 1
+    assert capsys.readouterr().err == (
+        f"rllm-plugins verl-rehearse: the scripted replies come from one option, and {given} were given: put every reply in one "
+        "--replies (comma-separated), or give one --reply per reply (a reply may hold commas), or list them in one --replies-file\n"
+    )
+
+
+@pytest.mark.skipif(not V1, reason="the legacy trainer is the only one before verl 0.9")
 def test_the_legacy_trainer_gives_the_corridor_the_same_advantages_as_v1(in_the_example):
     v1 = rehearse([*LAUNCH, *CORRIDOR], PROMPTS, ["+", "-", "++"], seed=0)
     legacy = rehearse([*LAUNCH, *CORRIDOR, "trainer.use_v1=false"], PROMPTS, ["+", "-", "++"], seed=0)
@@ -109,16 +171,34 @@ def test_no_prompt_or_no_reply_is_refused(in_the_example, prompts, replies, said
         rehearse([*LAUNCH, *CORRIDOR], prompts, replies)
 
 
-def test_the_documented_command_prints_what_docs_verl_md_shows(in_the_example, capsys):
+def documented(heading: str) -> tuple[list[str], str]:
+    """The command (its arguments after ``rllm-plugins verl-rehearse``) and the output docs/verl.md shows under ``heading``."""
     import re
     import shlex
 
-    section = (EXAMPLE.parents[1] / "docs" / "verl.md").read_text().split("### Rehearse an agent loop on a CPU", 1)[1].split("\n## ", 1)[0]
+    section = DOCS.read_text().split(heading, 1)[1].split("\n#", 1)[0]
     command, shown = re.findall(r"```bash\n(.*?)```\n\n```\n(.*?)```", section, re.S)[0]
     argv = shlex.split(command.replace("\\\n", " "))
     assert argv[:2] == ["rllm-plugins", "verl-rehearse"]
-    assert main(argv[2:]) == 0
-    assert capsys.readouterr().out == shown
+    return argv[2:], shown
+
+
+def test_the_documented_command_prints_what_docs_verl_md_shows(in_the_example, capsys):
+    argv, shown = documented("### Rehearse an agent loop on a CPU")
+    assert main(argv) == 0
+    assert capsys.readouterr().out == on_this_verl(shown)
+
+
+def test_the_documented_tool_agent_command_calls_the_calculator_and_prints_what_docs_verl_md_shows(monkeypatch, capsys):
+    monkeypatch.chdir(TOOL_EXAMPLE)
+    argv, shown = documented("#### verl's `tool_agent` with a tool")
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert printed == on_this_verl(shown)
+    rows = printed.splitlines()[4:-1]
+    called = [row for row in rows if "</tool_call>" in row]
+    assert called and all(repr("<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n") in row for row in called)  # the calculator's 2 + 3
+    assert {row.split()[4] for row in rows} == {"0.000", "1.000"}
 
 
 def test_the_command_is_contributed_to_rllm_plugins():

@@ -3,6 +3,7 @@ what a loop returns that verl would not take, with a non-zero exit."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 import statistics
@@ -13,6 +14,7 @@ import pytest
 pytest.importorskip("verl")
 
 from rllm_verl.tools.rehearse import RehearsalError, main, rehearse
+from rllm_verl.versions import verl_features
 
 LOOPS = Path(__file__).resolve().parent / "rehearse_loops"
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "verl_agent_loop"
@@ -20,6 +22,8 @@ AGENT = "actor_rollout_ref.rollout.agent"
 MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"
 EPS = 1e-6
 WHERE = "agent loop {name!r}, prompt 0, rollout 0"
+FEATURES = verl_features()
+V1_ONLY = pytest.mark.skipif(not FEATURES.v1_trainer, reason=f"verl {FEATURES.version} has no v1 trainer, the only one that takes sessions")
 
 
 @pytest.fixture(autouse=True)
@@ -60,6 +64,7 @@ def test_verls_single_turn_agent_rehearses_on_one_event_loop_with_the_stand_in_r
     assert [row.advantages[0] for row in rehearsal.rows] == pytest.approx(grpo(rewards), abs=1e-5)
 
 
+@pytest.mark.skipif(importlib.util.find_spec("verl.tools.function_tool") is None, reason=f"verl {FEATURES.version} has no function tools (from 0.8 on)")
 def test_verls_tool_agent_calls_the_configured_tool_and_the_custom_reward_function_scores_it():
     call = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
     overrides = [
@@ -79,6 +84,7 @@ def test_verls_tool_agent_calls_the_configured_tool_and_the_custom_reward_functi
     assert {row.reward for row in rehearsal.rows} <= {0.5, 1.5} and len({row.reward for row in rehearsal.rows}) == 2
 
 
+@V1_ONLY
 def test_a_session_list_gives_one_row_per_output_each_with_its_sessions_score_and_advantage(monkeypatch):
     monkeypatch.chdir(EXAMPLE)
     overrides = ["algorithm.adv_estimator=rllm_grpo", "actor_rollout_ref.rollout.n=4", f"{AGENT}.agent_loop_config_path=agent_loops.yaml"]
@@ -98,13 +104,23 @@ def test_a_session_list_gives_one_row_per_output_each_with_its_sessions_score_an
 
 def test_a_session_list_is_refused_on_the_legacy_trainer(monkeypatch):
     monkeypatch.chdir(EXAMPLE)
-    error = failure([f"{AGENT}.agent_loop_config_path=agent_loops.yaml", f"{AGENT}.default_agent_loop=guess_session", "trainer.use_v1=false"], ("cat",))
-    assert error.errors == [
-        "agent loop 'guess_session', prompt 0, rollout 0: run() returned a list of 1 output(s) (a session); verl's legacy trainer "
-        "(trainer.use_v1=false) takes one AgentLoopOutput per rollout and fails on a list: return one output, or train with trainer.use_v1=true"
-    ]
+    if FEATURES.v1_trainer:
+        trainer = ["trainer.use_v1=false"]
+        said = (
+            "verl's legacy trainer (trainer.use_v1=false) takes one AgentLoopOutput per rollout and fails on a list: return one output, "
+            "or train with trainer.use_v1=true"
+        )
+    else:  # the legacy trainer is the only one: its config has no trainer.use_v1
+        trainer = []
+        said = (
+            f"verl {FEATURES.version}'s trainer (it has no v1 trainer) takes one AgentLoopOutput per rollout and fails on a list: return one output, "
+            "or upgrade to verl>=0.9.1 and train with trainer.use_v1=true"
+        )
+    error = failure([f"{AGENT}.agent_loop_config_path=agent_loops.yaml", f"{AGENT}.default_agent_loop=guess_session", *trainer], ("cat",))
+    assert error.errors == [f"agent loop 'guess_session', prompt 0, rollout 0: run() returned a list of 1 output(s) (a session); {said}"]
 
 
+@V1_ONLY
 def test_an_empty_session_gives_no_row_and_a_warning():
     rehearsal = rehearse(["algorithm.adv_estimator=rllm_grpo", "actor_rollout_ref.rollout.n=3", *loop("empty_every_second")], ["walk"], ["+"])
     assert [row.rollout for row in rehearsal.rows] == [0, 2]
@@ -114,6 +130,7 @@ def test_an_empty_session_gives_no_row_and_a_warning():
     ]
 
 
+@V1_ONLY
 def test_only_empty_sessions_fail_naming_why():
     error = failure(loop("empty"))
     assert error.errors == ["no rollout gave an output, so there is no row to compute advantages on"]
