@@ -96,14 +96,22 @@ KL_REFUSAL = (
 )
 
 
-@pytest.mark.parametrize("trainer", ["trainer.use_v1=false", "trainer.use_v1=true"])
+def _trainer(name: str) -> list[str]:
+    """The overrides selecting verl's ``legacy`` or ``v1`` trainer (verl < 0.9 has only the legacy one, and no key for it)."""
+    if not verl_features().v1_trainer:
+        if name == "v1":
+            pytest.skip("this verl has no v1 trainer")
+        return []
+    return [f"trainer.use_v1={str(name == 'v1').lower()}"]
+
+
+@pytest.mark.parametrize("trainer", ["legacy", "v1"])
 def test_kl_shaping_needs_a_reference_policy_and_runs_on_a_toy_batch_with_log_probs(trainer):
-    if trainer.endswith("true") and not verl_features().v1_trainer:
-        pytest.skip("this verl has no v1 trainer")
-    refused = verl_check([GRPO, f"{TRANSFORMS}=[kl_shaping]", trainer])
+    trainer = _trainer(trainer)
+    refused = verl_check([GRPO, f"{TRANSFORMS}=[kl_shaping]", *trainer])
     assert refused.errors == [KL_REFUSAL]  # before: OK, then a failure at the first advantage step
     for reference in ("actor_rollout_ref.actor.use_kl_loss=true", "algorithm.use_kl_in_reward=true"):
-        report = verl_check([GRPO, f"{TRANSFORMS}=[kl_shaping]", trainer, reference])
+        report = verl_check([GRPO, f"{TRANSFORMS}=[kl_shaping]", *trainer, reference])
         assert report.ok, report  # before: refused, the toy batch had no log-probs
         assert report.trial_group_sizes == ALL_SIZES
 
@@ -128,13 +136,13 @@ def test_needs_reference_policy_is_verls_own_rule():
             assert bool(need_reference_policy(config)) is needed
 
 
-@pytest.mark.parametrize("trainer", ["trainer.use_v1=false", "trainer.use_v1=true"])
+@pytest.mark.parametrize("trainer", ["legacy", "v1"])
 def test_codapo_is_judged_on_a_toy_batch_with_log_probs(trainer):
-    if trainer.endswith("true") and not verl_features().v1_trainer:
-        pytest.skip("this verl has no v1 trainer")
-    report = verl_check([GRPO, f"{TRANSFORMS}=[codapo]", trainer])
-    assert report.ok, report  # before: refused (the toy batch had no old_log_probs), though compute_advantage runs it
-    assert report.trial_group_sizes == ALL_SIZES
+    trainer = _trainer(trainer)
+    for extra in ([], ["algorithm.use_kl_in_reward=true"]):  # with the KL penalty in the rewards, codapo reads the scores
+        report = verl_check([GRPO, f"{TRANSFORMS}=[codapo]", *trainer, *extra])
+        assert report.ok, report  # before: refused (the toy batch had no old_log_probs), though compute_advantage runs it
+        assert report.trial_group_sizes == ALL_SIZES
 
 
 @pytest.mark.parametrize(
@@ -179,7 +187,9 @@ def test_an_exception_where_no_check_expects_one_ends_in_a_verdict_naming_it(mon
     assert not report.ok
     (message,) = report.errors
     assert message.startswith("the check stopped at an unexpected RuntimeError: a plugin's agent loop registry is broken (raised in ")
-    assert message.endswith("test_check_preflight.py:" + str(broken.__code__.co_firstlineno + 1) + "). Fix what it names; if it names rllm-plugins itself, report it with this line")
+    assert message.endswith(
+        "test_check_preflight.py:" + str(broken.__code__.co_firstlineno + 1) + "). Fix what it names; if it names rllm-plugins itself, report it with this line"
+    )
     assert check_module.main([GRPO]) == 1  # the command prints the verdict and exits 1
 
 
