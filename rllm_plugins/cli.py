@@ -222,7 +222,7 @@ def _check_transform(name: str, options: dict[str, Any] | None, as_json: bool) -
     try:
         report = check_transform(name, options)
     except ValueError as e:
-        print(f"rllm-plugins check: {e}", file=sys.stderr)
+        print(e, file=sys.stderr)  # it names the setting: rllm-plugins check ...
         return EXIT_FAILURE
     print(json.dumps(report.as_dict(), indent=2) if as_json else report)
     return EXIT_OK if report.ok else EXIT_FAILURE
@@ -268,7 +268,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
     try:
         estimator = registry.get_estimator(args.name)
     except (registry.UnknownEstimatorError, registry.EstimatorConflictError) as e:
-        print(f"rllm-plugins check: {e}", file=sys.stderr)
+        import difflib  # a transform's name mistyped is unknown as an estimator too: name the transform it is close to
+
+        close = difflib.get_close_matches(args.name.strip().lower(), available_transforms(), n=1)
+        hint = f" Among the advantage transforms: did you mean {close[0]!r}?" if isinstance(e, registry.UnknownEstimatorError) and close else ""
+        print(f"rllm-plugins check: {e}{hint}", file=sys.stderr)
         return EXIT_FAILURE
     try:  # before any rule runs: unknown names, wrong types and values out of range, or options missing
         norm_field = "the framework's norm_adv_by_std_in_grpo (the rules pass True)"

@@ -54,3 +54,21 @@ def test_the_console_script_exits_1_on_a_misspelt_option():
     )
     assert done.returncode == 1 and done.stdout == ""
     assert "unknown option 'gama'" in done.stderr and "Did you mean 'gamma'?" in done.stderr
+
+
+def test_a_mistyped_transform_name_is_named_among_the_transforms(capsys):
+    assert main(["check", "clipp"]) == 1
+    _, err = capsys.readouterr()
+    assert err.startswith("rllm-plugins check: Unknown advantage estimator 'clipp'.")
+    assert err.endswith(" Among the advantage transforms: did you mean 'clip'?\n")  # before: no word of the transforms
+    assert main(["check", "grpoo"]) == 1
+    assert "Among the advantage transforms" not in capsys.readouterr().err
+
+
+def test_a_transforms_refused_option_is_said_once_naming_the_command(capsys):
+    assert main(["check", "clip", "--options", '{"min": "a"}']) == 1
+    _, err = capsys.readouterr()
+    assert err == (  # before: "rllm-plugins check: rllm-plugins check: ..."
+        "rllm-plugins check: advantage transform 'clip' (rllm-plugins (built-in)) fails on a small input with the options {'min': 'a'}: "
+        "clip: option 'min' must be a finite number or None, got 'a'\n"
+    )
