@@ -293,7 +293,8 @@ def test_an_option_typo_for_a_kwargs_estimator_is_refused_at_config_time():
         return [r - trim for r in rewards], [r - trim for r in rewards]
 
     try:
-        with pytest.raises(ValueError, match=r"RLLMGRPOConfig\.adv_estimator_kwargs: unknown option 'trimm' for estimator 'h_trim_trl' .*Did you mean 'trim'\?"):
+        typo = r"RLLMGRPOConfig\.adv_estimator_kwargs: unknown option 'trimm' for estimator 'h_trim_trl' .*Did you mean 'trim'\?"
+        with pytest.raises(ValueError, match=typo):
             RLLMGRPOConfig(**BASE, adv_estimator="h_trim_trl", adv_estimator_kwargs={"trimm": 0.5})  # before: accepted, trim=0.0 used
         RLLMGRPOConfig(**BASE, adv_estimator="h_trim_trl", adv_estimator_kwargs={"trim": 0.5, "window": 3})
     finally:

@@ -245,8 +245,9 @@ def entry_point_policy_error(
 
 def _dry_run(name: str, algorithm: object, group_size: int, use_v1: bool, reference: bool) -> None:
     """Run ``name`` with the real options on a toy batch (two groups of ``group_size``, uneven lengths, two turns in most rows,
-    what verl holds at that point: ``token_level_scores``, ``old_log_probs``, and ``ref_log_prob`` when ``reference``) through the function the configured trainer calls: ``ray_trainer.compute_advantage`` (legacy) or, in a v1 advantage step
-    whose rows are served from memory as TransferQueue would serve them, ``compute_advantage_for_multi_trajectories``."""
+    what verl holds at that point: ``token_level_scores``, ``old_log_probs``, and ``ref_log_prob`` when ``reference``) through
+    the function the configured trainer calls: ``ray_trainer.compute_advantage`` (legacy) or, in a v1 advantage step whose rows
+    are served from memory as TransferQueue would serve them, ``compute_advantage_for_multi_trajectories``."""
     import numpy as np
     import torch
     from omegaconf import OmegaConf
