@@ -10,12 +10,16 @@ groups, fewer trajectories, simpler rewards). Plugin authors call it from their 
     def test_my_estimator_keeps_the_contract():
         assert_estimator_contract("my_estimator")
 
+In a plugin's own test suite, :func:`parametrize_with_checks` makes every rule (and every conformance cell) one
+pytest item.
+
 The rules, one function each, are in :mod:`.rules`; running them in :mod:`.runner`; shrinking a
 failing case in :mod:`.shrinker`; calling the estimator as the collector and adapters do in :mod:`.calls`.
 """
 
 from .calls import Case
 from .rules import RULES
+from .parametrize import Check, parametrize_with_checks
 from .runner import ContractReport, Violation, assert_estimator_contract, check_estimator
 
-__all__ = ["RULES", "Case", "ContractReport", "Violation", "assert_estimator_contract", "check_estimator"]
+__all__ = ["RULES", "Case", "Check", "ContractReport", "Violation", "assert_estimator_contract", "check_estimator", "parametrize_with_checks"]

@@ -29,7 +29,7 @@ import numpy as np
 from ..transform_spec import transform_context
 from .entries import narrow_dtype, narrow_dtype_message, resolve_transforms, trial_call, trial_context
 
-__all__ = ["RULES", "TransformReport", "check_transform"]
+__all__ = ["RULES", "TransformReport", "check_transform", "transform_rules"]
 
 ELEMENTWISE = "elementwise (per token = per sequence)"
 SEQUENCE_RULES = ("group sizes 1-8", "empty groups", "units without model tokens")
@@ -141,6 +141,14 @@ def _equal(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def transform_rules(spec: Any) -> list[str]:
+    """The rules the check reports for a transform of this :class:`~rllm_plugins.transform_spec.TransformSpec`, in order."""
+    rules = [*(TOKEN_RULES if spec.level == "token" else SEQUENCE_RULES), *COMMON_RULES]
+    rules += ["masked tokens"] if spec.level == "token" else []
+    rules += [ELEMENTWISE] if spec.elementwise else []
+    return rules
+
+
 def check_transform(name: str, options: Mapping[str, Any] | None = None, seed: int = 0) -> TransformReport:
     """Run the contract rules on transform ``name`` with ``options``; unknown names and options, and option values the
     transform refuses on a small input, raise ``ValueError``. Every other misbehaviour is a failing rule of the report."""
@@ -216,9 +224,6 @@ def check_transform(name: str, options: Mapping[str, Any] | None = None, seed: i
             else:
                 if not np.allclose(one_by_one, out.reshape(-1), rtol=1e-12, atol=1e-12, equal_nan=True):
                     problems.setdefault(ELEMENTWISE, f"a value's result depends on the other values ({case.label})")
-    rules = [*(TOKEN_RULES if spec.level == "token" else SEQUENCE_RULES), *COMMON_RULES]
-    rules += ["masked tokens"] if spec.level == "token" else []
-    rules += [ELEMENTWISE] if spec.elementwise else []
-    for rule in rules:
+    for rule in transform_rules(spec):
         report.results.append((rule, rule not in problems, problems.get(rule, "")))
     return report

@@ -52,7 +52,9 @@ __all__ = [
     "centred_clipped_and_scaled",
     "clipped_and_scaled",
     "core_paths",
+    "group_paths",
     "installed_paths",
+    "path_groups",
     "path_table",
     "transform_table",
     "transform_twin",
@@ -517,18 +519,35 @@ def core_paths() -> list[Path]:
     )
 
 
-def installed_paths() -> list[Path]:
-    """The paths adapters contribute through :data:`PATHS_GROUP` (each that takes transforms followed by its transformed twin);
-    an adapter whose framework is missing contributes none."""
-    paths: list[Path] = []
-    for ep in sorted(metadata.entry_points(group=PATHS_GROUP), key=lambda ep: ep.name):
+def path_groups() -> list[str]:
+    """The names of the entry points of :data:`PATHS_GROUP` (``trl``, ``verl``, ``verl_v1``), sorted; nothing is imported."""
+    return sorted({ep.name for ep in metadata.entry_points(group=PATHS_GROUP)})
+
+
+def group_paths(group: str) -> list[Path] | str:
+    """The paths the entry point ``group`` of :data:`PATHS_GROUP` contributes, without twins; or, when the adapter's
+    framework is not installed, why none (``"No module named 'verl'"``)."""
+    contributed: list[Path] = []
+    for ep in sorted(metadata.entry_points(group=PATHS_GROUP), key=lambda ep: ep.value):
+        if ep.name != group:
+            continue
         try:
             contribute = ep.load()
         except ModuleNotFoundError as error:  # the adapter's framework is not installed; a module of the adapter's own is a bug
             if error.name is None or error.name.split(".")[0] == ep.module.split(".")[0]:
                 raise
-            continue
-        paths.extend(contribute())
+            return str(error)
+        contributed.extend(contribute())
+    return contributed
+
+
+def installed_paths() -> list[Path]:
+    """The paths adapters contribute through :data:`PATHS_GROUP` (each that takes transforms followed by its transformed twin);
+    an adapter whose framework is missing contributes none."""
+    paths: list[Path] = []
+    for group in path_groups():
+        contributed = group_paths(group)
+        paths.extend(contributed if isinstance(contributed, list) else [])
     return with_twins(paths)
 
 
