@@ -18,8 +18,8 @@ failing case in :mod:`.shrinker`; calling the estimator as the collector and ada
 """
 
 from .calls import Case
-from .rules import RULES
 from .parametrize import Check, parametrize_with_checks
+from .rules import RULES
 from .runner import ContractReport, Violation, assert_estimator_contract, check_estimator
 
 __all__ = ["RULES", "Case", "Check", "ContractReport", "Violation", "assert_estimator_contract", "check_estimator", "parametrize_with_checks"]

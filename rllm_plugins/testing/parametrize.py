@@ -154,7 +154,8 @@ def _transform_checks(name: str, options: Mapping[str, Any] | None, seed: int, o
             pytest.fail(f"advantage transform {name!r}: the check reported nothing for the rule {rule}", pytrace=False)
         ok, detail = results[rule]
         if not ok:
-            pytest.fail(f"advantage transform {name!r} breaks the rule {rule}: {RULES[rule]}\n{detail}\n(the whole report: rllm-plugins check {name})", pytrace=False)
+            message = f"advantage transform {name!r} breaks the rule {rule}: {RULES[rule]}\n{detail}\n(the whole report: rllm-plugins check {name})"
+            pytest.fail(message, pytrace=False)
 
     return [Check(name, "transform", rule, lambda rule=rule: run(rule)) for rule in transform_rules(get_transform(name).spec)]
 
