@@ -46,12 +46,14 @@ VERL_TESTS = [
     "integration_tests/verl/tools/test_rehearse.py",  # verl-rehearse: the examples' loops, the documented commands, the reply options
     "integration_tests/verl/tools/test_rehearse_loops.py",  # verl's own loops, sessions (v1), what a loop returns that verl refuses
     "integration_tests/verl/tools/test_rehearse_verdicts.py",  # a verdict and the fix, never a traceback
+    "integration_tests/verl/tools/test_check_preflight.py",  # verl-check: transforms, module lists, the run's own rules
 ]
 VERL_V1_TESTS = ["integration_tests/verl/patches/test_sessions.py"]
 TRL_TESTS = [
     "integration_tests/trl/test_versions.py",  # every version guard, a training step, the tool paths, state save/resume
     "integration_tests/trl/test_training.py",  # a real GRPOTrainer step with a tiny local model
     "integration_tests/trl/test_estimator_state.py",  # state save/resume
+    "integration_tests/trl/test_config.py",  # RLLMGRPOConfig: every refusal and warning at config time
 ]
 # TRL 1.15.0's GRPOTrainer always scores with its fused LM head (trl.trainer.utils.add_fused_lm_head), which needs Triton:
 # torch's CPU build has none, so no training step runs on CPU there; its cell checks the mixin against its signatures only

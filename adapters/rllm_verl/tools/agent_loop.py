@@ -1,7 +1,7 @@
 """verl's agent-loop configuration resolved as verl 0.9 resolves it, so a mistake shows before the GPUs start.
 
 verl's ``AgentLoopWorker`` reads ``actor_rollout_ref.rollout.agent.agent_loop_config_path`` (a YAML list of
-``{name, _target_, ...}``) through ``verl.utils.import_utils.resolve_config_path`` (an absolute path as is,
+``{name, _target_, ...}``) through verl's ``resolve_config_path`` (:func:`rllm_verl.versions.resolve_config_path`: an absolute path as is,
 else the current folder, else verl's project or package folder), registers each entry by ``name`` next
 to verl's own loops (``single_turn_agent``, ``tool_agent``), and builds ``default_agent_loop`` with
 Hydra from its ``_target_``. A missing file, a name no file defines or a ``_target_`` that does not

@@ -31,12 +31,12 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
+from rllm_verl.tools.loading import ENTRY_POINT_NAME, entry_point_policy_error, external_modules_error
 from rllm_verl.tools.resolved import table_lines
 from rllm_verl.versions import PLUGIN_MODULE
 
 __all__ = ["ENTRY_POINT_NAME", "VerlCheckReport", "entry_point_policy_error", "external_modules_error", "main", "registration_mechanism", "verl_check"]
 
-ENTRY_POINT_NAME = "rllm_plugins"  # our entry point in verl's ``verl.plugins`` group (not the distribution name)
 TRIAL_GROUP_SIZES = (1, 2, 3, 4, 8)  # tried whatever rollout.n says, with rollout.n itself
 
 
@@ -124,12 +124,6 @@ def _compose(overrides: Sequence[str], config_name: str, config_dir: str | None)
         return compose(config_name=config_name, overrides=list(overrides))
 
 
-def _installed_entry_points() -> list[tuple[str, str]]:
-    from importlib.metadata import entry_points
-
-    return [(ep.name, ep.value) for ep in entry_points(group="verl.plugins")]
-
-
 def registration_mechanism(environ: Mapping[str, str] | None = None) -> str:
     """Which mechanism registers the ``rllm_*`` names in each process that imports the installed verl, and whether it is in place."""
     from rllm_verl.versions import EXTERNAL_MODULES_ENV, MODULES_LINE, verl_features
@@ -141,106 +135,6 @@ def registration_mechanism(environ: Mapping[str, str] | None = None) -> str:
     else:
         how = f"verl {features.version} has no verl.plugins entry points: import verl imports the modules named in {EXTERNAL_MODULES_ENV} ({MODULES_LINE})"
     return f"{how}: {'NOT in place' if error else 'in place'}"
-
-
-def external_modules_error(environ: Mapping[str, str] | None = None) -> str | None:
-    """Why ``import verl`` would fail on ``VERL_USE_EXTERNAL_MODULES``, with the line that fixes it; None when every name imports.
-
-    verl imports each comma-separated name as is (unstripped) in ``import verl``: a space around a name, an empty name (a comma
-    too many) or a module that is not installed makes ``import verl`` fail in every process. Checked without importing anything:
-    a name close to ``rllm_verl.plugin`` is taken for it in the fix.
-    """
-    import difflib
-    import importlib.util
-
-    from rllm_verl.versions import EXTERNAL_MODULES_ENV
-
-    environ = os.environ if environ is None else environ
-    raw = environ.get(EXTERNAL_MODULES_ENV, "")
-    if not raw:
-        return None
-    problems, fixed = [], []
-    for name in raw.split(","):
-        stripped = name.strip()
-        if not stripped:
-            problems.append("the list holds an empty name (a comma too many)")
-            continue
-        if stripped != name:
-            problems.append(f"{name!r} has spaces around it")
-        try:
-            found = importlib.util.find_spec(stripped) is not None
-        except (ImportError, ValueError):  # a parent package that is not installed, a malformed name
-            found = False
-        if not found:
-            close = difflib.get_close_matches(stripped, [PLUGIN_MODULE], n=1, cutoff=0.8)
-            problems.append(f"{stripped!r} is no module here" + (f" (did you mean {close[0]!r}?)" if close else " (install it, or remove it)"))
-            stripped = close[0] if close else stripped
-        fixed.append(stripped)
-    if not problems:
-        return None
-    return (
-        f"{EXTERNAL_MODULES_ENV}={raw!r}: verl imports each comma-separated name as is in `import verl`, and {'; '.join(problems)}, so "
-        f"`import verl` fails in every process (the driver and Ray's workers). Fix: export {EXTERNAL_MODULES_ENV}={','.join(dict.fromkeys(fixed))}"
-    )
-
-
-UNKNOWN_ESTIMATOR = "verl will not load the rllm_* estimators and the run fails with 'Unknown advantage estimator'"
-"""What a run does without rllm-plugins loaded, for an ``rllm_*`` estimator (the default ``consequence`` of the policy error)."""
-
-
-def entry_point_policy_error(
-    environ: Mapping[str, str] | None = None,
-    installed: Sequence[tuple[str, str]] | None = None,
-    entry_points: bool | None = None,
-    consequence: str = UNKNOWN_ESTIMATOR,
-) -> str | None:
-    """Why verl would not register the ``rllm_*`` names in a process that imports it (None when it will).
-
-    ``VERL_USE_EXTERNAL_MODULES`` naming ``rllm_verl.plugin`` registers ours on every verl (verl imports
-    each comma-separated name as is, unstripped, in ``import verl``). verl >= 0.9 (``entry_points``, default:
-    the installed verl's, :mod:`rllm_verl.versions`) also reads ``VERL_USE_EXTERNAL_PLUGINS`` once, in
-    ``import verl``: ``auto`` (the default) loads every ``verl.plugins`` entry point, ``none`` none, and a
-    comma-separated list only the entry points it names; the entry point must then be installed:
-    ``installed`` lists the ``(name, value)`` of the ``verl.plugins`` entry points (default: those of the
-    installed distributions). verl 0.7 and 0.8 load no entry point: there the variable is the only way. ``consequence`` says
-    what the run does then (default: :data:`UNKNOWN_ESTIMATOR`).
-    """
-    from rllm_verl.versions import EXTERNAL_MODULES_ENV, verl_features
-
-    environ = os.environ if environ is None else environ
-    raw_modules = environ.get(EXTERNAL_MODULES_ENV, "")
-    modules = set(raw_modules.split(","))  # verl imports each name as is, unstripped
-    if PLUGIN_MODULE in modules:
-        return None
-    if entry_points is None:
-        entry_points = verl_features().entry_points
-    if not entry_points:
-        line = f"{EXTERNAL_MODULES_ENV}={','.join([raw_modules, PLUGIN_MODULE]) if raw_modules.strip() else PLUGIN_MODULE}"
-        return (
-            f"verl {verl_features().version} has no verl.plugins entry points (they came with verl 0.9.0): import verl loads rllm-plugins "
-            f"only when {EXTERNAL_MODULES_ENV} names {PLUGIN_MODULE}, so {consequence} (in verl's TaskRunner). "
-            f"Fix: export {line} in the shell that starts the driver (and ray start, on a cluster you start yourself)"
-        )
-    raw = environ.get("VERL_USE_EXTERNAL_PLUGINS", "auto")
-    policy = raw.strip().lower()
-    allowed = [name.strip() for name in policy.split(",") if name.strip()] if policy != "none" else []
-    if policy == "auto" or ENTRY_POINT_NAME in allowed:
-        installed = _installed_entry_points() if installed is None else installed
-        if (ENTRY_POINT_NAME, PLUGIN_MODULE) in set(installed):
-            return None
-        return (
-            f"no entry point {ENTRY_POINT_NAME!r} = {PLUGIN_MODULE!r} of the verl.plugins group is installed (rllm_verl is "
-            f"importable without its distribution's metadata, e.g. from a source tree on PYTHONPATH), so {consequence}. Fix: install rllm-plugins[verl] "
-            f"(pip install -e . in a checkout), or set {EXTERNAL_MODULES_ENV}={PLUGIN_MODULE}"
-        )
-    if policy == "none":
-        reason, fix = "VERL_USE_EXTERNAL_PLUGINS=none turns verl's plugin discovery off", f"unset it, or set VERL_USE_EXTERNAL_PLUGINS={ENTRY_POINT_NAME}"
-    else:
-        reason = f"VERL_USE_EXTERNAL_PLUGINS={raw!r} lets verl load only the entry points {', '.join(map(repr, allowed)) or '(none)'}"
-        fix = f"add ours: VERL_USE_EXTERNAL_PLUGINS={','.join([*allowed, ENTRY_POINT_NAME])} (or unset it)"
-    return (
-        f"{reason}, so {consequence}. Fix: {fix}. The entry-point name is {ENTRY_POINT_NAME!r} (group verl.plugins), not the distribution name 'rllm-plugins'."
-    )
 
 
 def _dry_run(name: str, algorithm: object, group_size: int, use_v1: bool, reference: bool) -> None:
@@ -476,7 +370,10 @@ def _import_failure() -> str | None:
     (checked before anything is imported), else the import's own error."""
     from rllm_verl.tools.verl_import import verl_import_error
 
-    return external_modules_error() or verl_import_error(("verl", "verl.trainer.ppo.ray_trainer"))
+    modules_error = external_modules_error()
+    if modules_error is not None:  # checked before anything is imported: verl may be imported here already
+        return f"import verl fails in every process (the driver and Ray's workers): {modules_error}"
+    return verl_import_error(("verl", "verl.trainer.ppo.ray_trainer"))
 
 
 def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer", config_dir: str | None = None) -> VerlCheckReport:

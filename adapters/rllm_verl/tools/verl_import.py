@@ -5,8 +5,7 @@ to fix it, in one string ``"<what failed>. Fix: <the fix>"`` (None when they imp
 
 - ``VERL_USE_EXTERNAL_MODULES`` naming a module that does not import: ``import verl`` imports each comma-separated
   name as is, unstripped, so ``"json, rllm_verl.plugin"`` fails on ``' rllm_verl'`` and ``"rllm_verl.plugins"`` on
-  the typo; the fix is the corrected line (:func:`~rllm_verl.tools.check.entry_point_policy_error` words it where
-  the corrected line still lacks ``rllm_verl.plugin`` on a verl without entry points);
+  the typo; the fix is the corrected line (:func:`~rllm_verl.tools.loading.external_modules_error`);
 - a module of that variable that raises while imported: where it raised;
 - numpy, pyarrow or transformers releases verl does not run with (pyarrow 26 refuses numpy 1; verl 0.7 and 0.8 run
   with numpy 1 and transformers 4): the versions installed and the pins (:data:`OLD_VERL_PINS`);
@@ -16,12 +15,12 @@ to fix it, in one string ``"<what failed>. Fix: <the fix>"`` (None when they imp
 from __future__ import annotations
 
 import contextlib
-import difflib
 import importlib
-import importlib.util
 import os
 import traceback
 from collections.abc import Mapping, Sequence
+
+from rllm_verl.tools.loading import external_modules_error
 
 __all__ = ["OLD_VERL_PINS", "REHEARSE_MODULES", "import_error_verdict", "verl_import_error"]
 
@@ -30,7 +29,6 @@ OLD_VERL_PINS = ("numpy<2", "transformers<5", "pyarrow<26")
 REHEARSE_MODULES = ("verl", "verl.experimental.agent_loop.agent_loop", "verl.trainer.ppo.ray_trainer")
 """The verl modules ``verl-rehearse`` imports (the agent loop imports ``datasets``, and so pyarrow)."""
 DEPENDENCIES = ("numpy", "pyarrow", "transformers")
-SHELL = "in the shell that starts the driver (and ray start, on a cluster you start yourself)"
 
 
 def verl_import_error(modules: Sequence[str] = ("verl",), environ: Mapping[str, str] | None = None) -> str | None:
@@ -64,9 +62,9 @@ def import_error_verdict(
     raw = environ.get(EXTERNAL_MODULES_ENV, "")
     version = verl_version or installed_verl_version() or "?"
     failed = f"{type(error).__name__}: {error}"
-    missing = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
-    if raw and missing is not None and any(name == missing or name.startswith(f"{missing}.") for name in raw.split(",")):
-        return _external_modules_verdict(raw, failed, version)
+    modules_error = external_modules_error(environ) if raw else None
+    if modules_error is not None:  # a name of the list is no module (a space, an empty name, a typo): whatever import verl raised
+        return f"import verl fails ({failed}): {modules_error}"
     frames = traceback.extract_tb(error.__traceback__)
     if raw and any(frame.name == "import_external_libs" for frame in frames):
         return (
@@ -90,44 +88,6 @@ def import_error_verdict(
         f"{module} cannot be imported: {failed}{_at(frames)}. "
         f"Fix: python -c 'import {module}' shows the whole traceback; install or repair the package it names"
     )
-
-
-def _external_modules_verdict(raw: str, failed: str, version: str) -> str:
-    """``import verl`` fails on a name of ``VERL_USE_EXTERNAL_MODULES``: each wrong name, and the corrected line."""
-    from rllm_verl.tools.check import entry_point_policy_error
-    from rllm_verl.versions import EXTERNAL_MODULES_ENV, PLUGIN_MODULE, verl_features
-
-    problems, fixed = [], []
-    for name in raw.split(","):
-        stripped = name.strip()
-        if not stripped:
-            problems.append("an empty name (a comma too many)")
-            continue
-        if stripped != name:
-            problems.append(f"{name!r} has spaces around it")
-        if not _importable(stripped):
-            close = difflib.get_close_matches(stripped, [PLUGIN_MODULE], n=1, cutoff=0.8)
-            problems.append(f"{stripped!r} is no module here" + (f" (did you mean {close[0]!r}?)" if close else ""))
-            if not close:
-                continue
-            stripped = close[0]
-        fixed.append(stripped)
-    line = ",".join(dict.fromkeys(fixed))
-    what = f"import verl fails ({failed}): verl {version} imports each comma-separated name of {EXTERNAL_MODULES_ENV}={raw!r} as is, and {'; '.join(problems)}"
-    features = verl_features()
-    policy = entry_point_policy_error({EXTERNAL_MODULES_ENV: line}, entry_points=features.entry_points)
-    if policy is not None and " Fix: " in policy:  # the corrected line still does not register the rllm_* names
-        return f"{what}. Fix: {policy.split(' Fix: ', 1)[1]}"
-    if not line:
-        return f"{what}. Fix: unset {EXTERNAL_MODULES_ENV}"
-    return f"{what}. Fix: export {EXTERNAL_MODULES_ENV}={line} {SHELL}"
-
-
-def _importable(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):  # a parent package that is not installed, a malformed name
-        return False
 
 
 def _installed(names: Sequence[str]) -> dict[str, str]:

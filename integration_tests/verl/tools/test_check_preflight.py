@@ -145,13 +145,16 @@ def test_codapo_is_judged_on_a_toy_batch_with_log_probs(trainer):
         assert report.trial_group_sizes == ALL_SIZES
 
 
+SHELL = "in the shell that starts the driver (and ray start, on a cluster you start yourself)"
+
+
 @pytest.mark.parametrize(
     ("modules", "problems", "fixed"),
     [
         ("json, rllm_verl.plugin", "' rllm_verl.plugin' has spaces around it", "json,rllm_verl.plugin"),
         ("rllm_verl.plugins", "'rllm_verl.plugins' is no module here (did you mean 'rllm_verl.plugin'?)", "rllm_verl.plugin"),
-        ("json,", "the list holds an empty name (a comma too many)", "json"),
-        ("rllm_verl.plugin,no_such_module_x", "'no_such_module_x' is no module here (install it, or remove it)", "rllm_verl.plugin,no_such_module_x"),
+        ("rllm_verl.plugin,", "the list holds an empty name (a comma too many)", "rllm_verl.plugin"),
+        ("rllm_verl.plugin,no_such_module_x", "'no_such_module_x' is no module here", "rllm_verl.plugin"),
     ],
 )
 def test_a_malformed_module_list_ends_in_a_verdict_with_the_corrected_line(monkeypatch, modules, problems, fixed):
@@ -159,10 +162,20 @@ def test_a_malformed_module_list_ends_in_a_verdict_with_the_corrected_line(monke
     report = verl_check([GRPO])  # before: a traceback (import verl fails on the name)
     assert not report.ok
     assert report.errors == [
-        f"VERL_USE_EXTERNAL_MODULES={modules!r}: verl imports each comma-separated name as is in `import verl`, and {problems}, so "
-        f"`import verl` fails in every process (the driver and Ray's workers). Fix: export VERL_USE_EXTERNAL_MODULES={fixed}"
+        f"import verl fails in every process (the driver and Ray's workers): verl {verl_features().version} imports each comma-separated "
+        f"name of VERL_USE_EXTERNAL_MODULES={modules!r} as is, and {problems}. Fix: export VERL_USE_EXTERNAL_MODULES={fixed} {SHELL}"
     ]
     assert report.registration == "not checked: verl cannot be imported"
+
+
+def test_a_corrected_module_list_that_would_still_not_load_rllm_plugins_gets_the_line_that_does(monkeypatch):
+    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "json,")
+    (message,) = verl_check([GRPO]).errors
+    fix = message.split(" Fix: ", 1)[1]
+    if verl_features().entry_points:  # verl >= 0.9 loads the entry point: the list needs no rllm_verl.plugin
+        assert fix == f"export VERL_USE_EXTERNAL_MODULES=json {SHELL}"
+    else:
+        assert fix == f"export VERL_USE_EXTERNAL_MODULES=json,rllm_verl.plugin {SHELL}"
 
 
 def test_the_malformed_module_lists_do_fail_import_verl_as_the_verdict_says(tmp_path):

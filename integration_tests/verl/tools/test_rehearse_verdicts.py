@@ -105,3 +105,14 @@ def test_an_estimator_that_raises_is_named_with_the_fix(monkeypatch):
         f"algorithm.adv_estimator='rllm_rehearse_raises' raised RuntimeError: the plugin is broken (at {__file__}:{line}) on the rehearsed rows. "
         "Fix: rllm-plugins verl-check algorithm.adv_estimator=rllm_rehearse_raises names its provider and tries its options on toy groups"
     ]
+
+
+def test_an_empty_name_in_the_module_list_gets_the_corrected_line_whatever_import_verl_raised():
+    try:  # verl's own failure on "json,": importlib refuses the empty name
+        import importlib
+
+        importlib.import_module("")
+    except ValueError as error:
+        verdict = import_error_verdict("verl", error, {"VERL_USE_EXTERNAL_MODULES": "rllm_verl.plugin,"})
+    assert verdict.startswith("import verl fails (ValueError: Empty module name): ")
+    assert verdict.endswith(f"Fix: export VERL_USE_EXTERNAL_MODULES=rllm_verl.plugin {SHELL}")  # before: "one raised ..."
