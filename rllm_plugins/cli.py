@@ -5,13 +5,14 @@
                          exits 1 when one is in error, in conflict or misplaced (a CI check);
 ``check NAME [--json]``  the contract check of one estimator (:func:`rllm_plugins.testing.check_estimator`);
                          ``--paths``: its cells of the conformance matrix on every installed path (:mod:`rllm_plugins.testing.matrix`);
+``new NAME [--kind] [--level] [--stateful] [--dir]``  writes a complete plugin project (:mod:`rllm_plugins.scaffold`);
 ``COMMAND ARGS...``      a command contributed by an installed distribution through the entry-point
                          group ``rllm_plugins.commands`` (the verl adapter contributes ``verl-check``).
 
 A contributed command is an entry point ``name = "module:function"``; ``function(argv: list[str])``
 gets every argument after the command name and returns the exit code. It is imported only when run.
 Exit codes: 0 success, 1 failure (a check failed, an unknown name, a plugin failed under
-``RLLM_PLUGINS_STRICT=1``, a contributed command could not be loaded), 2 usage error.
+``RLLM_PLUGINS_STRICT=1``, a contributed command could not be loaded), 2 usage error (``new`` refusing a request included).
 """
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ from .testing import check_estimator
 
 __all__ = ["COMMAND_GROUP", "ContributedCommand", "build_parser", "contributed_commands", "estimator_rows", "main", "parse_args", "plugin_rows"]
 
-EXIT_OK, EXIT_FAILURE = 0, 1
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 128 + 13  # as if killed by SIGPIPE, like other command-line tools
 COMMAND_GROUP = "rllm_plugins.commands"
-BUILTIN_COMMANDS = ("estimators", "transforms", "plugins", "check")
+BUILTIN_COMMANDS = ("estimators", "transforms", "plugins", "check", "new")
 FRAMEWORKS = (("verl", "verl"), ("TRL", "trl"))  # (name shown, distribution) of the frameworks --version reports
 UNUSABLE_STATUSES = ("error", "conflict", "misplaced")
 
@@ -303,6 +304,27 @@ def _check_paths(name: str, options: dict[str, Any] | None, as_json: bool, seed:
     return EXIT_FAILURE if any(c.status == "FAIL" for c in cells) else EXIT_OK
 
 
+def _cmd_new(args: argparse.Namespace) -> int:
+    """``new NAME``: write a plugin project; a request it refuses is one line on stderr and exit 2."""
+    from pathlib import Path
+
+    from .scaffold import ScaffoldError, default_directory, project_files, write_project
+
+    try:
+        files = project_files(args.name, args.kind, args.level, args.stateful)
+        directory = Path(args.dir) if args.dir else default_directory(args.name)
+        written = write_project(directory, files)
+    except ScaffoldError as e:
+        print(f"rllm-plugins new: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    what = "advantage transform" if args.kind == "transform" else f"{args.level or 'outcome'}-level{' stateful' if args.stateful else ''} estimator"
+    print(f"created {directory} (the {what} {args.name}):")
+    for path in written:
+        print(f"  {path.relative_to(directory).as_posix()}")
+    print(f"next: cd {directory} && pip install -e '.[test]' && python -m pytest")
+    return EXIT_OK
+
+
 def _run_contributed(command: ContributedCommand, argv: list[str]) -> int:
     where = f"rllm-plugins {command.name}"
     if len(command.entry_points) > 1:
@@ -362,6 +384,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check_command.add_argument("--seed", type=int, default=0, help="with --paths: the seed of the sample inputs (default 0; printed)")
     check_command.add_argument("--options", help='options for every call, a JSON object (e.g. \'{"terms": [["grpo", 0.5], ["rloo", 0.5]]}\')')
+    new_command = add("new", _cmd_new, "write a complete plugin project: package, spec, tests that run the checks, CI workflow, README")
+    new_command.add_argument("name", help="the estimator's (or transform's) name, as the registry keeps it: [a-z][a-z0-9_]*")
+    new_command.add_argument("--kind", choices=("estimator", "transform"), default="estimator", help="an estimator (default) or an advantage transform")
+    new_command.add_argument("--level", choices=("outcome", "step"), help="estimators: outcome (default; one advantage per trajectory) or step")
+    new_command.add_argument("--stateful", action="store_true", help="an outcome-level estimator with memory across calls (a running mean baseline)")
+    new_command.add_argument("--dir", help="the project folder, new or empty (default ./rllm-<name>, underscores as dashes)")
     for name, command in sorted(contributed.items()):
         if name in BUILTIN_COMMANDS:
             continue
