@@ -109,7 +109,7 @@ def test_every_python_snippet_of_the_trl_page_uses_only_names_it_or_the_complete
 def test_the_command_page_lists_every_option_of_every_built_in_command():
     block = re.search(r"## Command line\n\n```\n(.*?)```", (ROOT / "docs" / "cli.md").read_text(), re.S).group(1)
     commands = build_parser()._subparsers._group_actions[0].choices
-    for name in ("estimators", "transforms", "plugins", "check"):
+    for name in ("estimators", "transforms", "plugins", "check", "new"):
         line = next(line for line in block.splitlines() if line.startswith(f"rllm-plugins {name} "))
         listed = set(re.findall(r"\[(--[a-z-]+)\]", line.split("  ")[0]))
         options = {o for action in commands[name]._actions for o in action.option_strings if o.startswith("--") and o != "--help"}

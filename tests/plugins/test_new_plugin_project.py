@@ -134,3 +134,29 @@ def test_python_dash_m_rllm_plugins_new_writes_the_project(tmp_path):
     done = subprocess.run([sys.executable, "-m", "rllm_plugins", "new", "my_est", "--dir", str(tmp_path / "p")], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "p" / "pyproject.toml").is_file()
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def test_every_new_line_of_the_pages_writes_its_project(tmp_path, monkeypatch):
+    from tests.packaging.test_docs_command_lines import COMMANDS
+
+    lines = [argv for _, argv in COMMANDS if argv[:2] == ["rllm-plugins", "new"]]
+    assert len(lines) >= 4
+    monkeypatch.chdir(tmp_path)
+    for argv in lines:
+        assert cli.main(argv[1:]) == 0, argv
+    assert (tmp_path / "rllm-my-estimator" / "rllm_my_estimator" / "estimator.py").is_file()
+    assert (tmp_path / "runs" / "rllm_my_running" / "estimator.py").is_file()
+
+
+def test_the_parametrize_snippet_of_the_plugins_page_runs_and_passes(tmp_path):
+    import re
+
+    text = (DOCS / "plugins.md").read_text()
+    section = text.split("### Conformance checks in your tests", 1)[1]
+    snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    (tmp_path / "test_snippet.py").write_text(snippet)
+    done = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_snippet.py"], cwd=tmp_path, env={"RLLM_PLUGINS_CHECK_PATHS": "core"})
+    assert re.search(r"\d+ passed, \d+ skipped", done.stdout.splitlines()[-1]), done.stdout[-2000:]
