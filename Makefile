@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 FRAMEWORK_SPEC ?= verl==0.9.1 trl==1.16.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install test conformance compat compat-ci demo bench lint docs clean
+.PHONY: install test conformance compat compat-ci demo bench lint docs directory release clean
 
 install: $(STAMP)
 
@@ -49,6 +49,10 @@ demo: $(STAMP)
 # stores the results (benchmarks/results.json) and regenerates docs/benchmarks.md; ARGS=--check fails on a missed target
 bench: $(STAMP)
 	$(PY) -m benchmarks.run --store benchmarks/results.json $(ARGS)
+
+# reruns `rllm-plugins check NAME --json` of every entry of docs/directory.toml into docs/directory_results.json, then renders docs/directory.md
+directory: $(STAMP)
+	$(PY) tools/directory.py --results
 
 docs: $(STAMP)
 	$(PY) -m mkdocs build --strict --quiet

@@ -89,3 +89,20 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
 
     parts = re.split(r"(^```.*?^```)", markdown, flags=re.S | re.M)
     return "".join(part if part.startswith("```") else LINK.sub(rewrite, part) for part in parts)
+
+
+def on_pre_build(config: Any) -> None:
+    """The plugin directory page must be what ``tools/directory.py`` renders now (a warning: ``--strict`` fails on it)."""
+    import importlib.util
+    import logging
+    import sys
+
+    generator = Path(config.config_file_path).parent / "tools" / "directory.py"
+    if not generator.is_file():  # a tree without the generator (a copy of docs/ alone): nothing to compare
+        return
+    spec = importlib.util.spec_from_file_location("rllm_plugins_directory", generator)
+    directory = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = directory  # its dataclasses look their module up
+    spec.loader.exec_module(directory)
+    if directory.PAGE.read_text(encoding="utf-8") != directory.rendered_now():
+        logging.getLogger("mkdocs.hooks").warning(f"docs/directory.md is not what {directory.RENDER} renders now: run {directory.REFRESH}")
