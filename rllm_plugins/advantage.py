@@ -22,6 +22,7 @@ import numpy as np
 from .calling import as_finite_real, describe
 from .config import PER_STEP_DEPRECATION, AlgorithmConfig
 from .options import check_estimator_kwargs, spec_options
+from .provenance import provenance, provenance_line
 from .registry import get_estimator
 from .run import Call, Commit, Wording, run_outcome, run_outcome_listed, run_steps
 from .segments import GroupLayout, offsets_from_sizes
@@ -34,7 +35,7 @@ from .types import Step, TrajectoryGroup
 if TYPE_CHECKING:
     from .spec import Estimator
 
-__all__ = ["REWARDS_KEY", "collect_reward_and_advantage_from_trajectory_groups", "compute_role_metrics"]
+__all__ = ["REWARDS_KEY", "AdvantageMetrics", "collect_reward_and_advantage_from_trajectory_groups", "compute_role_metrics"]
 
 REWARDS_KEY = "rewards"  # Trajectory.metadata[REWARDS_KEY]: several named rewards, name -> number or None
 
@@ -44,6 +45,18 @@ def _warn(message: str, *args: object) -> None:
     import logging
 
     logging.getLogger(__name__).warning(message, *args)
+
+
+class AdvantageMetrics(dict):  # type: ignore[type-arg]  # dict[str, float], as rLLM's collector returns
+    """The collector's metrics, a ``dict`` of float values as rLLM's, and beside them, not among them, ``provenance``: which
+    code computed the advantages (:func:`rllm_plugins.provenance.provenance`; None when the call computed none)."""
+
+    provenance: dict[str, Any] | None = None
+
+    @property
+    def provenance_line(self) -> str | None:
+        """``provenance`` as one line (:func:`rllm_plugins.provenance.provenance_line`), None when there is none."""
+        return None if self.provenance is None else provenance_line(self.provenance)
 
 
 ZERO_ADVANTAGE = 1e-8  # |a| below this counts towards advantage/<role>/fraction_zero
@@ -346,7 +359,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
     groups: list[TrajectoryGroup],
     algorithm_config: AlgorithmConfig,
     collect_advantage: bool = True,
-) -> dict[str, float]:
+) -> AdvantageMetrics:
     """Compute each role's advantages, write them to the steps, and return metrics.
 
     Groups are split by ``group_role``; each role's RL-mode groups go to one call of its
@@ -362,6 +375,10 @@ def collect_reward_and_advantage_from_trajectory_groups(
     ``advantage/{role}/{mean,std,max,min,fraction_zero}`` (over trajectories, or over steps for a
     step-level role, with ``batch/{role}/anchor_groups/...``) and the ``batch/{role}/...`` group
     diagnostics of :mod:`.diagnostics`; empty groups contribute nothing.
+
+    The metrics come as :class:`AdvantageMetrics`, a ``dict`` whose values are all floats (rLLM's contract), with the
+    attribute ``provenance``: the estimator of each role this call ran, the transforms, their options, where each comes
+    from and the rllm-plugins version (:mod:`.provenance`; ``provenance_line`` its text form), None when no estimator ran.
     """
     selected: dict[str, Estimator] = {}  # each name the config uses, resolved once per call (when first needed)
     if collect_advantage:  # every estimator the config selects gets the kwargs (and one that needs options refuses none now)
@@ -462,8 +479,12 @@ def collect_reward_and_advantage_from_trajectory_groups(
     for commit in commits:
         commit()
 
-    metrics = compute_role_metrics(rewards_by_role, "reward")
+    metrics = AdvantageMetrics(compute_role_metrics(rewards_by_role, "reward"))
     metrics.update(compute_role_metrics(named_by_role, "reward"))
+    if role_batches:
+        options = {**algorithm_config.estimator_kwargs, "norm_adv_by_std_in_grpo": algorithm_config.norm_adv_by_std_in_grpo}
+        ran = {role: selected[algorithm_config.estimator_name(role)] for role in role_batches}
+        metrics.provenance = provenance(ran, algorithm_config.transforms, options)
     if collect_advantage:
         metrics.update(compute_role_metrics(advantages_by_role, "advantage", with_fraction_zero=True))
         for role, count in mismatches_by_role.items():

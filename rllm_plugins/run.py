@@ -31,6 +31,7 @@ from .calling import call_with_accepted_kwargs, takes_keyword
 from .needs import Needs, needs_of
 from .options import state_options
 from .outputs import as_advantages, as_groups
+from .provenance import changed_code, code_of, package_version
 from .segments import offsets_from_sizes
 from .state.store import call_stateful
 from .steps.forms import split_step_output
@@ -110,19 +111,28 @@ def _invoke(
     """``form(*args, **kwargs)``, with the state of ``(estimator, role)`` when it keeps one; ``(result, commit)``.
 
     ``state`` None: a stateful estimator starts from nothing and its new state is dropped. The options are checked
-    against those the state was made with, and the commit records them.
+    against those the state was made with, and the commit records them; so is the code that runs
+    (:func:`.provenance.code_of` the estimator, with the rllm-plugins version): a loaded state made by other code (another
+    version of its plugin) gives a ``RuntimeWarning`` naming both, once per load.
     """
     spec = call.estimator.spec
     if not call.needs.state:
         return form(*args, **kwargs), _nothing
     recorded = state_options(spec, call.options)
+    code = {**code_of(call.estimator.provider), "rllm_plugins": package_version()}
     if state is not None:
         state.check_options(spec.name, recorded)
+        loaded = state.loaded_code(spec.name)
+        message = None if loaded is None else changed_code(spec.name, loaded[0], code, loaded[1])
+        if message is not None:
+            import warnings
+
+            warnings.warn(f"rllm-plugins: {message}", RuntimeWarning, stacklevel=3)
     current = state.get(spec.name, role, spec.state_schema) if state is not None else {}
     result, new_state = call_stateful(form, current, call.who, *args, schema=spec.state_schema, **kwargs)
     if state is None:
         return result, _nothing
-    return result, lambda: state.commit({(spec.name, role): new_state}, {spec.name: recorded})
+    return result, lambda: state.commit({(spec.name, role): new_state}, {spec.name: recorded}, {spec.name: code})
 
 
 def _checked(call: Call, advantages: np.ndarray, expected: int, wording: Wording) -> np.ndarray:

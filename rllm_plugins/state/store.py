@@ -19,8 +19,10 @@ estimator name and role in an :class:`EstimatorState`: the core's ``AlgorithmCon
 (:mod:`rllm_verl.compute.state`). New states are committed once every call of a step succeeded,
 so a call that raises leaves the kept state as it was.
 
-``state_dict()`` (the state file) records the format, each estimator's states by role and the options
-they were made with (:func:`rllm_plugins.options.state_options`); a resume under other options is refused unless accepted.
+``state_dict()`` (the state file) records the format, each estimator's states by role, the options
+they were made with (:func:`rllm_plugins.options.state_options`; a resume under other options is refused unless accepted)
+and the code that made them (``provenance``: :func:`rllm_plugins.provenance.code_of` each estimator, with the
+rllm-plugins version; a resume under other code is said, once, by :mod:`rllm_plugins.run`).
 
 ``task_ids`` (str ``(N,)`` object array, in the estimator's row order, or None where no stable id
 exists) is passed to stateful estimators that name it, so they can key their state by task.
@@ -104,6 +106,8 @@ class EstimatorState:
         self._accepted: frozenset[str] = frozenset()
         self._source = "held"
         self._unchecked: set[tuple[str, str]] = set()  # loaded states not yet checked against their estimator's schema
+        self._code: dict[str, dict[str, Any]] = {}  # name -> the code that made its states (plain data, rllm_plugins.provenance)
+        self._code_unread: set[str] = set()  # loaded records not yet compared with the code that runs now (loaded_code)
 
     def get(self, name: str, role: str, schema: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
         """The state of ``name`` for ``role``; a loaded one is first checked against ``schema`` (once), ``ValueError`` naming estimator, role and key."""
@@ -120,8 +124,21 @@ class EstimatorState:
         if recorded is not None and name in self._states:
             compare_options(name, recorded, options, self._accepted, self._source)
 
-    def commit(self, updates: Mapping[tuple[str, str], Mapping[str, Any]], options: Mapping[str, Mapping[str, Any]] | None = None) -> None:
-        """Store the new states (``(name, role) -> state``) and the options each estimator ran with."""
+    def loaded_code(self, name: str) -> tuple[Mapping[str, Any], str] | None:
+        """Once per load: the code that made the loaded states of ``name`` (as recorded) and where they were loaded from;
+        None when there is no such record or it was read already."""
+        if name not in self._code_unread:
+            return None
+        self._code_unread.discard(name)
+        return self._code[name], self._source
+
+    def commit(
+        self,
+        updates: Mapping[tuple[str, str], Mapping[str, Any]],
+        options: Mapping[str, Mapping[str, Any]] | None = None,
+        code: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Store the new states (``(name, role) -> state``), the options each estimator ran with and the code that ran (``code``)."""
         claimed: set[int] = set()
         for (name, role), state in updates.items():
             checked = absorb(state, f"estimator {name!r} for role {role!r}", "the new state", top=True)
@@ -130,11 +147,16 @@ class EstimatorState:
         for name, values in (options or {}).items():
             if name in self._states:
                 self._options[name] = dict(values)
+        for name, record in (code or {}).items():
+            if name in self._states:
+                self._code[name] = check_state(record, "commit", f"code[{name!r}]")
+                self._code_unread.discard(name)
 
     def preview(self) -> EstimatorState:
         """An owner for calls whose new states are dropped (evaluation): it reads this state and commits nothing."""
         out = _Preview()
         out._states, out._options, out._accepted, out._source, out._unchecked = self._states, self._options, self._accepted, self._source, self._unchecked
+        out._code, out._code_unread = self._code, self._code_unread
         return out
 
     def __bool__(self) -> bool:
@@ -150,10 +172,17 @@ class EstimatorState:
 
     def clear(self) -> None:
         self._states, self._options, self._accepted, self._source, self._unchecked = {}, {}, frozenset(), "held", set()
+        self._code, self._code_unread = {}, set()
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"format": 2, "estimators": {name: {role: state}}, "options": {name: {option: value}}}``, a deep copy (JSON-serialisable)."""
-        return {"format": STATE_FORMAT, "estimators": copy.deepcopy(self._states), "options": copy.deepcopy(self._options)}
+        """``{"format": 2, "estimators": {name: {role: state}}, "options": {name: {option: value}}, "provenance": {name: code}}``,
+        a deep copy (JSON-serialisable)."""
+        return {
+            "format": STATE_FORMAT,
+            "estimators": copy.deepcopy(self._states),
+            "options": copy.deepcopy(self._options),
+            "provenance": copy.deepcopy(self._code),
+        }
 
     def load_state_dict(
         self,
@@ -201,15 +230,20 @@ class EstimatorState:
             raise ValueError(f"load_state_dict: 'options' must map estimator names to their options, got {recorded!r}")
         accepted = frozenset(accept_changed_options)
         kept = {name: check_state(values, "load_state_dict", f"options[{name!r}]") for name, values in recorded.items()}
+        made_by = state_dict.get("provenance", {})  # absent in files written before it was recorded
+        if not isinstance(made_by, Mapping) or not all(isinstance(v, Mapping) for v in made_by.values()):
+            raise ValueError(f"load_state_dict: 'provenance' must map estimator names to the code that made their states, got {made_by!r}")
+        code = {name: check_state(values, "load_state_dict", f"provenance[{name!r}]") for name, values in made_by.items() if name in states}
         for name, current in (options or {}).items():
             if name in kept and name in states:
                 compare_options(name, kept[name], current, accepted, source)
         self._states, self._options, self._accepted, self._source, self._unchecked = states, kept, accepted, source, unchecked
+        self._code, self._code_unread = code, set(code)
 
     def to_json(self) -> str:
         import json  # only here and in from_json: not paid by `import rllm_plugins`
 
-        return json.dumps({"format": STATE_FORMAT, "estimators": self._states, "options": self._options})
+        return json.dumps({"format": STATE_FORMAT, "estimators": self._states, "options": self._options, "provenance": self._code})
 
     @classmethod
     def from_json(cls, text: str) -> EstimatorState:
@@ -223,7 +257,12 @@ class EstimatorState:
 class _Preview(EstimatorState):
     """:meth:`EstimatorState.preview`: shares the kept states; commits are dropped."""
 
-    def commit(self, updates: Mapping[tuple[str, str], Mapping[str, Any]], options: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    def commit(
+        self,
+        updates: Mapping[tuple[str, str], Mapping[str, Any]],
+        options: Mapping[str, Mapping[str, Any]] | None = None,
+        code: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         for (name, role), state in updates.items():  # checked as a commit would, kept nowhere
             absorb(state, f"estimator {name!r} for role {role!r}", "the new state", top=True)
 

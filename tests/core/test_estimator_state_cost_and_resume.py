@@ -20,10 +20,13 @@ from rllm_plugins import (
     unregister_rllm_adv_estimator,
 )
 from rllm_plugins.estimators.rae import SCAN_IN_PYTHON_BELOW, STATE_SCHEMA, rae
+from rllm_plugins.provenance import package_version
 from rllm_plugins.spec import AdvEstimatorSpec
 from rllm_plugins.state.schema import MapOf
 from rllm_plugins.state.store import EstimatorState
 from rllm_plugins.state.views import updated
+
+VERSION = package_version()
 
 
 def loop(traces, baselines, decay):
@@ -137,6 +140,7 @@ def test_the_state_file_records_format_options_and_roles():
         "format": 2,
         "estimators": {"rae": {"solver": {"baseline": 0.5}, "judge": {"baseline": 0.0}}},
         "options": {"rae": {"decay": 0.5, "key_by": "role"}},
+        "provenance": {"rae": {"source": "built-in", "plugin": "builtin", "distribution": "rllm-plugins", "version": VERSION, "rllm_plugins": VERSION}},
     }
 
 

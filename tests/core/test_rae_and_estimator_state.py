@@ -221,7 +221,7 @@ def test_plain_estimators_are_unchanged_and_keep_no_state():
     assert spec.stateful is False
     config = AlgorithmConfig(estimator="grpo")
     collect_reward_and_advantage_from_trajectory_groups([group("q", "a", [1.0, 0.0])], config)
-    assert config.state_dict() == {"format": 2, "estimators": {}, "options": {}}
+    assert config.state_dict() == {"format": 2, "estimators": {}, "options": {}, "provenance": {}}
 
 
 @pytest.mark.parametrize(
