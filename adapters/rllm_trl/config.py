@@ -136,6 +136,14 @@ class AdvantageSettings:
         """The keyword arguments of every estimator call: ``estimator_kwargs`` with ``norm_adv_by_std_in_grpo``."""
         return {**self.estimator_kwargs, "norm_adv_by_std_in_grpo": self.norm_adv_by_std_in_grpo}
 
+    def provenance(self) -> dict[str, Any]:
+        """Which code computes the advantages (:func:`rllm_plugins.provenance.provenance`): ``estimator`` for every role
+        (``"*"``) but those of ``estimator_map``, the transforms, the options; the trainer logs it as one line."""
+        from rllm_plugins.provenance import ALL_ROLES, provenance
+
+        by_role = {ALL_ROLES: self.selected[self.estimator], **{role: self.selected[name] for role, name in self.estimator_map.items()}}
+        return provenance(by_role, self.transforms, self.options)
+
     def describe(self) -> str:
         """One line saying which estimator computes the advantages, from which provider, with which settings."""
 

@@ -11,6 +11,11 @@ Two private TRL methods are overridden (their parameters checked by :mod:`rllm_t
   so groups straddling processes are whole), puts this process's rows into
   ``output["advantages"]`` and logs the rLLM metrics and the advantages used.
 
+Which code computes the advantages (:meth:`AdvantageSettings.provenance`, one line by
+:func:`rllm_plugins.provenance.provenance_line`) is said once per run and again when it changes: printed by the main
+process at the first advantage step (``rllm-plugins: advantages computed by ...``), and as ``rllm_provenance`` in the
+next logs (``trainer_state.json``'s ``log_history``, the console's log line, the trackers).
+
 A stateful estimator (``rae``) keeps its state in ``estimator_state``, the same on every process, saved
 with each checkpoint and restored on resume (``_save_checkpoint``, ``_load_optimizer_and_scheduler``;
 below); evaluation does not change it.
@@ -42,6 +47,7 @@ from trl import GRPOTrainer
 
 from rllm_plugins.needs import needs_of
 from rllm_plugins.options import state_options
+from rllm_plugins.provenance import provenance_line
 from rllm_plugins.registry import state_schemas
 from rllm_plugins.state.store import EstimatorState, accepted_from_env
 from rllm_plugins.trial import trial_run
@@ -67,9 +73,12 @@ from rllm_trl.turns import (
 )
 from rllm_trl.versions import check_hooks, check_output, check_tool_paths, check_trainer_attributes
 
-__all__ = ["STATE_FILE", "RLLMAdvantageMixin", "RLLMGRPOTrainer", "check_trainer_setup", "load_state", "save_state", "task_id"]
+__all__ = ["PROVENANCE_KEY", "STATE_FILE", "RLLMAdvantageMixin", "RLLMGRPOTrainer", "check_trainer_setup", "load_state", "save_state", "task_id"]
 
 logger = logging.getLogger(__name__)
+
+PROVENANCE_KEY = "rllm_provenance"  # the logs' key of the provenance line (a string among TRL's numbers)
+PROVENANCE_PREFIX = "rllm-plugins: advantages computed by "
 
 
 # ---------------------------------------------------------------- the settings, resolved once per trainer
@@ -229,6 +238,8 @@ class RLLMAdvantageMixin:
         if self._rllm_stateful:  # its state is saved with each checkpoint
             check_hooks(hooked, where=where)
         self.estimator_state = EstimatorState()  # stateful estimators' state: the same on every process
+        self._rllm_provenance_said: str | None = None  # the provenance line last printed, and last put in the logs
+        self._rllm_provenance_logged: str | None = None
         logger.info("%s: %s", type(self).__name__, self.advantage_settings.describe())
 
     def _calculate_rewards(
@@ -261,6 +272,7 @@ class RLLMAdvantageMixin:
             raise RuntimeError("GRPOTrainer._generate_and_score_completions did not call _calculate_rewards; this TRL version is not supported")
         mode = "train" if self.model.training else "eval"
         settings = self.advantage_settings
+        self._rllm_say_provenance()
         batch = prepare_batch(
             pending["rewards_per_func"],
             self.reward_weights,
@@ -295,6 +307,27 @@ class RLLMAdvantageMixin:
         self.last_reward_batch, self.last_advantages = batch, advantages
         self._log_rllm(mode, batch, advantages, {**compute_metrics(batch, advantages), **transformed})
         return output
+
+    def provenance_line(self) -> str:
+        """Which code computes this trainer's advantages, as one line (:meth:`AdvantageSettings.provenance`)."""
+        return provenance_line(self.advantage_settings.provenance())
+
+    def _rllm_say_provenance(self) -> None:
+        """At an advantage step: the main process prints the provenance line when it is new in this run (first step, a change)."""
+        line = self.provenance_line()
+        if line != self._rllm_provenance_said:
+            self._rllm_provenance_said = line
+            if self.accelerator.is_main_process:
+                print(f"{PROVENANCE_PREFIX}{line}", flush=True)
+
+    def log(self, logs: dict[str, Any], start_time: float | None = None) -> None:
+        """TRL's ``log``, with ``rllm_provenance`` (the provenance line) in the first logs of a run and in the first after it
+        changed: ``trainer_state.json``'s ``log_history`` keeps it, the console's log line and the trackers show it."""
+        line = self.provenance_line()
+        if line != self._rllm_provenance_logged:
+            self._rllm_provenance_logged = line
+            logs = {**logs, PROVENANCE_KEY: line}
+        super().log(logs, start_time)  # type: ignore[misc]
 
     def _token_transforms(self, output: dict[str, Any], token_part: tuple[Any, ...], batch: RewardBatch) -> dict[str, float]:
         """The token-level part of ``advantage_transforms`` on this process's rows: ``output["advantages"]`` becomes ``(B, T)``."""

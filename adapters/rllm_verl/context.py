@@ -28,6 +28,7 @@ __all__ = [
     "V1Rows",
     "VERL_ARGUMENTS",
     "add_turn_metrics",
+    "announce_provenance",
     "publish_current",
     "publish_metrics",
     "algorithm_value",
@@ -37,6 +38,7 @@ __all__ = [
     "current_tensor",
     "fetch_rows",
     "processing",
+    "quiet_provenance",
     "serving",
     "verl_arguments",
 ]
@@ -222,3 +224,33 @@ def publish_current(metrics: dict[str, float], prefix: str = "") -> None:
     data = _legacy_batch.get()
     if data is not None:
         publish_metrics(data, prefixed)
+
+
+# ---------------------------------------------------------------- which code computes the advantages
+#
+# verl's trackers take numbers: the console drops strings, TensorBoard's add_scalar and MLflow's log_metrics fail on
+# them. So the provenance line goes to the console of the process that computes the advantages (the one running
+# fit: verl's TaskRunner, whose output Ray shows on the driver), once per process and again when it changes.
+
+PROVENANCE_PREFIX = "rllm-plugins: advantages computed by "
+_announced: list[str] = []  # the last line printed in this process
+_quiet: contextvars.ContextVar[bool] = contextvars.ContextVar("rllm_verl_provenance_quiet", default=False)
+
+
+def announce_provenance(line: str) -> None:
+    """Print ``PROVENANCE_PREFIX + line`` when it differs from the last line printed in this process (the first
+    advantage step of a run, and each change); nothing inside :func:`quiet_provenance`."""
+    if _quiet.get() or (_announced and _announced[-1] == line):
+        return
+    _announced[:] = [line]
+    print(f"{PROVENANCE_PREFIX}{line}", flush=True)
+
+
+@contextlib.contextmanager
+def quiet_provenance() -> Iterator[None]:
+    """Within the block no provenance line is printed (``verl-check``'s and ``verl-rehearse``'s trial runs, which report it)."""
+    token = _quiet.set(True)
+    try:
+        yield
+    finally:
+        _quiet.reset(token)

@@ -27,6 +27,7 @@ import torch
 from rllm_plugins.aggregation import aggregate_advantages
 from rllm_plugins.layout import Layout
 from rllm_plugins.options import check_estimator_kwargs
+from rllm_plugins.provenance import provenance, provenance_line
 from rllm_plugins.registry import Estimator, get_estimator
 from rllm_plugins.run import Call, Wording, run_outcome
 from rllm_plugins.steps.anchors import is_hashable
@@ -37,10 +38,19 @@ from rllm_verl.compute.sessions import Sessions, session_layout
 from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
 from rllm_verl.compute.steps import StepSources, compute_rllm_step_advantage, step_sources
 from rllm_verl.compute.tokens import check_has_tokens, mask_lengths, reward_sums, rows_with_tokens, write_advantages
-from rllm_verl.compute.transforms import check_token_part, current_scores, names_context, unit_transforms
-from rllm_verl.context import algorithm_value, current_keys, current_non_tensor_batch, current_tensor, publish_current, verl_arguments
+from rllm_verl.compute.transforms import check_token_part, current_scores, names_context, transforms_of, unit_transforms
+from rllm_verl.context import algorithm_value, announce_provenance, current_keys, current_non_tensor_batch, current_tensor, publish_current, verl_arguments
 
-__all__ = ["ESTIMATOR_KWARGS_KEY", "check_inputs", "check_representable", "compute_rllm_advantage", "estimator_options", "output_dtype", "verl_estimator"]
+__all__ = [
+    "ESTIMATOR_KWARGS_KEY",
+    "check_inputs",
+    "check_representable",
+    "compute_rllm_advantage",
+    "estimator_options",
+    "output_dtype",
+    "verl_estimator",
+    "verl_provenance",
+]
 
 ESTIMATOR_KWARGS_KEY = "rllm_estimator_kwargs"
 
@@ -73,6 +83,13 @@ def estimator_options(config: Any, where: str, selected: Mapping[str, Estimator]
     if selected is not None:
         check_estimator_kwargs(selected, extra, where=f"{where}: algorithm.{ESTIMATOR_KWARGS_KEY}", norm_field="algorithm.norm_adv_by_std_in_grpo")
     return {**{str(k): v for k, v in extra.items()}, "norm_adv_by_std_in_grpo": bool(norm)}
+
+
+def verl_provenance(estimator: Estimator, options: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    """Which code an ``rllm_*`` estimator's advantages come from (:func:`rllm_plugins.provenance.provenance`): ``estimator``
+    under verl's one role, its ``options`` (:func:`estimator_options`) and ``algorithm.rllm_advantage_transforms`` of ``config``;
+    the record each advantage step prints as one line, and ``verl-check`` and ``verl-rehearse`` report."""
+    return provenance({VERL_ROLE: estimator}, transforms_of(config), options)
 
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -152,6 +169,7 @@ def compute_rllm_advantage(
     check_inputs(where, token_level_rewards, response_mask, index)
     estimator = get_estimator(name)  # resolved once: every check and call below uses it
     options = estimator_options(config, where, {name: estimator})
+    announce_provenance(provenance_line(verl_provenance(estimator, options, config)))  # once per run, and when it changes
     index = np.asarray(index, dtype=object) if not isinstance(index, np.ndarray) else index
     if index.ndim != 1:
         raise ValueError(

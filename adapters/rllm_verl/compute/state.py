@@ -31,6 +31,7 @@ from typing import Any
 
 from rllm_plugins.registry import get_estimator, state_schemas
 from rllm_plugins.state.store import EstimatorState, accepted_from_env
+from rllm_verl.context import quiet_provenance
 
 __all__ = [
     "ENV",
@@ -58,11 +59,13 @@ def verl_estimator_state() -> EstimatorState:
 
 @contextlib.contextmanager
 def scratch_state() -> Iterator[EstimatorState]:
-    """Within the block, stateful estimators start from nothing and keep their state apart (``verl-check``'s trial runs)."""
+    """Within the block, stateful estimators start from nothing and keep their state apart, and no provenance line is
+    printed (``verl-check``'s trial runs)."""
     global _STATE
     kept, _STATE = _STATE, EstimatorState()
     try:
-        yield _STATE
+        with quiet_provenance():
+            yield _STATE
     finally:
         _STATE = kept
 
