@@ -54,6 +54,11 @@ bench: $(STAMP)
 directory: $(STAMP)
 	$(PY) tools/directory.py --results
 
+# a release (docs/development.md): checks CHANGELOG.md, builds and checks the sdist and wheel, installs the wheel in a new venv
+# and runs the demo's first table there, then sets __version__ and writes dist/; ARGS=--dry-run changes nothing
+release: $(STAMP)
+	$(PY) tools/release.py $(VERSION) --torch-spec "$(TORCH_SPEC)" --framework-spec "$(FRAMEWORK_SPEC)" $(ARGS)
+
 docs: $(STAMP)
 	$(PY) -m mkdocs build --strict --quiet
 
