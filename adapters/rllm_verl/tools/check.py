@@ -89,6 +89,7 @@ class VerlCheckReport:
     estimator_state: str = field(default_factory=lambda: _checkpoint_status())
     registration: str = field(default_factory=lambda: registration_mechanism())
     sync_trainer: str = field(default_factory=lambda: extension_status_of("sync_trainer_refusal"))
+    provenance: str = ""  # which code computes the advantages (rllm_plugins.provenance), as the run prints it
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -99,6 +100,7 @@ class VerlCheckReport:
         if self.provider:
             lines.append(f"  provided by: {self.provider}")
         lines.extend(f"  {line}" for line in table_lines(self.resolved))
+        lines.extend(f"  advantages computed by: {line}" for line in [self.provenance] if line)
         if self.trial_group_sizes:
             lines.append(f"  trial run: two groups of each size {', '.join(map(str, self.trial_group_sizes))}{self.trial_note}")
         lines.extend(f"  {line}" for line in self.step_level)
@@ -416,9 +418,10 @@ def _checked(overrides: Sequence[str], config_name: str, config_dir: str | None)
     from rllm_plugins.discovery.mistakes import misplaced_entry_points
     from rllm_plugins.discovery.unresolved import failed_to_load, near_typo_hint
     from rllm_plugins.estimators import check_group_size
+    from rllm_plugins.provenance import provenance_line
     from rllm_plugins.registry import get_estimator, unavailable_because
     from rllm_plugins.spec import unapplied_loss_warning
-    from rllm_verl.compute.outcome import estimator_options
+    from rllm_verl.compute.outcome import estimator_options, verl_provenance
     from rllm_verl.compute.transforms import transforms_of
     from rllm_verl.registration import VERL_PREFIX, register_estimators_into_verl
     from rllm_verl.tools.agent_loop import agent_loop_errors
@@ -516,7 +519,8 @@ def _checked(overrides: Sequence[str], config_name: str, config_dir: str | None)
     if failure is not None:
         message, tried = failure
         return VerlCheckReport(False, name, config_name, rllm_names, [message], provider, tried, note, step_lines, [*key_warnings, *warnings], resolved)
-    return VerlCheckReport(True, name, config_name, rllm_names, [], provider, sizes, note, step_lines, [*key_warnings, *warnings], resolved)
+    made_by = provenance_line(verl_provenance(estimator, options, algorithm))
+    return VerlCheckReport(True, name, config_name, rllm_names, [], provider, sizes, note, step_lines, [*key_warnings, *warnings], resolved, provenance=made_by)
 
 
 @contextlib.contextmanager

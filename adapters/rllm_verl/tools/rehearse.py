@@ -73,6 +73,7 @@ class Rehearsal:
     critic: str | None = None
     warnings: list[str] = field(default_factory=list)
     ok: bool = True
+    provenance: str = ""  # which code computed the advantages (an rllm_* estimator's; rllm_plugins.provenance), as a run prints it
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -84,6 +85,7 @@ class Rehearsal:
             f"{len({row.group for row in self.rows})} prompt(s) x {self.group_size} rollouts, {len(self.rows)} rows; {self.adv_estimator} through {through}",
             f"reward: {self.reward}",
             *([f"critic: {self.critic}"] if self.critic else []),
+            *([f"advantages computed by: {self.provenance}"] if self.provenance else []),
         ]
         drawn = [" ".join(map(repr, row.replies)) for row in self.rows]
         width = max(len("replies"), *map(len, drawn))
@@ -265,6 +267,7 @@ def rehearse(
     from verl.experimental.agent_loop import agent_loop as verl_agent_loop
     from verl.trainer.ppo import core_algos
 
+    from rllm_verl.context import quiet_provenance
     from rllm_verl.registration import VERL_PREFIX, register_estimators_into_verl
     from rllm_verl.tools.agent_loop import _current_folder_importable, _defined_loops, agent_loop_errors
     from rllm_verl.tools.check import _compose, entry_point_policy_error, extension_status_of
@@ -340,7 +343,8 @@ def rehearse(
     outputs = [o for *_, o in placed]
     keys = [f"prompt{g}_{s}_{i}" for g, s, i, _ in placed]
     try:
-        data = _advantages(name, config, outputs, [f"prompt{g}" for g, *_ in placed], keys, tokenizer, values)
+        with quiet_provenance():  # said in the rehearsal's report instead
+            data = _advantages(name, config, outputs, [f"prompt{g}" for g, *_ in placed], keys, tokenizer, values)
     except Exception as error:  # the estimator (verl's, ours or a plugin's) or an extension raised
         from rllm_verl.tools.rollouts import _raised_at
 
@@ -371,7 +375,23 @@ def rehearse(
     unregistered = entry_point_policy_error() if name.startswith(VERL_PREFIX) else None
     if unregistered is not None:  # registered here by the rehearsal itself, not by verl as in the run
         warnings.append(unregistered)
-    return Rehearsal(loop_name, target, name, group_size, list(replies), seed, rows, trainer, reward, critic, warnings)
+    made_by = _provenance(name, config.algorithm)
+    return Rehearsal(loop_name, target, name, group_size, list(replies), seed, rows, trainer, reward, critic, warnings, provenance=made_by)
+
+
+def _provenance(name: str, algorithm: Any) -> str:
+    """The provenance line of the ``rllm_*`` estimator ``name`` with ``algorithm``'s options and transforms ("" for verl's own)."""
+    from verl.trainer.ppo import core_algos
+
+    from rllm_plugins.provenance import provenance_line
+    from rllm_plugins.registry import get_estimator
+    from rllm_verl.compute.outcome import estimator_options, verl_provenance
+
+    ours = getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(name), "rllm_estimator", None)
+    if ours is None:
+        return ""
+    estimator = get_estimator(ours)
+    return provenance_line(verl_provenance(estimator, estimator_options(algorithm, f"advantage estimator {name!r}"), algorithm))
 
 
 def read_replies(path: str) -> list[str]:
