@@ -265,6 +265,8 @@ def smoke_test(python: Path, version: str, smoke: str, work: Path) -> str:
 
 def release(version: str, *, dry_run: bool, smoke: str, deps: str, torch_spec: str, framework_spec: str, root: Path = ROOT) -> int:
     check_version(version)
+    if smoke == "demo" and deps == "local":  # datasets cannot fingerprint its pyarrow types through linked packages
+        raise ReleaseError("--smoke demo needs its dependencies installed (--deps index); with --deps local use --smoke core")
     heading = check_changelog(version, root / "CHANGELOG.md")
     say(f"1/5 CHANGELOG.md: {heading}")
     with tempfile.TemporaryDirectory(prefix="rllm-release-") as scratch:

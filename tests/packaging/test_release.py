@@ -59,6 +59,8 @@ def test_a_version_without_its_changelog_section_is_refused_naming_the_fix(tmp_p
         release.check_changelog("0.1.0", changelog)
     with pytest.raises(release.ReleaseError, match="not a release version"):
         release.check_version("1.0")
+    with pytest.raises(release.ReleaseError, match=re.escape("--smoke demo needs its dependencies installed (--deps index)")):
+        release.release("0.1.0", dry_run=True, smoke="demo", deps="local", torch_spec="torch", framework_spec="")
     done = subprocess.run([sys.executable, "tools/release.py", "99.0.0", "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1 and done.stderr.startswith("release: refused: CHANGELOG.md has no section for 99.0.0"), done.stderr
 
