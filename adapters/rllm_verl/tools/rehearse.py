@@ -85,7 +85,6 @@ class Rehearsal:
             f"{len({row.group for row in self.rows})} prompt(s) x {self.group_size} rollouts, {len(self.rows)} rows; {self.adv_estimator} through {through}",
             f"reward: {self.reward}",
             *([f"critic: {self.critic}"] if self.critic else []),
-            *([f"advantages computed by: {self.provenance}"] if self.provenance else []),
         ]
         drawn = [" ".join(map(repr, row.replies)) for row in self.rows]
         width = max(len("replies"), *map(len, drawn))
@@ -99,7 +98,8 @@ class Rehearsal:
         tail = f"turns per row: min {min(turns)}, max {max(turns)}" + (
             "; every row has one turn: a step-level estimator only rescales an outcome-level one" if max(turns) == 1 else ""
         )
-        return "\n".join([*head, *body, tail, *(f"warning: {w}" for w in self.warnings)])
+        made_by = [f"advantages computed by: {self.provenance}"] if self.provenance else []
+        return "\n".join([*head, *body, tail, *made_by, *(f"warning: {w}" for w in self.warnings)])
 
 
 def _padded(outputs: list[Any], tokenizer: Any) -> Any:

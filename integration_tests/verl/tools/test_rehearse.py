@@ -195,7 +195,7 @@ def test_the_documented_tool_agent_command_calls_the_calculator_and_prints_what_
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert printed == on_this_verl(shown)
-    rows = printed.splitlines()[4:-1]
+    rows = printed.splitlines()[4:-2]  # the rows, then "turns per row" and "advantages computed by"
     called = [row for row in rows if "</tool_call>" in row]
     assert called and all(repr("<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n") in row for row in called)  # the calculator's 2 + 3
     assert {row.split()[4] for row in rows} == {"0.000", "1.000"}
