@@ -33,6 +33,8 @@ RECORDED = ("verl", "trl", "transformers", "numpy", "torch", "tensordict", "pyar
 OLD_VERL_ENV = {"VERL_USE_EXTERNAL_MODULES": "rllm_verl.plugin"}
 # verl 0.7.1 and 0.8.0 (rLLM's pins): numpy 1, transformers 4, and pyarrow < 26 (pyarrow 26 refuses numpy 1)
 OLD_VERL_PINS = ["numpy<2", "transformers<5", "pyarrow<26"]
+# rLLM main's stack: verl 0.8.0 with transformers 5 (its pin: transformers>=5.5.3), numpy 1 as verl 0.8 forces it
+RLLM_MAIN_PINS = ["numpy<2", "transformers>=5.5.3", "pyarrow<26"]
 
 VERL_TESTS = [
     "integration_tests/verl/test_versions.py",  # every version guard
@@ -76,6 +78,7 @@ EXAMPLE_PLUGIN = "./examples/rllm-median-baseline"  # an installed third-party p
 CELLS: dict[str, tuple[str, list[str], bool, list[str], dict[str, str]]] = {
     "verl-0.7.1": (PY311, ["-e", ".[verl]", "verl==0.7.1", *OLD_VERL_PINS, EXAMPLE_PLUGIN], True, VERL_TESTS, OLD_VERL_ENV),
     "verl-0.8.0": (PY311, ["-e", ".[verl]", "verl==0.8.0", *OLD_VERL_PINS, EXAMPLE_PLUGIN], True, VERL_TESTS, OLD_VERL_ENV),
+    "verl-0.8.0-transformers5": (PY311, ["-e", ".[verl]", "verl==0.8.0", *RLLM_MAIN_PINS, EXAMPLE_PLUGIN], True, VERL_TESTS, OLD_VERL_ENV),
     "verl-0.9.1": (PY311, ["-e", ".[verl]", "verl==0.9.1", EXAMPLE_PLUGIN], True, VERL_TESTS + VERL_V1_TESTS, {}),
     "trl-1.14.2": (PY311, ["-e", ".[trl]", "trl==1.14.2", "transformers<5", EXAMPLE_PLUGIN], True, TRL_TESTS, {}),
     "trl-1.15.0": (PY311, ["-e", ".[trl]", "trl==1.15.0", *CPU_TRANSFORMERS, EXAMPLE_PLUGIN], True, TRL_115_CPU_TESTS, {}),

@@ -98,25 +98,28 @@ def test_the_core_ran_on_numpy_1_and_2_and_on_the_oldest_and_newest_python():
     assert {min(allowed), max(allowed)} <= pythons, f"requires-python {requires}: tested 3.{sorted(pythons)}"
 
 
-def test_the_rllm_users_install_line_is_the_one_the_verl_080_cell_installs():
-    requirements = [ast.literal_eval(e) for e in _cells()["verl-0.8.0"].elts[1].elts if isinstance(e, ast.Constant)]
-    pins = [p for p in requirements if p not in ("-e", ".[verl]")]
-    pins += _constant("OLD_VERL_PINS")
+RLLM_LINES = [("verl-0.8.0", "OLD_VERL_PINS", "transformers<5"), ("verl-0.8.0-transformers5", "RLLM_MAIN_PINS", "transformers>=5.5.3")]
+
+
+@pytest.mark.parametrize(("cell", "pins", "transformers"), RLLM_LINES)
+def test_the_rllm_users_install_lines_are_the_ones_the_verl_080_cells_install(cell, pins, transformers):
+    requirements = [ast.literal_eval(e) for e in _cells()[cell].elts[1].elts if isinstance(e, ast.Constant)]
+    wanted = [p for p in requirements if p not in ("-e", ".[verl]")] + _constant(pins)
     for page in ("README.md", "docs/verl.md"):
         text = (ROOT / page).read_text()
-        lines = [line for line in text.splitlines() if "verl==0.8.0" in line]
-        assert lines, f"{page} has no install line for verl 0.8.0"
+        lines = [line for line in text.splitlines() if "verl==0.8.0" in line and f'"{transformers}"' in line]
+        assert lines, f"{page} has no install line for verl 0.8.0 with {transformers}"
         quoted = set(re.findall(r'"([^"]+)"|\b(verl==[\d.]+)', lines[0]))
         found = {a or b for a, b in quoted}
-        assert set(pins) <= found, f"{page}: {lines[0]!r} lacks {sorted(set(pins) - found)}"
+        assert set(wanted) == found - {"./rllm-plugins[verl]"}, f"{page}: {lines[0]!r} is not the cell's {sorted(wanted)}"
 
 
 def test_docs_compat_names_every_cell_and_the_ci_cells_are_the_ends_of_each_range():
     page = (ROOT / "docs" / "compat.md").read_text()
-    named = set(re.findall(r"`((?:verl|trl|core)-[\w.]+)`", page))
+    named = set(re.findall(r"`((?:verl|trl|core)-[\w.-]+)`", page))
     assert named == set(_cells())
     ci = set(_constant("CI_CELLS"))
     for framework in ("verl", "trl"):
-        versions = sorted((Version(c.split("-", 1)[1]), c) for c in _cells() if c.startswith(f"{framework}-"))
+        versions = sorted((Version(c.split("-")[1]), c) for c in _cells() if c.startswith(f"{framework}-"))  # verl-0.8.0-transformers5: 0.8.0
         assert {versions[0][1], versions[-1][1]} == {c for c in ci if c.startswith(f"{framework}-")}
     assert {c for c in ci if c.startswith("core-")} == {"core-py3.10", "core-py3.12"}
