@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -318,7 +319,7 @@ class RLLMAdvantageMixin:
         if line != self._rllm_provenance_said:
             self._rllm_provenance_said = line
             if self.accelerator.is_main_process:
-                print(f"{PROVENANCE_PREFIX}{line}", flush=True)
+                print(f"{PROVENANCE_PREFIX}{line}", file=sys.stderr, flush=True)  # stderr: the script's own output stays its own
 
     def log(self, logs: dict[str, Any], start_time: float | None = None) -> None:
         """TRL's ``log``, with ``rllm_provenance`` (the provenance line) in the first logs of a run and in the first after it

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -238,12 +239,12 @@ _quiet: contextvars.ContextVar[bool] = contextvars.ContextVar("rllm_verl_provena
 
 
 def announce_provenance(line: str) -> None:
-    """Print ``PROVENANCE_PREFIX + line`` when it differs from the last line printed in this process (the first
+    """Print ``PROVENANCE_PREFIX + line`` to stderr when it differs from the last line printed in this process (the first
     advantage step of a run, and each change); nothing inside :func:`quiet_provenance`."""
     if _quiet.get() or (_announced and _announced[-1] == line):
         return
     _announced[:] = [line]
-    print(f"{PROVENANCE_PREFIX}{line}", flush=True)
+    print(f"{PROVENANCE_PREFIX}{line}", file=sys.stderr, flush=True)  # stderr: a command's output (a JSON report) stays clean
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ def test_a_run_prints_and_logs_the_plugin_with_its_version_once(make_trainer, tm
         f'transforms clip{{"max":2.0}} [built-in]; rllm-plugins {package_version()}'
     )
     assert trainer.provenance_line() == expected
-    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith(PROVENANCE_PREFIX)]
+    printed = [line for line in capsys.readouterr().err.splitlines() if line.startswith(PROVENANCE_PREFIX)]
     assert printed == [PROVENANCE_PREFIX + expected]  # two advantage steps, one line
     logged = [entry for entry in trainer.state.log_history if PROVENANCE_KEY in entry]
     assert [entry[PROVENANCE_KEY] for entry in logged] == [expected] and logged[0]["step"] == 1  # the first logs only

@@ -45,7 +45,7 @@ def advantages(name, algorithm, rewards=(1.0, 0.0, 0.5, 0.0)):
 
 
 def printed(capsys):
-    return [line.removeprefix(PROVENANCE_PREFIX) for line in capsys.readouterr().out.splitlines() if line.startswith(PROVENANCE_PREFIX)]
+    return [line.removeprefix(PROVENANCE_PREFIX) for line in capsys.readouterr().err.splitlines() if line.startswith(PROVENANCE_PREFIX)]
 
 
 def test_the_first_step_prints_the_plugin_and_its_version_and_a_change_prints_again(capsys):
