@@ -6,6 +6,8 @@
 ``check NAME [--json]``  the contract check of one estimator (:func:`rllm_plugins.testing.check_estimator`);
                          ``--paths``: its cells of the conformance matrix on every installed path (:mod:`rllm_plugins.testing.matrix`);
 ``new NAME [--kind] [--level] [--stateful] [--dir]``  writes a complete plugin project (:mod:`rllm_plugins.scaffold`);
+``bench [--estimators] [--rows] [--tokens] [--device] [--json] ...``  times estimators on a batch of the shape asked for,
+                         each checked against the collector first (:mod:`rllm_plugins.bench`);
 ``COMMAND ARGS...``      a command contributed by an installed distribution through the entry-point
                          group ``rllm_plugins.commands`` (the verl adapter contributes ``verl-check``).
 
@@ -39,7 +41,7 @@ __all__ = ["COMMAND_GROUP", "ContributedCommand", "build_parser", "contributed_c
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 128 + 13  # as if killed by SIGPIPE, like other command-line tools
 COMMAND_GROUP = "rllm_plugins.commands"
-BUILTIN_COMMANDS = ("estimators", "transforms", "plugins", "check", "new")
+BUILTIN_COMMANDS = ("estimators", "transforms", "plugins", "check", "new", "bench")
 FRAMEWORKS = (("verl", "verl"), ("TRL", "trl"))  # (name shown, distribution) of the frameworks --version reports
 UNUSABLE_STATUSES = ("error", "conflict", "misplaced")
 
@@ -325,6 +327,13 @@ def _cmd_new(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    """``bench``: :func:`rllm_plugins.bench.command.run` (exit 2 for a request it cannot run, 1 for a failed correctness gate)."""
+    from .bench.command import run
+
+    return run(args)
+
+
 def _run_contributed(command: ContributedCommand, argv: list[str]) -> int:
     where = f"rllm-plugins {command.name}"
     if len(command.entry_points) > 1:
@@ -390,6 +399,10 @@ def build_parser() -> argparse.ArgumentParser:
     new_command.add_argument("--level", choices=("outcome", "step"), help="estimators: outcome (default; one advantage per trajectory) or step")
     new_command.add_argument("--stateful", action="store_true", help="an outcome-level estimator with memory across calls (a running mean baseline)")
     new_command.add_argument("--dir", help="the project folder, new or empty (default ./rllm-<name>, underscores as dashes)")
+    from .bench.command import add_arguments as bench_arguments
+
+    bench_help = "time estimators (built-ins, plugins, the frameworks' own) on a batch of your shape, dtype and device, each checked first"
+    bench_arguments(add("bench", _cmd_bench, bench_help))
     for name, command in sorted(contributed.items()):
         if name in BUILTIN_COMMANDS:
             continue
