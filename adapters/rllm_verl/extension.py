@@ -15,7 +15,11 @@ and ``checkpoints.CHECKPOINTS``, installed by :mod:`rllm_verl.plugin`. :func:`in
 - only when the function's signature is the expected one, checked at run time; otherwise it
   warns once and leaves verl untouched;
 - never raising: a failure is logged as one warning, and verl keeps its own function;
-- only on a verl release that has what it ``requires`` (:mod:`rllm_verl.versions`), else its status says which release lacks what.
+- only on a verl release that has what it ``requires`` (:mod:`rllm_verl.versions`), else its status says which release lacks what;
+- for a module-level function that verl moves between releases (``defined_in``: the other modules that define it on some
+  release; ``follow=True``): applied when any of those modules is imported, in the module that DEFINES the function
+  (its ``__module__``), and in every imported module that bound it by name (``from module import attribute``), so a
+  re-export and a later import both see the replacement.
 
 :func:`extension_status` says, per extension, whether it is active.
 """
@@ -34,7 +38,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-__all__ = ["ADVANTAGE_PARAMETERS", "NO_DEFAULT", "Extension", "extension_status", "install", "is_opted_out", "missing_feature"]
+__all__ = ["ADVANTAGE_PARAMETERS", "NO_DEFAULT", "Extension", "extension_status", "install", "is_opted_out", "missing_feature", "where_defined"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +72,15 @@ class Extension:
     env: str
     bound_in: tuple[str, ...] = ()
     requires: str | None = None
+    defined_in: tuple[str, ...] = ()
+    """Other modules where a verl release defines ``attribute`` (the extension also applies when one of them is imported)."""
+    follow: bool = False
+    """Replace the function where it is defined and in every imported module bound to it (a module-level function only)."""
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """The modules whose import applies the extension: ``module``, then ``defined_in``."""
+        return (self.module, *self.defined_in)
 
     @property
     def target(self) -> str:
@@ -134,6 +147,8 @@ def _apply(extension: Extension, module: ModuleType) -> None:
         try:
             owner, last = _owner(module, extension.attribute)
             original = getattr(owner, last, None) if owner is not None else None
+            if original is None and module.__name__ != extension.module:
+                return  # a module where another release defines it: this one does not, the main module decides
             if original is None:
                 _status[extension.name] = "not applied: verl has no such function"
                 _warn_once(extension, f"{extension.module} has no {extension.attribute!r}")
@@ -155,10 +170,31 @@ def _apply(extension: Extension, module: ModuleType) -> None:
                 other = sys.modules.get(name)
                 if other is not None and getattr(other, extension.attribute, None) is wrapped:
                     setattr(other, extension.attribute, replacement)
+            if extension.follow:
+                _rebind_everywhere(extension.attribute, wrapped, replacement)
             _status[extension.name] = "active"
         except Exception as error:  # verl hides plugin errors; never break its import
             _status[extension.name] = f"not applied: {type(error).__name__}: {error}"
             _warn_once(extension, f"{type(error).__name__}: {error}")
+
+
+def _rebind_everywhere(attribute: str, original: Any, replacement: Any) -> None:
+    """Bind ``replacement`` wherever an imported module binds ``original`` under ``attribute``: the module that defines it
+    (``original.__module__``) and each ``from ... import attribute`` done so far; later imports find the replacement there."""
+    for other in list(sys.modules.values()):
+        namespace = getattr(other, "__dict__", None)
+        if isinstance(namespace, dict) and namespace.get(attribute) is original:
+            setattr(other, attribute, replacement)
+
+
+def where_defined(extension: Extension) -> str | None:
+    """The module that defines the function ``extension`` extends (its ``__module__``, under the replacement), if imported."""
+    for name in extension.modules:
+        module = sys.modules.get(name)
+        fn = getattr(module, extension.attribute, None) if module is not None else None
+        if fn is not None:
+            return getattr(getattr(fn, "__wrapped__", fn), "__module__", None)
+    return None
 
 
 class _ApplyAfterExec(importlib.abc.Loader):
@@ -226,16 +262,17 @@ def install(extension: Extension) -> str:
             if is_opted_out(extension):
                 _status[extension.name] = f"off ({extension.env}={os.environ.get(extension.env)})"
                 return _status[extension.name]
-            module = sys.modules.get(extension.module)
-            if module is not None:
-                _apply(extension, module)
-                return _status[extension.name]
-            pending = _finder.extensions.setdefault(extension.module, [])
-            if all(e.name != extension.name for e in pending):
-                pending.append(extension)
-            if _finder not in sys.meta_path:
+            imported = [sys.modules[name] for name in extension.modules if sys.modules.get(name) is not None]
+            for name in extension.modules:  # a module imported later applies it too (another release may define it there)
+                if sys.modules.get(name) is None:
+                    pending = _finder.extensions.setdefault(name, [])
+                    if all(e.name != extension.name for e in pending):
+                        pending.append(extension)
+            if _finder.extensions and _finder not in sys.meta_path:
                 sys.meta_path.insert(0, _finder)
-            _status[extension.name] = f"pending (applied when {extension.module} is imported)"
+            _status[extension.name] = f"pending (applied when {' or '.join(extension.modules)} is imported)"
+            for module in imported:
+                _apply(extension, module)
             return _status[extension.name]
         except Exception as error:
             _status[extension.name] = f"not applied: {type(error).__name__}: {error}"

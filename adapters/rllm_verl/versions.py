@@ -13,6 +13,11 @@ verl's releases differ in three ways that matter here:
 
 The legacy trainer (``verl.trainer.ppo.ray_trainer``: ``compute_advantage``, ``RayPPOTrainer`` checkpoints) and
 the registry (``core_algos.register_adv_est``, ``get_adv_estimator_fn``) are the same on every supported release.
+verl's next release may define ``compute_advantage`` in ``verl.trainer.ppo.trainer_utils`` (verl PR #7237), which
+``ray_trainer`` re-imports: :data:`ADVANTAGE_MODULES` names both places, and the extension of ``compute_advantage``
+follows the function to the module that defines it and to every module that imported it by name
+(:mod:`rllm_verl.patches.legacy`). That change is a layout, not a version: verl main carries ``0.10.0.dev`` with and
+without it, so it is found where the function is, not read from the version.
 :func:`verl_features` reads the version from the installed distribution's metadata (no ``import verl``).
 """
 
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 __all__ = [
+    "ADVANTAGE_MODULES",
     "EXTERNAL_MODULES_ENV",
     "FEATURE_TEXT",
     "MODULES_LINE",
@@ -44,6 +50,9 @@ NEWEST_TESTED = (0, 9, 1)
 """The newest verl the matrix tested; a newer one runs behind the extensions' signature guards, with a warning."""
 FIRST_WITH_ENTRY_POINTS = (0, 9, 0)
 FIRST_WITH_V1 = (0, 9, 0)
+ADVANTAGE_MODULES = ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.trainer_utils")
+"""Where verl defines the legacy ``compute_advantage``: ``ray_trainer`` on every release so far and on verl main 1dda039b;
+``trainer_utils`` with verl PR #7237 (``ray_trainer`` then re-imports it from there). The first is where users import it."""
 EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
 PLUGIN_MODULE = "rllm_verl.plugin"
 MODULES_LINE = f"export {EXTERNAL_MODULES_ENV}={PLUGIN_MODULE}"
@@ -104,7 +113,7 @@ class VerlFeatures:
     """A warning for a release newer than the matrix tested (None when tested)."""
     config_path_resolver: str
     """Where verl's ``resolve_config_path`` (how its agent-loop workers find ``agent_loop_config_path``) lives:
-    ``verl.experimental.agent_loop.utils`` up to 0.9.0, ``verl.utils.import_utils`` from 0.9.1 on."""
+    ``verl.experimental.agent_loop.utils`` up to 0.9.0 and again on verl main (0.10.0.dev), ``verl.utils.import_utils`` in 0.9.1."""
     agent_loop_arguments: tuple[str, ...]
     """The keyword arguments verl's ``AgentLoopWorker`` builds each agent loop with: ``tools`` (the tools the worker loaded
     from ``multi_turn``) from 0.8.0 on (before, ``tool_agent`` loads its own), ``hf_model_type`` from 0.9.1 on."""
@@ -132,7 +141,7 @@ def features_of(version: str) -> VerlFeatures:
         entry_points=parsed >= FIRST_WITH_ENTRY_POINTS,
         v1_trainer=parsed >= FIRST_WITH_V1,
         sync_trainer=(0, 8, 0) <= parsed < FIRST_WITH_V1,
-        config_path_resolver="verl.utils.import_utils" if parsed >= (0, 9, 1) else "verl.experimental.agent_loop.utils",
+        config_path_resolver="verl.utils.import_utils" if (0, 9, 1) <= parsed < (0, 10, 0) else "verl.experimental.agent_loop.utils",
         agent_loop_arguments=(
             *("trainer_config", "server_manager", "tokenizer", "processor"),
             *(("hf_model_type",) if parsed >= (0, 9, 1) else ()),

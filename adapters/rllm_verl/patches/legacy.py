@@ -1,6 +1,7 @@
 """Let the ``rllm_*`` estimators read the batch's per-key reward scores (``algorithm.gdpo_reward_keys``).
 
-verl's ``compute_advantage`` (``verl.trainer.ppo.ray_trainer``) hands ``non_tensor_batch``, where
+verl's ``compute_advantage`` (``verl.trainer.ppo.ray_trainer``; where a verl defines it elsewhere, there:
+:data:`rllm_verl.versions.ADVANTAGE_MODULES`) hands ``non_tensor_batch``, where
 the legacy trainer keeps the extra keys a ``compute_score`` returns, only to the estimator named
 ``gdpo``. The extension :data:`REWARD_KEYS` wraps that function so that, while it runs, the
 DataProto it was given is visible to our estimators through a context variable
@@ -13,7 +14,8 @@ so every estimator, ours included, receives exactly the keyword arguments verl g
 (:mod:`rllm_verl.compute.transforms`): all of them after verl's own estimators, the token part after ``rllm_*`` ones
 (whose run applied the rest); v1 reaches this function too. It is
 installed like every verl extension (:mod:`rllm_verl.extension`: lazily, guarded by verl 0.9's signature,
-once, never raising); opt out with ``RLLM_PLUGINS_VERL_REWARD_KEYS=0`` (which also turns the transforms off).
+once, never raising), in the module that defines the function and in every module that imported it by name; opt out
+with ``RLLM_PLUGINS_VERL_REWARD_KEYS=0`` (which also turns the transforms off).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from rllm_verl.compute.transforms import transform_configured
 from rllm_verl.context import LEGACY_EXTENSION, REWARD_KEYS_ENV, processing
 from rllm_verl.extension import ADVANTAGE_PARAMETERS, NO_DEFAULT, Extension
 from rllm_verl.registration import rllm_name
+from rllm_verl.versions import ADVANTAGE_MODULES
 
 __all__ = ["REWARD_KEYS", "REWARD_KEYS_ENV"]
 
@@ -53,10 +56,12 @@ def extend(original: Callable[..., Any]) -> Callable[..., Any]:
 
 REWARD_KEYS = Extension(
     name=LEGACY_EXTENSION,
-    module="verl.trainer.ppo.ray_trainer",
+    module=ADVANTAGE_MODULES[0],
     attribute="compute_advantage",
     parameters=(("data", NO_DEFAULT), *ADVANTAGE_PARAMETERS),
     make=extend,
     env=REWARD_KEYS_ENV,
     bound_in=("verl.trainer.ppo.v1.utils", "verl.experimental.separation.ray_trainer"),
+    defined_in=ADVANTAGE_MODULES[1:],
+    follow=True,  # wherever verl defines it, and every module that imported it by name
 )

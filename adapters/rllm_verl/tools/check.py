@@ -393,7 +393,11 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
         statuses = dict.fromkeys(("session_extension", "reward_key_extension", "v1_batch_extension", "estimator_state", "sync_trainer"), unchecked)
         return VerlCheckReport(False, requested, config_name, [], [blocked], registration=unchecked, **statuses)
     try:
-        return _checked(overrides, config_name, config_dir)
+        report = _checked(overrides, config_name, config_dir)
+        untested = verl_features().untested  # a verl newer than the matrix tested: said first, whatever else the check finds
+        if untested and untested not in report.warnings:
+            report.warnings.insert(0, untested)
+        return report
     except Exception as error:  # a plugin or a verl internal raising where no check expects it
         message = (
             f"the check stopped at an unexpected {type(error).__name__}: {error} (raised in {_raised_at(error)}). Fix what it names; "

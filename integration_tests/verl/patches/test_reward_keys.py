@@ -24,6 +24,7 @@ pytest.importorskip("verl")
 from rllm_verl import context as reward_keys
 from rllm_verl.extension import extension_status, install
 from rllm_verl.patches.legacy import REWARD_KEYS, REWARD_KEYS_ENV
+from rllm_verl.versions import ADVANTAGE_MODULES
 from verl import DataProto
 from verl.trainer.ppo import ray_trainer
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
@@ -77,7 +78,7 @@ def gdpo_by_hand(scores: dict[str, list[float | None]], uids: list[str], weights
 def test_the_extension_is_active_where_verl_imported_the_trainer():
     assert extension_status()["reward_keys"] == "active"
     assert ray_trainer.compute_advantage.rllm_extension == "reward_keys"
-    assert ray_trainer.compute_advantage.__wrapped__.__module__ == "verl.trainer.ppo.ray_trainer"
+    assert ray_trainer.compute_advantage.__wrapped__.__module__ in ADVANTAGE_MODULES  # ray_trainer, or trainer_utils (verl PR #7237)
     v1_utils = pytest.importorskip("verl.trainer.ppo.v1.utils")
     assert v1_utils.compute_advantage is ray_trainer.compute_advantage
 
@@ -224,7 +225,7 @@ def test_extending_twice_wraps_once(monkeypatch):
     module = types.ModuleType("rllm_fixture_trainer")
     module.compute_advantage = compute_advantage
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    fixture = dataclasses.replace(REWARD_KEYS, name="reward_keys_fixture", module=module.__name__, bound_in=())
+    fixture = dataclasses.replace(REWARD_KEYS, name="reward_keys_fixture", module=module.__name__, bound_in=(), defined_in=())
     assert install(fixture) == install(fixture) == "active"
     assert module.compute_advantage.__wrapped__ is compute_advantage
     batch = types.SimpleNamespace(non_tensor_batch={"uid": np.array(["a"], dtype=object)})
@@ -247,7 +248,7 @@ print(json.dumps([loaded, before, extension_status().get("reward_keys"), getattr
 @pytest.mark.parametrize(
     ("opt_out", "expected"),
     [
-        (None, [False, "pending (applied when verl.trainer.ppo.ray_trainer is imported)", "active", "reward_keys", True]),
+        (None, [False, f"pending (applied when {' or '.join(REWARD_KEYS.modules)} is imported)", "active", "reward_keys", True]),
         ("0", [False, "off (RLLM_PLUGINS_VERL_REWARD_KEYS=0)", "off (RLLM_PLUGINS_VERL_REWARD_KEYS=0)", None, True]),
     ],
 )
