@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import core_estimators, docs, multi_objective, running_baseline, startup, step_level, trl_advantage, verl_advantage
+from . import bench_command, core_estimators, docs, multi_objective, running_baseline, startup, step_level, trl_advantage, verl_advantage
 from .plot import save_plot
 from .report import Report, Target
 from .timing import describe_machine, machine_info
@@ -33,6 +33,7 @@ BENCHMARKS: dict[str, Callable[[bool], Report]] = {
     "verl": verl_advantage.run,
     "step_level": step_level.run,
     "running_baseline": running_baseline.run,
+    "bench": bench_command.run,  # rllm-plugins bench's engine on the multi-turn batch
 }
 
 

@@ -25,7 +25,7 @@ def test_benchmarks_run_quick_and_write_json_and_plot(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-4000:]
     results = json.loads(out.read_text())
-    assert [r["name"] for r in results["reports"]] == ["startup", "core", "multi_objective", "trl", "verl", "step_level", "running_baseline"]
+    assert [r["name"] for r in results["reports"]] == ["startup", "core", "multi_objective", "trl", "verl", "step_level", "running_baseline", "bench"]
     assert all(r["targets"] for r in results["reports"])
     assert "| estimator |" in result.stdout
     assert plot.stat().st_size > 0
