@@ -16,13 +16,14 @@ from rllm_plugins.bench.paths import available_paths
 
 from .report import Report, Target, script_main
 
-__all__ = ["ESTIMATORS", "run"]
+__all__ = ["ESTIMATORS", "QUICK_SHAPE", "SHAPE", "run"]
 
 ESTIMATORS = ("grpo", "gigpo", "turn_grpo", "step_reinforce")
+SHAPE, QUICK_SHAPE = Shape(2048, 1024, 8, 4), Shape(64, 128, 8, 4)
 
 
 def run(quick: bool = False) -> Report:
-    shape = Shape(64, 128, 8, 4) if quick else Shape(2048, 1024, 8, 4)
+    shape = QUICK_SHAPE if quick else SHAPE
     found = available_paths()
     path = found["verl"] if not isinstance(found.get("verl", "missing"), str) else found["core"]
     requests = [Request(path.name, name, {"gamma": 0.95} if name != "grpo" else {}) for name in ESTIMATORS]
