@@ -26,7 +26,9 @@ verl: install ``rllm-plugins[verl]`` and set ``algorithm.adv_estimator=rllm_<nam
 ``rllm_trl.RLLMGRPOTrainer``. A plugin yields :class:`AdvEstimatorSpec` objects from the hook
 ``rllm_adv_estimators`` under the entry-point group ``rllm_plugins``. Advantage transforms (``clip``,
 ``scale``, ``kl_shaping`` and plugins' own: hook ``rllm_advantage_transforms``) run after the estimator:
-``AlgorithmConfig(advantage_transforms=["clip", ...])`` (:mod:`rllm_plugins.transforms`).
+``AlgorithmConfig(advantage_transforms=["clip", ...])`` (:mod:`rllm_plugins.transforms`). Reward shapers
+(``dapo_overlong``, ``length_penalty``, ... and plugins' own: hook ``rllm_reward_shapers``) add terms to each unit's
+reward before the estimator: ``AlgorithmConfig(reward_shapers=[...])`` (:mod:`rllm_plugins.shaping`).
 """
 
 __version__ = "0.1.0"  # the distribution's version too (pyproject.toml reads it from here)
@@ -53,6 +55,8 @@ from .registry import (
     unregister_rllm_adv_estimator,
 )
 from .rl_algo import calculate_grpo_advantages_per_group, calculate_rloo_advantages_per_group
+from .shaper_spec import ShaperSpec
+from .shaping import available_shapers, register_reward_shaper, shape_rewards
 from .spec import AdvEstimatorSpec
 from .state.store import EstimatorState
 from .transform_spec import TransformSpec
@@ -66,6 +70,7 @@ __all__ = [
     "EstimatorConflictError",
     "EstimatorState",
     "RolloutCorrectionConfig",
+    "ShaperSpec",
     "Step",
     "Trajectory",
     "TrajectoryGroup",
@@ -73,6 +78,7 @@ __all__ = [
     "UnknownEstimatorError",
     "apply_transforms",
     "available_estimators",
+    "available_shapers",
     "available_transforms",
     "build_algorithm_config",
     "calculate_grpo_advantages",
@@ -90,6 +96,8 @@ __all__ = [
     "rLLMAdvantageEstimator",
     "register_adv_estimator",
     "register_advantage_transform",
+    "register_reward_shaper",
     "register_rllm_adv_estimator",
+    "shape_rewards",
     "unregister_rllm_adv_estimator",
 ]

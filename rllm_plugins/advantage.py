@@ -26,6 +26,8 @@ from .provenance import provenance, provenance_line
 from .registry import get_estimator
 from .run import Call, Commit, Wording, run_outcome, run_outcome_listed, run_steps
 from .segments import GroupLayout, offsets_from_sizes
+from .shaping.entries import check_shaper_context
+from .shaping.stage import Shapers
 from .spec import flatten_groups, normalize_name
 from .steps.diagnostics import turn_metrics
 from .steps.inputs import step_batch_from_groups
@@ -129,7 +131,9 @@ def _combined(named: list[dict[str, float | None]], weights: Mapping[str, float]
     return np.array([sum(weights.get(n, 1.0) * v for n, v in rewards.items() if v is not None) for rewards in named], dtype=np.float64)
 
 
-def _aggregate(role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator, transforms: Transforms | None) -> list[np.ndarray]:
+def _aggregate(
+    role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator, transforms: Transforms | None, shapers: Shapers | None
+) -> list[np.ndarray]:
     """The role's advantages by group from its named rewards (or, for ``normalize_then_sum``, its single reward)."""
     where = f"estimator {name!r} ({estimator.provider}) for role {role!r}"
     if estimator.spec.stateful:
@@ -161,8 +165,9 @@ def _aggregate(role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str,
     offsets = offsets_from_sizes([len(g.trajectories) for g in batch.groups])
     wording = Wording("trajectories", lambda values, _: f"{where} gave the non-finite advantage {values[~np.isfinite(values)][0]}; advantages must be finite")
     advantages, _ = run_outcome(
-        call, table, offsets, wording=wording, role=role, lengths=lengths, combine=combine, context={"algorithm_config": config}, transforms=transforms
-    )
+        call, table, offsets, wording=wording, role=role, lengths=lengths, combine=combine, context={"algorithm_config": config}, transforms=transforms,
+        shapers=shapers,
+    )  # fmt: skip
     return GroupLayout.from_offsets(offsets, advantages.size).split(advantages)
 
 
@@ -215,7 +220,14 @@ def _precomputed(group: TrajectoryGroup, index: int, role: str) -> tuple[list[tu
 
 
 def _call_estimator(
-    role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator, commits: list[Commit], transforms: Transforms | None
+    role: str,
+    batch: _RoleBatch,
+    config: AlgorithmConfig,
+    name: str,
+    estimator: Estimator,
+    commits: list[Commit],
+    transforms: Transforms | None,
+    shapers: Shapers | None,
 ) -> list[np.ndarray]:
     """Run the role's estimator (``name``, resolved) on its list form and check its output against the groups; a stateful one's commit goes into ``commits``."""
     options = {**config.estimator_kwargs, "norm_adv_by_std_in_grpo": config.norm_adv_by_std_in_grpo}
@@ -249,13 +261,21 @@ def _call_estimator(
         state=config.estimator_state,
         task_ids=task_ids,
         transforms=transforms,
+        shapers=shapers,
     )
     commits.append(commit)
     return GroupLayout.from_offsets(offsets, advantages.size).split(advantages)
 
 
 def _call_step_estimator(
-    role: str, batch: _RoleBatch, config: AlgorithmConfig, name: str, estimator: Estimator, commits: list[Commit], transforms: Transforms | None
+    role: str,
+    batch: _RoleBatch,
+    config: AlgorithmConfig,
+    name: str,
+    estimator: Estimator,
+    commits: list[Commit],
+    transforms: Transforms | None,
+    shapers: Shapers | None,
 ) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]] | None, dict[str, float]]:
     """Run the role's step-level estimator (``name``, resolved): per group, per trajectory, one advantage per step; the
     returns the same way (a value-based estimator; else None); and anchor metrics.
@@ -298,6 +318,7 @@ def _call_step_estimator(
         task_ids=task_ids,
         context={"algorithm_config": config, "traj_groups": batch.groups},
         transforms=transforms,
+        shapers=shapers,
     )
     commits.append(commit)
     bounds = steps.traj_offsets.tolist()
@@ -335,6 +356,26 @@ def _transforms(groups: list[TrajectoryGroup], rewards: list[np.ndarray] | None,
     if all(len(step.logprobs) == len(step.response_ids) for steps in units for step in steps) and lengths.all():  # Step.logprobs: every token's
         context["mean_logprobs"] = np.array([sum(sum(step.logprobs) for step in steps) for steps in units], dtype=np.float64) / lengths
     return Transforms(config.transforms, "AlgorithmConfig.advantage_transforms", context)
+
+
+SHAPER_CONTEXT_HERE = {"offsets", "scores", "lengths", "input_lengths", "turns"}  # what the collector gives a shaper (no tool tokens)
+
+
+def _shapers(groups: list[TrajectoryGroup], config: AlgorithmConfig) -> Shapers | None:
+    """``config.reward_shapers`` as a run applies them to one role's ``groups``: per trajectory its model tokens (its steps'
+    ``response_ids``), its prompt tokens (its first step's ``prompt_ids``, where every trajectory has them) and its turns."""
+    if not config.reward_shapers:
+        return None
+    check_shaper_context(config.shapers, SHAPER_CONTEXT_HERE, "AlgorithmConfig.reward_shapers", "the collector")
+    trajectories = [traj for group in groups for traj in group.trajectories]
+    lengths = np.array([sum(len(step.response_ids) for step in traj.steps) for traj in trajectories], dtype=np.float64)
+    prompts = [len(traj.steps[0].prompt_ids) if traj.steps else 0 for traj in trajectories]
+    context: dict[str, Any] = {
+        "lengths": lengths,
+        "turns": np.array([len(traj.steps) for traj in trajectories], dtype=np.float64),
+        "input_lengths": np.array(prompts, dtype=np.float64) if all(prompts) else None,
+    }
+    return Shapers(config.shapers, "AlgorithmConfig.reward_shapers", context)
 
 
 def compute_role_metrics(values_by_role: dict[str, Sequence[float]], prefix: str, with_fraction_zero: bool = False) -> dict[str, float]:
@@ -443,10 +484,12 @@ def collect_reward_and_advantage_from_trajectory_groups(
             import warnings
 
             warnings.warn(f"role {role!r}, estimator {estimator.spec.name!r} (outcome-level): {PER_STEP_DEPRECATION}", DeprecationWarning, stacklevel=2)
+        shapers = _shapers(batch.groups, algorithm_config)
         if estimator.spec.level == "step":
             transforms = _transforms(batch.groups, None, algorithm_config)
-            by_group, returns_by_group, anchor_metrics = _call_step_estimator(role, batch, algorithm_config, name, estimator, commits, transforms)
+            by_group, returns_by_group, anchor_metrics = _call_step_estimator(role, batch, algorithm_config, name, estimator, commits, transforms, shapers)
             step_metrics.update(anchor_metrics)
+            step_metrics.update(shapers.metrics if shapers else {})
             step_metrics.update(transforms.metrics if transforms else {})
             for g, (group, per_traj) in enumerate(zip(batch.groups, by_group, strict=True)):
                 step_writes.append((group, per_traj, None if returns_by_group is None else returns_by_group[g]))
@@ -454,10 +497,11 @@ def collect_reward_and_advantage_from_trajectory_groups(
             continue
         transforms = _transforms(batch.groups, batch.rewards, algorithm_config)
         if algorithm_config.multi_objective_aggregation == "normalize_then_sum" or any(named is not None for named in batch.named):
-            advantages_by_group = _aggregate(role, batch, algorithm_config, name, estimator, transforms)
+            advantages_by_group = _aggregate(role, batch, algorithm_config, name, estimator, transforms, shapers)
         else:
-            advantages_by_group = _call_estimator(role, batch, algorithm_config, name, estimator, commits, transforms)
+            advantages_by_group = _call_estimator(role, batch, algorithm_config, name, estimator, commits, transforms, shapers)
         step_metrics.update(transforms.metrics if transforms else {})
+        step_metrics.update(shapers.metrics if shapers else {})
         for group, advantages in zip(batch.groups, advantages_by_group, strict=True):
             broadcast_writes.append((group, advantages))
             advantages_by_role.setdefault(role, []).extend(advantages.tolist())
@@ -484,7 +528,7 @@ def collect_reward_and_advantage_from_trajectory_groups(
     if role_batches:
         options = {**algorithm_config.estimator_kwargs, "norm_adv_by_std_in_grpo": algorithm_config.norm_adv_by_std_in_grpo}
         ran = {role: selected[algorithm_config.estimator_name(role)] for role in role_batches}
-        metrics.provenance = provenance(ran, algorithm_config.transforms, options)
+        metrics.provenance = provenance(ran, algorithm_config.transforms, options, algorithm_config.shapers)
     if collect_advantage:
         metrics.update(compute_role_metrics(advantages_by_role, "advantage", with_fraction_zero=True))
         for role, count in mismatches_by_role.items():

@@ -148,7 +148,7 @@ def plugin_rows() -> list[dict[str, Any]]:
     from .discovery.mistakes import misplaced_entry_points
 
     misplaced = [
-        {"name": m.name, "distribution": m.distribution, "version": m.version, "status": "misplaced", "estimators": [], "transforms": [], "error": str(m)}
+        {"name": m.name, "distribution": m.distribution, "version": m.version, "status": "misplaced", "estimators": [], "transforms": [], "shapers": [], "error": str(m)}
         for m in misplaced_entry_points()
     ]
     return [record.as_dict() for record in manager.plugin_state().records] + misplaced

@@ -149,7 +149,8 @@ class AlgorithmConfig:
     ``pass_at_k`` (rLLM PR #743) is ``pkpo``'s ``k`` unless ``estimator_kwargs`` gives one.
     ``trainer_fields`` holds algorithm-node keys this version does not know, for rLLM's trainer
     (see :mod:`rllm_plugins.trainer_fields`). ``advantage_transforms`` lists transforms applied in order to
-    each role's advantages after its estimator (:mod:`rllm_plugins.transforms`), checked here.
+    each role's advantages after its estimator (:mod:`rllm_plugins.transforms`), checked here. ``reward_shapers`` lists
+    reward shapers whose additive terms the estimator sees on each unit's reward (:mod:`rllm_plugins.shaping`), checked here.
     ``stepwise_advantage_mode`` changes no number: an estimator's level decides (outcome-level:
     broadcast; step-level: one advantage per step). ``"per_step"`` with an outcome-level estimator
     warns (``DeprecationWarning``) when advantages are collected.
@@ -194,6 +195,7 @@ class AlgorithmConfig:
     pass_at_k: int | None = None
     trainer_fields: dict[str, Any] = field(default_factory=dict)
     advantage_transforms: list[Any] = field(default_factory=list)
+    reward_shapers: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.use_rllm is not None:
@@ -230,6 +232,16 @@ class AlgorithmConfig:
         self.advantage_transforms = [] if self.advantage_transforms is None else self.advantage_transforms
         if self.advantage_transforms:  # names, options and option values checked now, not at the first step
             self.__dict__["_transforms"] = _resolve_transforms(self.advantage_transforms)
+        self.reward_shapers = [] if self.reward_shapers is None else self.reward_shapers
+        if self.reward_shapers:
+            self.__dict__["_shapers"] = _resolve_shapers(self.reward_shapers)
+
+    @property
+    def shapers(self) -> tuple[Any, ...]:
+        """``reward_shapers`` resolved (:class:`~rllm_plugins.shaping.SelectedShaper` objects, in order)."""
+        if "_shapers" not in self.__dict__:
+            self.__dict__["_shapers"] = _resolve_shapers(self.reward_shapers)
+        return self.__dict__["_shapers"]
 
     @property
     def transforms(self) -> tuple[Any, ...]:
@@ -322,6 +334,7 @@ _NODE_KEYS: dict[str, tuple[str, Any]] = {
     "loss_params": ("loss_params", {}),
     "pass_at_k": ("pass_at_k", None),
     "advantage_transforms": ("advantage_transforms", []),
+    "reward_shapers": ("reward_shapers", []),
 }
 _ROLLOUT_CORRECTION_KEYS = tuple(f.name for f in fields(RolloutCorrectionConfig))
 
@@ -475,6 +488,20 @@ _transform_resolver: list[Any] = []  # [resolve_transforms], set by rllm_plugins
 def set_transform_resolver(resolve: Any) -> None:
     """Called once by :mod:`rllm_plugins.transforms.entries`: how ``advantage_transforms`` is resolved and checked."""
     _transform_resolver[:] = [resolve]
+
+
+_shaper_resolver: list[Any] = []  # [resolve_shapers], set by rllm_plugins.shaping.entries (above this module: not imported here)
+
+
+def set_shaper_resolver(resolve: Any) -> None:
+    """Called once by :mod:`rllm_plugins.shaping.entries`: how ``reward_shapers`` is resolved and checked."""
+    _shaper_resolver[:] = [resolve]
+
+
+def _resolve_shapers(entries: Any) -> tuple[Any, ...]:
+    if not _shaper_resolver:  # importing rllm_plugins (any submodule) imports the shapers first
+        raise RuntimeError("rllm_plugins.shaping is not imported; import rllm_plugins")
+    return tuple(_shaper_resolver[0](entries, "AlgorithmConfig.reward_shapers"))
 
 
 def _resolve_transforms(entries: Any) -> tuple[Any, ...]:

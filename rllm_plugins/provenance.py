@@ -64,19 +64,25 @@ def code_of(provider: Any) -> dict[str, Any]:
     return {"source": source, "plugin": getattr(provider, "plugin", None), "distribution": distribution, "version": version}
 
 
-def provenance(estimators_by_role: Mapping[str, Any], transforms: Sequence[Any] = (), options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def provenance(
+    estimators_by_role: Mapping[str, Any], transforms: Sequence[Any] = (), options: Mapping[str, Any] | None = None, shapers: Sequence[Any] = ()
+) -> dict[str, Any]:
     """What computes advantages: ``estimators_by_role`` (role -> resolved ``Estimator``; :data:`ALL_ROLES` for one serving
-    every other role), the selected ``transforms`` in order, the estimators' ``options``. Plain JSON data::
+    every other role), the selected ``transforms`` in order, the estimators' ``options``, and the reward ``shapers``
+    (the key only where there are some). Plain JSON data::
 
         {"estimators": {role: {"name", "source", "plugin", "distribution", "version"}},
          "options": {...}, "transforms": [{"name", "options", "source", ...}], "rllm_plugins": "0.1.0"}
     """
-    return {
+    record = {
         "estimators": {str(role): {"name": estimator.spec.name, **code_of(estimator.provider)} for role, estimator in sorted(estimators_by_role.items())},
         "options": _plain(dict(options or {})),
         "transforms": [{"name": t.name, "options": _plain(dict(getattr(t, "options", None) or {})), **code_of(t.transform.provider)} for t in transforms],
         "rllm_plugins": package_version(),
     }
+    if shapers:
+        record["shapers"] = [{"name": s.name, "options": _plain(dict(s.options)), **code_of(s.shaper.provider)} for s in shapers]
+    return record
 
 
 def _where(code: Mapping[str, Any]) -> str:
@@ -101,9 +107,12 @@ def provenance_line(record: Mapping[str, Any]) -> str:
     if len(estimators) > 1:
         shown = [f"{role}: {text}" for role, text in zip(estimators, shown, strict=True)]
     options = record.get("options") or {}
-    transforms = [f"{t['name']}{_json(t['options']) if t.get('options') else ''} {_where(t)}" for t in record.get("transforms", [])]
+    transforms, shapers = (
+        [f"{t['name']}{_json(t['options']) if t.get('options') else ''} {_where(t)}" for t in record.get(key, [])] for key in ("transforms", "shapers")
+    )
     head = ", ".join(shown) or "no estimator"
-    return f"{head}; options {_json(options)}; transforms {', '.join(transforms) or 'none'}; rllm-plugins {record.get('rllm_plugins')}"
+    shaped = f"; shapers {', '.join(shapers)}" if shapers else ""
+    return f"{head}; options {_json(options)}{shaped}; transforms {', '.join(transforms) or 'none'}; rllm-plugins {record.get('rllm_plugins')}"
 
 
 def changed_code(name: str, recorded: Mapping[str, Any], current: Mapping[str, Any], source: str) -> str | None:

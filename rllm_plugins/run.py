@@ -4,6 +4,8 @@ The drivers (the collector, TRL's outcome and turn paths, verl's row, step and s
 work: their rows into flat groups (``values`` ``(N,)`` and ``offsets`` ``(G + 1,)``, or a
 :class:`~rllm_plugins.steps.StepBatch`) and the advantages back into their rows. Everything between is here:
 
+0. the reward shapers the driver hands over (:class:`~rllm_plugins.shaping.stage.Shapers`): their additive terms on each
+   unit's reward (a trajectory's at the step level, on its last step), before the estimator sees it;
 1. what the estimator reads beyond the rewards, asked once (:attr:`Call.needs`, :func:`.needs.needs_of`), so the
    driver gathers only that (anchor states, lengths, values) and the run hands over exactly that;
 2. the call itself, with its state when it keeps one (:func:`.state.store.call_stateful`): the options are
@@ -37,6 +39,7 @@ from .state.store import call_stateful
 from .steps.forms import split_step_output
 
 if TYPE_CHECKING:
+    from .shaping.stage import Shapers
     from .spec import Estimator
     from .state.store import EstimatorState
     from .steps.batch import StepBatch
@@ -158,6 +161,18 @@ def _by_groups(call: Call, result: Any, offsets: np.ndarray, wording: Callable[[
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
+def _shaped(values: np.ndarray, offsets: np.ndarray, live: np.ndarray | None, shapers: Shapers | None, role: str) -> np.ndarray:
+    """``values`` ``(N,)`` with the shapers' terms (``live`` units only); ``values`` itself when there are none."""
+    if shapers is None or not shapers.selected:
+        return values
+    if values.ndim != 1:
+        raise ValueError(
+            f"{shapers.where}: reward shapers add to one reward per unit; these units carry {values.shape[1]} rewards each (several reward "
+            "functions combined by normalize_then_sum, or named rewards): give one reward per unit, or combine them by sum_then_normalize"
+        )
+    return shapers.shape(values, offsets, role, live)
+
+
 def _outcome_kwargs(call: Call, lengths: np.ndarray | None, task_ids: np.ndarray | None, settings: Mapping[str, Any] | None) -> dict[str, Any]:
     """The keywords of an outcome-level call: its options, the framework ``settings`` it names, and what it reads."""
     kwargs = dict(call.options)
@@ -170,14 +185,14 @@ def _outcome_kwargs(call: Call, lengths: np.ndarray | None, task_ids: np.ndarray
 
 
 def _transformed(
-    advantages: np.ndarray, values: np.ndarray, offsets: np.ndarray, live: np.ndarray | None, transforms: Transforms | None, role: str
+    advantages: np.ndarray, values: np.ndarray, scores: np.ndarray, offsets: np.ndarray, live: np.ndarray | None, transforms: Transforms | None, role: str
 ) -> np.ndarray:
-    """The transforms' stage of an outcome-level run: one unit per row (``live`` ones only), ``rewards`` and ``scores`` the rows'
-    values (a driver whose values may be shaped gives its own ``scores``)."""
+    """The transforms' stage of an outcome-level run: one unit per row (``live`` ones only), ``rewards`` the rows' values as the
+    estimator saw them (shaped), ``scores`` before shaping (a driver whose values carry a KL penalty gives its own ``scores``)."""
     if transforms is None or not transforms.selected:
         return advantages
     rows = values.shape[0]
-    run_context = {"turn_index": np.zeros(rows, dtype=np.int64), **({"rewards": values, "scores": values} if values.ndim == 1 else {})}
+    run_context = {"turn_index": np.zeros(rows, dtype=np.int64), **({"rewards": values, "scores": scores} if values.ndim == 1 else {})}
     if live is not None:
         transforms = replace(transforms, parts=[(p, g, live if u is None else u & live) for p, g, u in transforms.parts or [(role, None, None)]])
     return transforms.apply(advantages, np.diff(offsets), np.ones(rows, dtype=np.int64), run_context, role)
@@ -198,6 +213,7 @@ def run_outcome(
     combine: Callable[..., Any] | None = None,
     context: Mapping[str, Any] | None = None,
     transforms: Transforms | None = None,
+    shapers: Shapers | None = None,
 ) -> tuple[np.ndarray, Commit]:
     """Advantages ``(N,)`` float64 of an outcome-level ``call``'s batched form over ``values`` in groups ``offsets``, and its commit.
 
@@ -215,8 +231,11 @@ def run_outcome(
     form (:func:`rllm_plugins.aggregation.aggregate_advantages`). ``context``: keywords the driver adds, never recorded
     with a state (the collector's ``algorithm_config``).
     ``transforms``: applied to the checked advantages, one unit per row (those ``live`` only); their metrics in it.
+    ``shapers``: their terms added to ``values`` (``live`` rows only) before the estimator; their metrics and terms in it.
     """
     kwargs = _outcome_kwargs(call, lengths, task_ids, settings)
+    scores = values
+    values = _shaped(values, offsets, live, shapers, role)
     row_values, row_offsets = values, offsets
     expected = values.shape[0]
     if live is not None and live.all() and bool((offsets[1:] > offsets[:-1]).all()):
@@ -240,7 +259,7 @@ def run_outcome(
         advantages = every
     if not np.isfinite(advantages).all():
         raise ValueError(wording.not_finite(advantages, "advantage"))
-    return _transformed(advantages, row_values, row_offsets, live, transforms, role), commit
+    return _transformed(advantages, row_values, scores, row_offsets, live, transforms, role), commit
 
 
 def run_outcome_listed(
@@ -254,14 +273,20 @@ def run_outcome_listed(
     state: EstimatorState | None = None,
     task_ids: np.ndarray | None = None,
     transforms: Transforms | None = None,
+    shapers: Shapers | None = None,
 ) -> tuple[np.ndarray, Commit]:
     """:func:`run_outcome` for the collector's calls of the list form (rLLM's calling convention): ``context`` holds rLLM's
     keywords (``rewards`` by group, ``algorithm_config``, ``traj_groups``); the output is checked group by group,
-    ``wording(g)`` wording group ``g``. Every row is live; the same state, transforms and commit."""
+    ``wording(g)`` wording group ``g``. Every row is live; the same shapers (``rewards`` by group shaped), state,
+    transforms and commit."""
     kwargs = {**_outcome_kwargs(call, None, task_ids, None), **context}
+    scores = values
+    values = _shaped(values, offsets, None, shapers, role)
+    if values is not scores:
+        kwargs["rewards"] = [values[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)]
     result, commit = _invoke(call, _form(call, call.estimator.list_form), (), kwargs, state, role)
     advantages = _by_groups(call, result, offsets, wording)
-    return _transformed(advantages, values, offsets, None, transforms, role), commit
+    return _transformed(advantages, values, scores, offsets, None, transforms, role), commit
 
 
 def run_steps(
@@ -274,6 +299,7 @@ def run_steps(
     task_ids: np.ndarray | None = None,
     context: Mapping[str, Any] | None = None,
     transforms: Transforms | None = None,
+    shapers: Shapers | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None, Commit]:
     """Advantages ``(S,)`` float64 of a step-level ``call`` over ``batch``, its returns ``(S,)`` (a value-based
     estimator's, the critic's targets; else None) and its commit.
@@ -283,8 +309,16 @@ def run_steps(
     one (a composite's stateful term) gets ``task_ids`` ``(N,)`` and the state ``state`` keeps for ``(name, role)``:
     its options are checked against those the state was made with, and its commit records them, as at the outcome level.
     ``transforms``: applied to the checked advantages, one unit per step (the returns stay); their metrics in it.
+    ``shapers``: one unit per trajectory; each trajectory's terms are added to its outcome and to its last step's reward.
     """
     needs = call.needs
+    raw_step_rewards = batch.step_rewards
+    if shapers is not None and shapers.selected:
+        outcomes = _shaped(batch.outcomes, batch.traj_offsets, None, shapers, role)
+        step_rewards = batch.step_rewards.copy()
+        stepped = np.diff(batch.step_offsets) > 0
+        step_rewards[batch.step_offsets[1:][stepped] - 1] += (outcomes - batch.outcomes)[stepped]
+        batch = replace(batch, outcomes=outcomes, step_rewards=step_rewards)
     kwargs = {**call.options, **(context or {})}
     if needs.state:
         kwargs["task_ids"] = task_ids
@@ -303,6 +337,6 @@ def run_steps(
         steps = np.diff(batch.step_offsets)
         turn_index = np.arange(batch.num_steps) - np.repeat(batch.step_offsets[:-1], steps)
         group_sizes = np.diff(batch.step_offsets[batch.traj_offsets])
-        run_context = {"rewards": batch.step_rewards, "scores": batch.step_rewards, "turn_index": turn_index}
+        run_context = {"rewards": batch.step_rewards, "scores": raw_step_rewards, "turn_index": turn_index}
         advantages = transforms.apply(advantages, group_sizes, steps, run_context, role)
     return advantages, returns, commit

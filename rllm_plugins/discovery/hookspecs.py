@@ -1,4 +1,4 @@
-"""Hook specifications of the ``rllm_plugins`` project (pluggy): estimators and advantage transforms.
+"""Hook specifications of the ``rllm_plugins`` project (pluggy): estimators, advantage transforms and reward shapers.
 
 A plugin is any object (usually a module) with ``@hookimpl``-marked functions named after
 these specs; publish it under the entry-point group ``rllm_plugins``.
@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 import pluggy
 
+from ..shaper_spec import ShaperSpec
 from ..spec import AdvEstimatorSpec
 from ..transform_spec import TransformSpec
 
@@ -36,4 +37,14 @@ def rllm_advantage_transforms() -> Iterable[TransformSpec]:  # type: ignore[empt
     :return: :class:`~rllm_plugins.TransformSpec` objects; each ``name`` becomes selectable in
         ``AlgorithmConfig(advantage_transforms=[...])``, verl's ``+algorithm.rllm_advantage_transforms``
         and TRL's ``RLLMGRPOConfig(advantage_transforms=[...])``.
+    """
+
+
+@hookspec
+def rllm_reward_shapers() -> Iterable[ShaperSpec]:  # type: ignore[empty-body]
+    """Return (or yield) the reward shapers this plugin contributes.
+
+    :return: :class:`~rllm_plugins.ShaperSpec` objects; each ``name`` becomes selectable in
+        ``AlgorithmConfig(reward_shapers=[...])``, verl's ``+algorithm.rllm_reward_shapers``
+        and TRL's ``RLLMGRPOConfig(reward_shapers=[...])``.
     """

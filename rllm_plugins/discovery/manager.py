@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import pluggy
 
+from ..shaper_spec import Shaper, ShaperSpec
 from ..spec import AdvEstimatorSpec, Estimator, Provider
 from ..transform_spec import Transform, TransformSpec
 from . import hookspecs
@@ -51,7 +52,8 @@ __all__ = [
 ENTRY_POINT_GROUP = hookspecs.PROJECT
 BUILTIN_PLUGIN = "rllm_plugins.estimators.builtin"
 BUILTIN_TRANSFORMS = "rllm_plugins.transforms.builtin"
-HOOKS = ("rllm_adv_estimators", "rllm_advantage_transforms")
+BUILTIN_SHAPERS = "rllm_plugins.shaping.builtin"
+HOOKS = ("rllm_adv_estimators", "rllm_advantage_transforms", "rllm_reward_shapers")
 STRICT_ENV = "RLLM_PLUGINS_STRICT"
 DISABLE_ENV = "RLLM_PLUGINS_DISABLE"
 
@@ -73,6 +75,7 @@ class PluginRecord:
     estimators: list[str] = field(default_factory=list)
     error: str | None = None
     transforms: list[str] = field(default_factory=list)
+    shapers: list[str] = field(default_factory=list)
 
     @property
     def provider(self) -> Provider:
@@ -95,13 +98,14 @@ class PluginRecord:
             "status": self.status,
             "estimators": list(self.estimators),
             "transforms": list(self.transforms),
+            "shapers": list(self.shapers),
             "error": self.error,
         }
 
 
 @dataclass
 class PluginState:
-    """The loaded plugin manager: estimators and transforms by name, conflicting names, and one record per plugin."""
+    """The loaded plugin manager: estimators, transforms and reward shapers by name, conflicting names, and one record per plugin."""
 
     manager: pluggy.PluginManager
     records: list[PluginRecord]
@@ -109,6 +113,8 @@ class PluginState:
     conflicts: dict[str, list[Provider]]
     transforms: dict[str, Transform] = field(default_factory=dict)
     transform_conflicts: dict[str, list[Provider]] = field(default_factory=dict)
+    shapers: dict[str, Shaper] = field(default_factory=dict)
+    shaper_conflicts: dict[str, list[Provider]] = field(default_factory=dict)
 
 
 _lock = threading.RLock()
@@ -121,13 +127,13 @@ def loading_provider() -> Provider | None:
     return getattr(_local, "provider", None)
 
 
-def capture(spec: AdvEstimatorSpec | TransformSpec) -> None:
+def capture(spec: AdvEstimatorSpec | TransformSpec | ShaperSpec) -> None:
     """Record a decorator registration made while a plugin module imports (rLLM's legacy style)."""
     _local.captured.append(spec)
 
 
 @contextlib.contextmanager
-def _importing(provider: Provider) -> Iterator[list[AdvEstimatorSpec | TransformSpec]]:
+def _importing(provider: Provider) -> Iterator[list[AdvEstimatorSpec | TransformSpec | ShaperSpec]]:
     _local.provider, _local.captured = provider, []
     try:
         yield _local.captured
@@ -248,6 +254,15 @@ def builtin_transform_specs() -> list[TransformSpec]:
     return list(builtin_transforms_plugin().rllm_advantage_transforms())
 
 
+def builtin_shapers_plugin() -> ModuleType:
+    """The built-in reward shapers' plugin module (named, not imported: the shapers sit above this layer)."""
+    return importlib.import_module(BUILTIN_SHAPERS)
+
+
+def builtin_shaper_specs() -> list[ShaperSpec]:
+    return list(builtin_shapers_plugin().rllm_reward_shapers())
+
+
 def _builtin_provider() -> Provider:
     try:
         version: str | None = metadata.version("rllm-plugins")
@@ -260,10 +275,14 @@ def _builtin_state() -> PluginState:
     provider = _builtin_provider()
     specs = list(builtin_specs())
     estimators = {n: Estimator(s, provider) for s in specs for n in s.names}
-    transform_specs = builtin_transform_specs()
-    record = PluginRecord("builtin", provider.distribution, provider.version, estimators=[s.name for s in specs], transforms=[s.name for s in transform_specs])
+    transform_specs, shaper_specs = builtin_transform_specs(), builtin_shaper_specs()
+    record = PluginRecord(
+        "builtin", provider.distribution, provider.version, estimators=[s.name for s in specs], transforms=[s.name for s in transform_specs],
+        shapers=[s.name for s in shaper_specs],
+    )  # fmt: skip
     transforms = {s.name: Transform(s, provider) for s in transform_specs}
-    return PluginState(pluggy.PluginManager(hookspecs.PROJECT), [record], estimators, {}, transforms)
+    shapers = {s.name: Shaper(s, provider) for s in shaper_specs}
+    return PluginState(pluggy.PluginManager(hookspecs.PROJECT), [record], estimators, {}, transforms, shapers=shapers)
 
 
 def _scan(group: str) -> list[tuple[metadata.EntryPoint, str | None, str | None]]:
@@ -295,8 +314,8 @@ def strict() -> bool:
 
 
 def _specs_of(manager: pluggy.PluginManager, plugin_name: str, hook: str = "rllm_adv_estimators") -> list[Any]:
-    """Call one plugin's implementation of ``hook`` and check what it returns (estimator or transform specs)."""
-    kind = AdvEstimatorSpec if hook == "rllm_adv_estimators" else TransformSpec
+    """Call one plugin's implementation of ``hook`` and check what it returns (estimator, transform or shaper specs)."""
+    kind = {"rllm_adv_estimators": AdvEstimatorSpec, "rllm_advantage_transforms": TransformSpec, "rllm_reward_shapers": ShaperSpec}[hook]
     specs: list[Any] = []
     for impl in getattr(manager.hook, hook).get_hookimpls():
         if impl.plugin_name != plugin_name:
@@ -341,7 +360,9 @@ def _check_distinct_names(specs: list[AdvEstimatorSpec], module: str) -> None:
             owner[name] = spec.name
 
 
-def _load_entry_point(manager: pluggy.PluginManager, ep: metadata.EntryPoint, provider: Provider) -> tuple[list[AdvEstimatorSpec], list[TransformSpec]]:
+def _load_entry_point(
+    manager: pluggy.PluginManager, ep: metadata.EntryPoint, provider: Provider
+) -> tuple[list[AdvEstimatorSpec], list[TransformSpec], list[ShaperSpec]]:
     with _importing(provider) as captured:
         plugin = ep.load()
     if not captured:  # a decorator-only module that user code imported before discovery
@@ -353,20 +374,53 @@ def _load_entry_point(manager: pluggy.PluginManager, ep: metadata.EntryPoint, pr
             _check_implements_the_hook(manager, plugin, ep.value)
         specs = [s for s in captured if isinstance(s, AdvEstimatorSpec)] + _specs_of(manager, registered)
         transforms = [s for s in captured if isinstance(s, TransformSpec)] + _specs_of(manager, registered, "rllm_advantage_transforms")
+        shapers = [s for s in captured if isinstance(s, ShaperSpec)] + _specs_of(manager, registered, "rllm_reward_shapers")
         _check_distinct_names(specs, ep.value)
-        _check_distinct_transform_names(transforms, ep.value)
-        return specs, transforms
+        _check_distinct_kind_names(transforms, ep.value, "transform")
+        _check_distinct_kind_names(shapers, ep.value, "reward shaper")
+        return specs, transforms, shapers
     except Exception:
         manager.unregister(name=registered)
         raise
 
 
-def _check_distinct_transform_names(specs: list[TransformSpec], module: str) -> None:
-    """One plugin must not offer a transform name twice."""
+def _check_distinct_kind_names(specs: list[TransformSpec] | list[ShaperSpec], module: str, kind: str) -> None:
+    """One plugin must not offer a transform (or reward shaper) name twice."""
     names = [spec.name for spec in specs]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise ValueError(f"{module!r} offers the transform name(s) {twice} twice; give each transform its own name")
+        raise ValueError(f"{module!r} offers the {kind} name(s) {twice} twice; give each {kind} its own name")
+
+
+Offers = dict[str, list[tuple[Any, Provider, PluginRecord]]]  # name -> (spec, provider, record) of each plugin that offers it
+
+
+def _settle(offers: Offers, kind: str, wrap: Callable[[Any, Provider], Any]) -> tuple[dict[str, Any], dict[str, list[Provider]]]:
+    """The names ``offers`` makes selectable (one provider each, wrapped) and the conflicting ones (several providers)."""
+    chosen: dict[str, Any] = {}
+    conflicts: dict[str, list[Provider]] = {}
+    for name, offered in offers.items():
+        providers = list(dict.fromkeys(p for _, p, _ in offered))
+        if len(providers) == 1:
+            chosen[name] = wrap(offered[0][0], providers[0])
+            continue
+        conflicts[name] = providers
+        for _, _, record in offered:
+            record.status = "conflict"
+            record.error = f"{kind} {name!r} is also offered by " + ", ".join(str(p) for p in providers if p.plugin != record.name)
+    return chosen, conflicts
+
+
+def _offer(offers: Offers, specs: list[Any], names: list[str], builtin: set[str], kind: str, provider: Provider, record: PluginRecord) -> None:
+    """Add a plugin's transforms or shapers to ``offers`` (their names to ``names``); a built-in name is refused with a warning."""
+    for spec in specs:
+        names.append(spec.name)
+        if spec.name in builtin:
+            record.status = "conflict"
+            record.error = f"{spec.name!r} is a built-in {kind} name and cannot be taken by a plugin"
+            warnings.warn(f"rllm_plugins: {provider} offers the {kind} {spec.name!r}, a built-in name; its version is ignored", RuntimeWarning, stacklevel=3)
+            continue
+        offers.setdefault(spec.name, []).append((spec, provider, record))
 
 
 def _plugin_location(error: BaseException, ep: metadata.EntryPoint) -> str | None:
@@ -392,9 +446,11 @@ def _build() -> PluginState:
     manager.add_hookspecs(hookspecs)
     manager.register(builtin_plugin(), name="builtin")
     manager.register(builtin_transforms_plugin(), name="builtin_transforms")
+    manager.register(builtin_shapers_plugin(), name="builtin_shapers")
     builtin_names = set(state.estimators)
-    builtin_transform_names = set(state.transforms)
-    transform_offers: dict[str, list[tuple[TransformSpec, Provider, PluginRecord]]] = {}
+    builtin_transform_names, builtin_shaper_names = set(state.transforms), set(state.shapers)
+    transform_offers: Offers = {}
+    shaper_offers: Offers = {}
     disabled, is_strict = _env_list(DISABLE_ENV), strict()
 
     offers: dict[str, list[tuple[AdvEstimatorSpec, Provider, PluginRecord]]] = {}
@@ -408,7 +464,7 @@ def _build() -> PluginState:
             record.status = "disabled"
             continue
         try:
-            specs, transforms = _load_entry_point(manager, ep, provider)
+            specs, transforms, shapers = _load_entry_point(manager, ep, provider)
         except Exception as e:
             location = _plugin_location(e, ep)
             message = f"{type(e).__name__}: {e}" + (f" (at {location})" if location else "")
@@ -434,16 +490,8 @@ def _build() -> PluginState:
                     warnings.warn(f"rllm_plugins: {provider} offers {name!r}, a built-in name; its version is ignored", RuntimeWarning, stacklevel=2)
                     continue
                 offers.setdefault(name, []).append((spec, provider, record))
-        for transform in transforms:
-            record.transforms.append(transform.name)
-            if transform.name in builtin_transform_names:
-                record.status = "conflict"
-                record.error = f"{transform.name!r} is a built-in transform name and cannot be taken by a plugin"
-                warnings.warn(
-                    f"rllm_plugins: {provider} offers the transform {transform.name!r}, a built-in name; its version is ignored", RuntimeWarning, stacklevel=2
-                )
-                continue
-            transform_offers.setdefault(transform.name, []).append((transform, provider, record))
+        _offer(transform_offers, transforms, record.transforms, builtin_transform_names, "transform", provider, record)
+        _offer(shaper_offers, shapers, record.shapers, builtin_shaper_names, "reward shaper", provider, record)
 
     conflicts: dict[str, list[Provider]] = {}
     for name, offered in offers.items():
@@ -456,15 +504,10 @@ def _build() -> PluginState:
             record.status = "conflict"
             record.error = f"{name!r} is also offered by " + ", ".join(str(p) for p in providers if p.plugin != record.name)
     state.conflicts = conflicts
-    for name, offered_transforms in transform_offers.items():
-        providers = list(dict.fromkeys(p for _, p, _ in offered_transforms))
-        if len(providers) == 1:
-            state.transforms[name] = Transform(offered_transforms[0][0], providers[0])
-            continue
-        state.transform_conflicts[name] = providers
-        for _, _, record in offered_transforms:
-            record.status = "conflict"
-            record.error = f"transform {name!r} is also offered by " + ", ".join(str(p) for p in providers if p.plugin != record.name)
+    chosen, state.transform_conflicts = _settle(transform_offers, "transform", Transform)
+    state.transforms.update(chosen)
+    chosen, state.shaper_conflicts = _settle(shaper_offers, "reward shaper", Shaper)
+    state.shapers.update(chosen)
     _warn_user_overrides(state)
     return state
 

@@ -23,10 +23,12 @@ _EMPTY = inspect.Parameter.empty
 __all__ = [
     "SelectedTransform",
     "check_available_context",
+    "entry_list",
     "narrow_dtype",
     "narrow_dtype_message",
     "resolve_transforms",
     "split_chain",
+    "split_entry",
     "trial_call",
     "trial_context",
 ]
@@ -45,17 +47,32 @@ class SelectedTransform:
         return self.transform.spec.name
 
 
-def _split(entry: Any, where: str) -> tuple[str, dict[str, Any]]:
+def split_entry(entry: Any, where: str, kind: str = "transform") -> tuple[str, dict[str, Any]]:
+    """``(name, options)`` of one entry of a list of transforms (or of another plugin kind: ``kind`` names it in errors)."""
     if isinstance(entry, str):
         return entry, {}
     if isinstance(entry, Mapping):
         if "name" not in entry:
-            raise ValueError(f"{where}: a mapping entry needs a 'name' key (the transform's name), got {dict(entry)!r}")
+            raise ValueError(f"{where}: a mapping entry needs a 'name' key (the {kind}'s name), got {dict(entry)!r}")
         options = {str(k): v for k, v in entry.items() if k != "name"}
         return entry["name"], options
     if isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], Mapping):
         return entry[0], {str(k): v for k, v in entry[1].items()}
     raise ValueError(f"{where}: an entry is 'name', ('name', {{options}}) or {{'name': ..., **options}}, got {entry!r}")
+
+
+def entry_list(entries: Any, where: str, kind: str = "transform") -> Sequence[Any]:
+    """``entries`` as a list of entries: a list as it is, a JSON string holding one (command lines) or one name read."""
+    if isinstance(entries, str):
+        import json  # only for entries given as text: not paid by `import rllm_plugins`
+
+        try:
+            entries = json.loads(entries) if entries.strip().startswith("[") else [entries]
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not a JSON list of {kind}s: {e}") from None
+    if isinstance(entries, (str, bytes, Mapping)) or not isinstance(entries, Sequence):
+        raise ValueError(f"{where} must be a list of {kind}s ('name', ('name', {{options}}) or {{'name': ..., **options}}), got {entries!r}")
+    return entries
 
 
 def trial_context(level: str) -> dict[str, Any]:
@@ -105,20 +122,12 @@ def resolve_transforms(entries: Any, where: str, *, trial: bool = True) -> tuple
     """The transforms ``entries`` selects, checked: names known, options known, each tried once on a small input (``trial``)."""
     if entries is None:
         return ()
-    if isinstance(entries, str):
-        import json  # only for entries given as text: not paid by `import rllm_plugins`
-
-        try:
-            entries = json.loads(entries) if entries.strip().startswith("[") else [entries]
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{where}: not a JSON list of transforms: {e}") from None
-    if isinstance(entries, (str, bytes, Mapping)) or not isinstance(entries, Sequence):
-        raise ValueError(f"{where} must be a list of transforms ('name', ('name', {{options}}) or {{'name': ..., **options}}), got {entries!r}")
+    entries = entry_list(entries, where)
     selected: list[SelectedTransform] = []
     seen: dict[str, int] = {}
     for i, entry in enumerate(entries):
         here = f"{where}[{i}]"
-        name, options = _split(entry, here)
+        name, options = split_entry(entry, here)
         try:
             transform = get_transform(name)
         except ValueError as e:

@@ -48,9 +48,11 @@ def test_plugins_json_reports_every_status(cli_env, plugin_site):
         "status": "active",
         "estimators": ["scaled_baseline"],
         "transforms": [],
+        "shapers": [],
         "error": None,
     }
     assert rows["fixture_transform"]["transforms"] == ["recentre"] and rows["fixture_transform"]["estimators"] == []
+    assert rows["fixture_transform"]["shapers"] == ["brevity"]
     assert rows["fixture_broken"]["error"] == (
         f"ModuleNotFoundError: No module named 'rllm_fixture_missing_dependency' (at {plugin_site}/rllm_fixture_broken/__init__.py:3)"
     )

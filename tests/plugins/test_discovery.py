@@ -73,7 +73,7 @@ def test_every_entry_point_is_recorded_with_distribution_version_status_and_esti
         "fixture_grpo_taker": ("rllm-fixture-grpo-taker", "0.1.0", "conflict", ["grpo"]),
         "fixture_legacy": ("rllm-fixture-legacy", "0.5.0", "active", ["legacy_max_baseline"]),
         "fixture_raises": ("rllm-fixture-raises", "0.2.0", "active", ["always_fails"]),
-        "fixture_transform": ("rllm-fixture-transform", "0.4.0", "active", []),
+        "fixture_transform": ("rllm-fixture-transform", "0.4.0", "active", []),  # a transform and a shaper, no estimator
         "median_baseline": ("rllm-median-baseline", "0.1.0", "active", ["median_baseline"]),
     }
 
@@ -172,7 +172,7 @@ def test_rllm_adv_estimators_hook_collects_specs_from_every_loaded_plugin(load_p
 
 def test_every_hook_is_documented_in_its_spec_and_in_the_plugin_guide():
     hooks = [name for name in dir(hookspecs) if name.startswith("rllm_") and hasattr(getattr(hookspecs, name), "rllm_plugins_spec")]
-    assert hooks == ["rllm_adv_estimators", "rllm_advantage_transforms"]
+    assert hooks == ["rllm_adv_estimators", "rllm_advantage_transforms", "rllm_reward_shapers"]
     guide = DOCS.read_text()
     for name in hooks:
         assert getattr(hookspecs, name).__doc__
@@ -193,6 +193,27 @@ def test_a_plugin_offering_only_a_transform_loads_and_its_transform_runs_in_the_
     # reinforce gives the rewards; recentre subtracts half of each group's mean
     assert [t.steps[0].advantage for t in groups[0].trajectories] == pytest.approx([1.0 - 0.5 / 3, -0.5 / 3, -0.5 / 3])
     assert [t.steps[0].advantage for t in groups[1].trajectories] == pytest.approx([2.0 - 1.75, 5.0 - 1.75])
+
+
+def test_a_plugins_reward_shaper_is_selectable_by_name_and_shapes_the_rewards_the_estimator_sees(load_plugins):
+    load_plugins()
+    from rllm_plugins import AlgorithmConfig, Step, Trajectory, TrajectoryGroup, collect_reward_and_advantage_from_trajectory_groups
+    from rllm_plugins.shaping import get_reward_shaper
+
+    assert str(get_reward_shaper("brevity").provider) == "plugin 'fixture_transform' (distribution rllm-fixture-transform 0.4.0)"
+    lengths, rewards = [[2, 4], [3, 1, 6]], [[1.0, 1.0], [0.0, 1.0, 1.0]]
+    groups = [
+        TrajectoryGroup([Trajectory(steps=[Step(response_ids=[7] * n)], reward=r) for n, r in zip(ns, rs)], group_id=f"q{k}")
+        for k, (ns, rs) in enumerate(zip(lengths, rewards))
+    ]
+    config = AlgorithmConfig(estimator="reinforce", reward_shapers=[{"name": "brevity", "weight": 0.5}])
+    metrics = collect_reward_and_advantage_from_trajectory_groups(groups, config)
+    # reinforce's advantage is the reward the estimator saw: the reward minus half the answer's share of its group's longest
+    assert [t.steps[0].advantage for t in groups[0].trajectories] == pytest.approx([1.0 - 0.5 * 2 / 4, 1.0 - 0.5])
+    assert [t.steps[0].advantage for t in groups[1].trajectories] == pytest.approx([-0.5 * 3 / 6, 1.0 - 0.5 / 6, 1.0 - 0.5])
+    assert metrics["reward/all_groups/mean"] == pytest.approx(0.8)  # the raw rewards, never the shaped ones
+    assert metrics["shaping/all_groups/brevity/min"] == pytest.approx(-0.5)
+    assert "shapers brevity{\"weight\":0.5} [rllm-fixture-transform 0.4.0]" in metrics.provenance_line
 
 
 @pytest.mark.parametrize(("typo", "meant"), [("rllm_adv_estimator", "rllm_adv_estimators"), ("rllm_advantage_transform", "rllm_advantage_transforms")])

@@ -74,6 +74,7 @@ def test_plugins_lists_an_entry_point_under_a_misspelt_group_as_misplaced(mistak
         "status": "misplaced",
         "estimators": [],
         "transforms": [],
+        "shapers": [],
         "error": MISPLACED,
     }
     verl = rows[("fixture_misplaced", "misplaced")]["error"]
