@@ -6,7 +6,7 @@
 registered estimator (its options as ``algorithm.rllm_estimator_kwargs``), verl's own estimators by their names, the
 advantage transforms as ``algorithm.rllm_advantage_transforms``. Each row's output is the ``(B, T)`` advantages the
 call leaves in the batch; verl's own estimators are checked against the registered estimators that reproduce them
-(:data:`OWN`).
+(:data:`OWN`), to float32's tolerance at least (they compute in float32 even on float64 rewards).
 """
 
 from __future__ import annotations
@@ -100,5 +100,6 @@ def paths() -> list[BenchPath]:
             own=OWN,
             own_default=OWN_DEFAULT,
             devices=("cpu", "cuda"),
+            own_precision="float32",  # verl's own estimators compute in float32 whatever the rewards' dtype (their eps, their std)
         )
     ]

@@ -81,8 +81,9 @@ class BenchResult:
         return asdict(self)
 
 
-def _tolerance(dtype: str, path: BenchPath) -> float:
-    return RTOL.get(path.precision or dtype, 1e-9)
+def _tolerance(dtype: str, path: BenchPath, own: bool) -> float:
+    rtol = RTOL.get(path.precision or dtype, 1e-9)
+    return max(rtol, RTOL.get(path.own_precision, 0.0)) if own and path.own_precision else rtol
 
 
 def gate(batch: BenchBatch, path: BenchPath, request: Request, reference: str, row: Row, transforms: Sequence[Any], dtype: str) -> str:
@@ -99,7 +100,7 @@ def gate(batch: BenchBatch, path: BenchPath, request: Request, reference: str, r
     if got.shape != want.shape:
         return f"{who}: gave advantages of shape {got.shape}, the collector {want.shape}"
     finite = np.abs(want[np.isfinite(want)])
-    rtol = _tolerance(dtype, path)
+    rtol = _tolerance(dtype, path, request.own)
     bad = ~np.isclose(got, want, rtol=rtol, atol=rtol * max(float(finite.max()) if finite.size else 0.0, 1e-300))
     if not bad.any():
         return ""

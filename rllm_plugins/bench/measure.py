@@ -41,6 +41,7 @@ def _passes_class() -> type:
 
     factories = (torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default)  # allocate, write nothing
     gathers = (torch.ops.aten.index_select.default, torch.ops.aten.index.Tensor)  # read only the rows they return
+    copies = (torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default, torch.ops.aten._copy_from.default)  # what moves data between devices
 
     class Passes(TorchDispatchMode):
         def __init__(self, numel: int) -> None:
@@ -68,7 +69,7 @@ def _passes_class() -> type:
             for o in outputs:
                 if func not in factories:
                     self.written[_storage(o)] += o.numel()
-                    source = next((d for d in devices if d != o.device), None)
+                    source = next((d for d in devices if d != o.device), None) if func in copies else None  # a CPU scalar in a CUDA op moves nothing
                     if source is not None and (source.type == "cpu") != (o.device.type == "cpu"):
                         self.copies.append((str(source), str(o.device), o.numel() * o.element_size()))
             self.kept.extend(outputs)  # alive until the end: no later tensor reuses a storage address

@@ -86,6 +86,7 @@ class BenchPath:
     devices: tuple[str, ...] = ("cpu",)
     dtypes: tuple[str, ...] = ("float32", "float64", "bfloat16", "float16")
     precision: str | None = None  # the float type it computes in whatever the rewards' dtype (None: theirs): the gate's tolerance
+    own_precision: str | None = None  # the narrowest float type the framework's own estimators compute in, if narrower than the rewards'
 
     def own_label(self, name: str) -> str:
         return f"{self.framework}:{name}"
