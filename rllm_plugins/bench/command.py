@@ -142,6 +142,36 @@ def config_from_args(args: argparse.Namespace) -> Any:
     if not args.budget >= 0:
         raise BenchUsageError(f"--budget must be 0 or more seconds, got {args.budget}")
     device = _device(args.device)
+    options: dict[str, dict[str, Any]] = {}
+    for given in args.options:
+        name, sep, text = given.partition("=")
+        if not sep:
+            raise BenchUsageError(f"--options {given}: NAME=JSON, e.g. gigpo='{{\"gamma\": 0.95}}'")
+        options[name.strip()] = _json_object(text, f"--options {name.strip()}")
+    estimators = [n for n in _names(args.estimators) if n != "none"]
+    unused = sorted(set(options) - set(estimators))
+    if unused:
+        raise BenchUsageError(f"--options {unused[0]}: not among --estimators ({', '.join(estimators)})")
+    chosen: list[tuple[str, dict[str, Any]]] = []
+    for name in estimators:
+        try:
+            estimator = registry.get_estimator(name)
+        except (registry.UnknownEstimatorError, registry.EstimatorConflictError) as e:
+            raise BenchUsageError(_one_line(e)) from None
+        given = options[name] if name in options else _sample_options(name)
+        try:
+            check_given_options(name, estimator, given, where=f"--options {name}", norm_field="the framework's norm_adv_by_std_in_grpo (the bench passes True)")
+        except ValueError as e:
+            raise BenchUsageError(_one_line(e)) from None
+        chosen.append((name, given))
+    transforms = tuple(_transform(t) for t in args.transform)
+    if transforms:
+        from ..transforms import resolve_transforms
+
+        try:
+            resolve_transforms([[n, o] for n, o in transforms], "--transform")
+        except ValueError as e:
+            raise BenchUsageError(_one_line(e)) from None
     found = available_paths()
     frameworks = [name for name, p in found.items() if name != "core" and not isinstance(p, str) and device.split(":")[0] in p.devices]
     names = _names(args.paths) if args.paths else (frameworks or ["core"])
@@ -157,28 +187,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         if args.dtype not in path.dtypes:
             raise BenchUsageError(f"--paths {name}: it takes {', '.join(path.dtypes)} rewards, not {args.dtype}")
         paths[name] = path
-    options: dict[str, dict[str, Any]] = {}
-    for given in args.options:
-        name, sep, text = given.partition("=")
-        if not sep:
-            raise BenchUsageError(f"--options {given}: NAME=JSON, e.g. gigpo='{{\"gamma\": 0.95}}'")
-        options[name.strip()] = _json_object(text, f"--options {name.strip()}")
-    estimators = _names(args.estimators)
-    unused = sorted(set(options) - set(estimators))
-    if unused:
-        raise BenchUsageError(f"--options {unused[0]}: not among --estimators ({', '.join(estimators)})")
-    requests: list[Request] = []
-    for name in estimators:
-        try:
-            estimator = registry.get_estimator(name)
-        except (registry.UnknownEstimatorError, registry.EstimatorConflictError) as e:
-            raise BenchUsageError(_one_line(e)) from None
-        given = options[name] if name in options else _sample_options(name)
-        try:
-            check_given_options(name, estimator, given, where=f"--options {name}", norm_field="the framework's norm_adv_by_std_in_grpo (the bench passes True)")
-        except ValueError as e:
-            raise BenchUsageError(_one_line(e)) from None
-        requests += [Request(path, name, given) for path in paths]
+    requests = [Request(path, name, given) for name, given in chosen for path in paths]
     own = [n for n in _names(args.own) if n != "none"] if args.own else None
     if own:
         checked = sorted({n for p in paths.values() for n in p.own})
@@ -190,14 +199,6 @@ def config_from_args(args: argparse.Namespace) -> Any:
     for path in paths.values():
         wanted = path.own_default if own is None else own
         requests += [Request(path.name, n, {}, own=True) for n in wanted if n in path.own]
-    transforms = tuple(_transform(t) for t in args.transform)
-    if transforms:
-        from ..transforms import resolve_transforms
-
-        try:
-            resolve_transforms([[n, o] for n, o in transforms], "--transform")
-        except ValueError as e:
-            raise BenchUsageError(_one_line(e)) from None
     if not requests:
         raise BenchUsageError("nothing to run: name --estimators or --own")
     return BenchConfig(
