@@ -147,8 +147,9 @@ def plugin_rows() -> list[dict[str, Any]]:
     """
     from .discovery.mistakes import misplaced_entry_points
 
+    offers: dict[str, Any] = {"estimators": [], "transforms": [], "shapers": []}
     misplaced = [
-        {"name": m.name, "distribution": m.distribution, "version": m.version, "status": "misplaced", "estimators": [], "transforms": [], "shapers": [], "error": str(m)}
+        {"name": m.name, "distribution": m.distribution, "version": m.version, "status": "misplaced", **offers, "error": str(m)}
         for m in misplaced_entry_points()
     ]
     return [record.as_dict() for record in manager.plugin_state().records] + misplaced

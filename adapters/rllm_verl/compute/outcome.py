@@ -35,6 +35,7 @@ from rllm_verl.compute.multi_objective import reward_key_options, reward_table
 from rllm_verl.compute.order import scan_order
 from rllm_verl.compute.rows import group_rows
 from rllm_verl.compute.sessions import Sessions, session_layout
+from rllm_verl.compute.shaping import shapers_of, unit_shapers
 from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
 from rllm_verl.compute.steps import StepSources, compute_rllm_step_advantage, step_sources
 from rllm_verl.compute.tokens import check_has_tokens, mask_lengths, reward_sums, rows_with_tokens, write_advantages
@@ -88,8 +89,9 @@ def estimator_options(config: Any, where: str, selected: Mapping[str, Estimator]
 def verl_provenance(estimator: Estimator, options: Mapping[str, Any], config: Any) -> dict[str, Any]:
     """Which code an ``rllm_*`` estimator's advantages come from (:func:`rllm_plugins.provenance.provenance`): ``estimator``
     under verl's one role, its ``options`` (:func:`estimator_options`) and ``algorithm.rllm_advantage_transforms`` of ``config``;
-    the record each advantage step prints as one line, and ``verl-check`` and ``verl-rehearse`` report."""
-    return provenance({VERL_ROLE: estimator}, transforms_of(config), options)
+    the record each advantage step prints as one line, and ``verl-check`` and ``verl-rehearse`` report; with
+    ``algorithm.rllm_reward_shapers``, the shapers."""
+    return provenance({VERL_ROLE: estimator}, transforms_of(config), options, shapers_of(config))
 
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -278,16 +280,18 @@ def _outcome(
     wording = Wording(f"{units} with model tokens" if live is not None else units, not_finite)
     state = verl_estimator_state() if needs.state else None
     values = scores if layout.identity else scores[layout.final_rows]
+    shapers = unit_shapers(config, index, response_mask, layout)
     grouped, commit = run_outcome(
         call, values, layout.unit_offsets, wording=wording, role=VERL_ROLE, state=state, lengths=lengths if needs.lengths else None,
-        live=live, combine=combine, transforms=transforms,
+        live=live, combine=combine, transforms=transforms, shapers=shapers,
     )  # fmt: skip
     advantages = layout.to_rows(grouped)
     check_representable(advantages, dtype, where, index)
     check_token_part(config, index)  # before the commit: a run the token part will refuse leaves the state as it was
     commit()  # every check passed
-    if transforms is not None:
-        publish_current(transforms.metrics, prefix="rllm/")
+    for stage in (shapers, transforms):
+        if stage is not None:
+            publish_current(stage.metrics, prefix="rllm/")
     out = write_advantages(advantages, response_mask.to(token_level_rewards.device), dtype)
     return out, out
 

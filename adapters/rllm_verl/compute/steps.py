@@ -35,6 +35,7 @@ from rllm_plugins.steps.anchors import TokenIds, anchor_ids
 from rllm_plugins.steps.diagnostics import turn_metrics
 from rllm_plugins.steps.turns import PROMPT_ANCHOR, Turns, coded_states, find_turns, spread_to_tokens, turn_anchor_codes, turn_rewards
 from rllm_verl.compute.order import rollout_order
+from rllm_verl.compute.shaping import unit_shapers
 from rllm_verl.compute.state import VERL_ROLE, verl_estimator_state
 from rllm_verl.compute.tokens import check_has_tokens
 from rllm_verl.compute.transforms import SCORES_KEY, check_token_part, names_context, unit_transforms
@@ -277,15 +278,17 @@ def compute_rllm_step_advantage(
     transforms = unit_transforms(config)  # the unit part of the transforms, one unit per turn (as the collector's step level)
     if transforms is not None:
         transforms.context = {"lengths": step_tokens, "scores": _turn_scores(transforms, index, turns, turn_order)}
+    shapers = unit_shapers(config, index, response_mask, episodes, turns.per_row.astype(np.float64))  # one unit per episode
     grouped, grouped_returns, commit = run_steps(
-        call, batch, wording=Wording("steps", not_finite), role=VERL_ROLE, state=state, context=added, transforms=transforms
+        call, batch, wording=Wording("steps", not_finite), role=VERL_ROLE, state=state, context=added, transforms=transforms, shapers=shapers
     )
     per_turn = _checked_per_turn(grouped, turn_order, "advantage", where, index, turns, dtype)
     per_turn_returns = per_turn if grouped_returns is None else _checked_per_turn(grouped_returns, turn_order, "return", where, index, turns, dtype)
     check_token_part(config, index)  # before the commit: a run the token part will refuse leaves the state as it was
     commit()  # every check passed
-    if transforms is not None:
-        publish_current(transforms.metrics, prefix="rllm/")
+    for stage in (shapers, transforms):
+        if stage is not None:
+            publish_current(stage.metrics, prefix="rllm/")
     episode_steps = row_steps[episodes.row_offsets]  # turn t of an episode: of a session, across its outputs
     add_turn_metrics(lambda: {f"rllm/{k}": v for k, v in turn_metrics(grouped, step_rewards[turn_order], episode_steps).items()})
     device = token_level_rewards.device

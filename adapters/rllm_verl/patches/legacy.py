@@ -12,7 +12,8 @@ The original function is then called with the same arguments,
 so every estimator, ours included, receives exactly the keyword arguments verl gives it. Then, when
 ``algorithm.rllm_advantage_transforms`` lists transforms, they run on the advantages verl's call wrote
 (:mod:`rllm_verl.compute.transforms`): all of them after verl's own estimators, the token part after ``rllm_*`` ones
-(whose run applied the rest); v1 reaches this function too. It is
+(whose run applied the rest); ``algorithm.rllm_reward_shapers`` shape the rewards verl's own estimators read for the length
+of the call (:func:`rllm_verl.compute.shaping.own_shaping`); v1 reaches this function too. It is
 installed like every verl extension (:mod:`rllm_verl.extension`: lazily, guarded by verl 0.9's signature,
 once, never raising), in the module that defines the function and in every module that imported it by name; opt out
 with ``RLLM_PLUGINS_VERL_REWARD_KEYS=0`` (which also turns the transforms off).
@@ -20,11 +21,13 @@ with ``RLLM_PLUGINS_VERL_REWARD_KEYS=0`` (which also turns the transforms off).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
 
+from rllm_verl.compute.shaping import own_shaping
 from rllm_verl.compute.transforms import transform_configured
 from rllm_verl.context import LEGACY_EXTENSION, REWARD_KEYS_ENV, processing
 from rllm_verl.extension import ADVANTAGE_PARAMETERS, NO_DEFAULT, Extension
@@ -45,10 +48,12 @@ def extend(original: Callable[..., Any]) -> Callable[..., Any]:
             given = signature.bind(data, *args, **kwargs).arguments  # the arguments passed, not their defaults
         except TypeError:  # verl's own function will say what is wrong with the call
             given = {}
-        with processing(data, given):
+        ours = rllm_name(given.get("adv_estimator")) is not None
+        # algorithm.rllm_reward_shapers before verl's own estimator (an rllm_* estimator's run shapes its units itself)
+        with processing(data, given), contextlib.nullcontext() if ours else own_shaping(data, given.get("config")):
             out = original(data, *args, **kwargs)
         # algorithm.rllm_advantage_transforms after any estimator: an rllm_* estimator's run applied their unit part already
-        transform_configured(out, given.get("config"), units_done=rllm_name(given.get("adv_estimator")) is not None)
+        transform_configured(out, given.get("config"), units_done=ours)
         return out
 
     return compute_advantage

@@ -21,6 +21,7 @@ from typing import Any
 
 from rllm_verl.compute.outcome import compute_rllm_advantage
 from rllm_verl.compute.sessions import Sessions, first_outputs_only, parse_sessions
+from rllm_verl.compute.shaping import own_shaping, shapers_of
 from rllm_verl.compute.transforms import deferred, transform_configured, transforms_of
 from rllm_verl.context import processing
 from rllm_verl.extension import ADVANTAGE_PARAMETERS, NO_DEFAULT, Extension
@@ -50,17 +51,15 @@ def session_compute(name: str, data: Any, sessions: Sessions, config: Any, keys:
 
 
 def _verls_own(original: Callable[..., Any], data: Any, batch_keys: Any, adv_estimator: Any, *args: Any) -> Any:
-    """verl's own estimator through verl's function, the transforms deferred to after it: verl's ``grpo`` computes on each
+    """verl's own estimator through verl's function, the rewards shaped for its length and the transforms deferred to after it: verl's ``grpo`` computes on each
     session's final output (a sub-batch) and copies one value per row back, which would flatten a token-level transform
     applied inside. The transforms then see verl's units: a session where ``grpo`` broadcast one advantage over it, else
     each row."""
     from verl.trainer.ppo import core_algos
 
     config = args[-1]
-    if not transforms_of(config):  # nothing to defer: verl's function as it is
+    if not transforms_of(config) and not shapers_of(config):  # nothing to shape or defer: verl's function as it is
         return original(data, batch_keys, adv_estimator, *args)
-    with deferred():
-        out = original(data, batch_keys, adv_estimator, *args)
     sessions = None
     grpo = adv_estimator == core_algos.AdvantageEstimator.GRPO
     if grpo and batch_keys is not None and "uid" in data.non_tensor_batch and not first_outputs_only(batch_keys):
@@ -68,6 +67,8 @@ def _verls_own(original: Callable[..., Any], data: Any, batch_keys: Any, adv_est
             sessions = parse_sessions(list(batch_keys), data.non_tensor_batch["uid"])
         except ValueError:  # keys verl reads its own way: each row its own unit
             sessions = None
+    with deferred(), own_shaping(data, config, sessions):  # the whole batch shaped once, each session a unit under grpo
+        out = original(data, batch_keys, adv_estimator, *args)
     transform_configured(out, config, sessions=sessions)
     return out
 
