@@ -25,6 +25,7 @@ from rllm_plugins.estimators import check_group_size
 from rllm_plugins.estimators.trl_compat import trl_scaling
 from rllm_plugins.options import check_estimator_kwargs
 from rllm_plugins.registry import Estimator, available_estimators, get_estimator
+from rllm_plugins.shaping import SelectedShaper, check_shaper_context, resolve_shapers
 from rllm_plugins.spec import normalize_name, unapplied_loss_warning
 from rllm_plugins.transforms import SelectedTransform, check_available_context, resolve_transforms, split_chain
 from rllm_plugins.types import TrajectoryGroup
@@ -36,6 +37,7 @@ __all__ = [
     "advantage_settings",
     "check_adv_estimator_kwargs",
     "check_no_per_role_loss",
+    "check_trl_shapers",
     "check_trl_transforms",
     "role_name",
 ]
@@ -48,6 +50,7 @@ READ_FIELDS = (
     "adv_estimator_map",
     "adv_estimator_kwargs",
     "advantage_transforms",
+    "reward_shapers",
     "role_column",
     "norm_adv_by_std_in_grpo",
     "scale_rewards",
@@ -57,6 +60,8 @@ READ_FIELDS = (
     "beta",
 )
 TRANSFORMS_WHERE = "RLLMGRPOConfig.advantage_transforms"
+SHAPERS_WHERE = "RLLMGRPOConfig.reward_shapers"
+SHAPER_CONTEXT = {"offsets", "scores", "lengths", "input_lengths", "tool_lengths", "turns"}  # the gathered completions' (rllm_trl.trainer)
 SEQUENCE_CONTEXT = {"offsets", "rewards", "scores", "lengths", "turn_index", "traj_offsets", "role"}  # lengths: on the outcome path; scores: the rewards
 TOKEN_CONTEXT = {"mask", "logprobs", "ref_logprobs", "role", "sum_over_processes"}
 
@@ -79,6 +84,18 @@ def role_name(value: Any, where: str) -> str:
             f"so it would be read as the role {read_back!r}; rename the role without ':' (e.g. {name.replace(':', '_')!r})"
         )
     return name
+
+
+def check_trl_shapers(entries: Any, aggregation: str) -> tuple[SelectedShaper, ...]:
+    """Resolve ``reward_shapers`` at config time; refuse them with ``normalize_then_sum`` (several rewards per completion)."""
+    selected = resolve_shapers(entries, SHAPERS_WHERE)
+    check_shaper_context(selected, SHAPER_CONTEXT, SHAPERS_WHERE, "TRL")
+    if selected and aggregation == "normalize_then_sum":
+        raise ValueError(
+            f"{SHAPERS_WHERE}: reward shapers add to one reward per completion, and multi_objective_aggregation='normalize_then_sum' runs the "
+            "estimator on each reward function's: use 'sum_then_normalize' (the weighted sum, then the shapers' terms), or leave the shapers out"
+        )
+    return selected
 
 
 def check_trl_transforms(entries: Any, beta: float) -> tuple[SelectedTransform, ...]:
@@ -130,6 +147,7 @@ class AdvantageSettings:
     step_level: bool = False  # ``estimator`` gives one advantage per turn (:mod:`rllm_trl.turns`)
     selected: dict[str, Estimator] = field(default_factory=dict, compare=False, repr=False)  # each name above, resolved once
     transforms: tuple[Any, ...] = field(default=(), compare=False)  # advantage_transforms, resolved (rllm_trl.transforms)
+    shapers: tuple[Any, ...] = field(default=(), compare=False)  # reward_shapers, resolved (before the estimator)
 
     @property
     def options(self) -> dict[str, Any]:
@@ -142,7 +160,7 @@ class AdvantageSettings:
         from rllm_plugins.provenance import ALL_ROLES, provenance
 
         by_role = {ALL_ROLES: self.selected[self.estimator], **{role: self.selected[name] for role, name in self.estimator_map.items()}}
-        return provenance(by_role, self.transforms, self.options)
+        return provenance(by_role, self.transforms, self.options, self.shapers)
 
     def describe(self) -> str:
         """One line saying which estimator computes the advantages, from which provider, with which settings."""
@@ -160,6 +178,8 @@ class AdvantageSettings:
             parts.append(f"adv_estimator_kwargs={self.estimator_kwargs}")
         if self.trl_settings:
             parts.append(", ".join(f"{key}={value!r}" for key, value in self.trl_settings.items()))
+        if self.shapers:
+            parts.append("rewards shaped by " + ", ".join(f"{c.name}{dict(c.options) if c.options else ''}" for c in self.shapers))
         if self.transforms:
             parts.append("then " + ", ".join(f"{c.name}{dict(c.options) if c.options else ''}" for c in self.transforms))
         return "; ".join(parts)
@@ -216,6 +236,15 @@ class RLLMGRPOConfig(GRPOConfig):
             "string on the command line)."
         },
     )
+    reward_shapers: list[Any] | str | None = field(
+        default=None,
+        metadata={
+            "help": 'Reward shapers whose additive terms the estimator sees on each completion\'s reward, e.g. `[{"name": "dapo_overlong", '
+            '"max_length": 1024, "buffer": 256}]` (built-ins: `dapo_overlong`, `length_penalty`, `linear_length_penalty`, `efficiency_bonus`, '
+            "`group_length_penalty`, `turn_penalty`; `rllm-plugins shapers` lists them; a JSON string on the command line). The logged "
+            "rewards stay the reward functions'; each term is logged as `shaping/<role>/<term>/*`."
+        },
+    )
     role_column: str | None = field(
         default=None,
         metadata={
@@ -255,6 +284,7 @@ class RLLMGRPOConfig(GRPOConfig):
             "estimator_kwargs": kwargs,
             "multi_objective_aggregation": self.multi_objective_aggregation,
             "advantage_transforms": [{"name": c.name, **c.options} for c in settings.transforms],
+            "reward_shapers": [{"name": c.name, **c.options} for c in settings.shapers],
         }
         return check_no_per_role_loss(build_algorithm_config(node, self.adv_estimator_map))
 
@@ -398,6 +428,7 @@ def _resolve(args: Any) -> AdvantageSettings:
         if line is not None:
             overridden.append(line)
     transforms = check_trl_transforms(getattr(args, "advantage_transforms", None), getattr(args, "beta", 0.0))
+    shapers = check_trl_shapers(getattr(args, "reward_shapers", None), aggregation)
     return AdvantageSettings(
         estimator=estimator,
         estimator_map=estimator_map,
@@ -410,6 +441,7 @@ def _resolve(args: Any) -> AdvantageSettings:
         step_level=step_level,
         selected=selected,
         transforms=transforms,
+        shapers=shapers,
     )
 
 

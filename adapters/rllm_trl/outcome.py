@@ -34,6 +34,7 @@ from rllm_plugins.diagnostics import batch_diagnostics
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.run import Call, Commit, Wording, run_outcome
 from rllm_plugins.segments import offsets_from_sizes
+from rllm_plugins.shaping.stage import Shapers
 from rllm_plugins.spec import Estimator
 from rllm_plugins.state.store import EstimatorState
 from rllm_plugins.transforms.stage import Transforms
@@ -202,11 +203,13 @@ def _estimate_role(
     state: EstimatorState | None = None,
     commits: list[Commit] | None = None,
     transforms: Transforms | None = None,
+    shapers: Shapers | None = None,
 ) -> tuple[np.ndarray | slice, np.ndarray]:
     """Run estimator ``name`` over the scorable rows of role ``role``'s groups: (rows, advantages of those rows).
 
-    A stateful estimator starts from ``state`` (nothing when None) and puts its commit into ``commits``; ``transforms``
-    run on those rows (``lengths`` the completions').
+    A stateful estimator starts from ``state`` (nothing when None) and puts its commit into ``commits``; ``shapers``
+    (their context one value per completion of the batch) shape those rows' rewards first, ``transforms`` run on those
+    rows after (``lengths`` the completions').
     """
     G = batch.num_generations  # noqa: N806 - the paper's name
     single_role = len(batch.roles) == 1
@@ -241,6 +244,7 @@ def _estimate_role(
         task_ids=None if batch.task_ids is None else batch.task_ids[rows],
         settings=trl_settings,
         transforms=None if transforms is None else replace(transforms, context={"lengths": None if batch.lengths is None else batch.lengths[rows]}),
+        shapers=None if shapers is None else replace(shapers, context={k: None if v is None else v[rows] for k, v in shapers.context.items()}),
     )
     if commits is not None:
         commits.append(commit)
@@ -291,6 +295,7 @@ def compute_advantages(
     state: EstimatorState | None = None,
     transforms: Transforms | None = None,
     selected: Mapping[str, Estimator] | None = None,
+    shapers: Shapers | None = None,
 ) -> np.ndarray:
     """Advantages float64 ``(N,)`` of a :class:`RewardBatch`: 0 on unscorable rows.
 
@@ -302,7 +307,9 @@ def compute_advantages(
     role's estimator succeeded. Stateful estimators (``rae``) continue ``state`` (one per estimator
     and role), updated only when every role succeeded; with ``state=None`` they start from nothing.
     ``transforms`` (``RLLMGRPOConfig.advantage_transforms``' sequence part) run in each role's run on its
-    scorable rows, grouped by prompt; their metrics go into ``transforms.metrics``. ``selected``: the names already
+    scorable rows, grouped by prompt; their metrics go into ``transforms.metrics``. ``shapers``
+    (``RLLMGRPOConfig.reward_shapers``, their context one value per row) shape each role's scorable rewards before its
+    estimator (not with ``normalize_then_sum``); their metrics go into ``shapers.metrics``. ``selected``: the names already
     resolved (the trainer's settings, resolved once); a name not in it is looked up.
     """
     gdpo = check_aggregation(aggregation) == "normalize_then_sum"
@@ -320,9 +327,11 @@ def compute_advantages(
         name = estimator_map.get(label, estimator)
         resolved = selected[name] if selected is not None and name in selected else get_estimator(name)
         if gdpo:
+            if shapers is not None and shapers.selected:
+                raise ValueError(f"{shapers.where}: reward shapers add to one reward per completion; normalize_then_sum runs on each function's")
             rows, values = _normalize_then_sum_role(batch, role, name, resolved, options, transforms)
         else:
-            rows, values = _estimate_role(batch, role, name, resolved, options, trl_settings, state, commits, transforms)
+            rows, values = _estimate_role(batch, role, name, resolved, options, trl_settings, state, commits, transforms, shapers)
         advantages[rows] = values
     for commit in commits:  # every role succeeded
         commit()

@@ -50,9 +50,10 @@ from rllm_plugins.needs import needs_of
 from rllm_plugins.options import state_options
 from rllm_plugins.provenance import provenance_line
 from rllm_plugins.registry import state_schemas
+from rllm_plugins.shaping.stage import Shapers
 from rllm_plugins.state.store import EstimatorState, accepted_from_env
 from rllm_plugins.trial import trial_run
-from rllm_trl.config import AdvantageSettings, advantage_settings, role_name
+from rllm_trl.config import SHAPERS_WHERE, AdvantageSettings, advantage_settings, role_name
 from rllm_trl.outcome import RewardBatch, compute_advantages, compute_metrics, prepare_batch
 from rllm_trl.rollouts import checked_rollout_func, unread_step_keys
 from rllm_trl.transforms import sequence_transforms, transform_tokens
@@ -283,8 +284,9 @@ class RLLMAdvantageMixin:
             reward_names=self.reward_func_names,
             task_ids=pending["task_ids"],
         )
+        shapers = self._rllm_shapers(output)
         if settings.step_level:
-            self._step_level_advantages(output, batch, pending["overrides"], mode)
+            self._step_level_advantages(output, batch, pending["overrides"], mode, shapers)
             return output
         sequence_part, token_part = sequence_transforms(settings.transforms)
         advantages = compute_advantages(
@@ -298,8 +300,9 @@ class RLLMAdvantageMixin:
             state=self.estimator_state if mode == "train" else self.estimator_state.preview(),  # eval: reads, commits nothing
             transforms=sequence_part,
             selected=settings.selected,
+            shapers=shapers,
         )
-        transformed = dict(sequence_part.metrics) if sequence_part else {}
+        transformed = {**(shapers.metrics if shapers else {}), **(sequence_part.metrics if sequence_part else {})}
         local = output["advantages"]
         start = self.accelerator.process_index * local.shape[0]
         output["advantages"] = torch.as_tensor(advantages[start : start + local.shape[0]], dtype=torch.float32, device=local.device)
@@ -361,7 +364,26 @@ class RLLMAdvantageMixin:
         specs = (estimator.spec for estimator in settings.selected.values())
         return {spec.name: state_options(spec, options) for spec in specs if needs_of(spec, settings.estimator_kwargs).state}
 
-    def _step_level_advantages(self, output: dict[str, Any], batch: RewardBatch, overrides: list[dict[str, Any]] | None, mode: str) -> None:
+    def _rllm_shapers(self, output: dict[str, Any]) -> Shapers | None:
+        """``reward_shapers`` with the gathered completions' context: model tokens (``completion_mask``, times ``tool_mask`` where
+        TRL's tool loop or a rollout_func's env_mask marks the environment's), prompt tokens, tool tokens, turns (runs of model
+        tokens). One gather of (B, 4) counts, only when shapers are configured."""
+        selected = self.advantage_settings.shapers
+        if not selected:
+            return None
+        completion = output["completion_mask"].detach()
+        tool = output.get("tool_mask")
+        model = completion if tool is None else completion * tool.detach()
+        ones = model != 0
+        runs = ones[:, :1].sum(-1) + (ones[:, 1:] & ~ones[:, :-1]).sum(-1)
+        local = torch.stack([model.sum(-1), output["prompt_mask"].detach().sum(-1), (completion - model).sum(-1), runs], dim=1).to(torch.float64)
+        counts = self.accelerator.gather(local).cpu().numpy()
+        context = {"lengths": counts[:, 0], "input_lengths": counts[:, 1], "tool_lengths": counts[:, 2], "turns": counts[:, 3]}
+        return Shapers(selected, SHAPERS_WHERE, context)
+
+    def _step_level_advantages(
+        self, output: dict[str, Any], batch: RewardBatch, overrides: list[dict[str, Any]] | None, mode: str, shapers: Shapers | None = None
+    ) -> None:
         """Per-turn advantages of the gathered batch; this process's rows go into ``output["advantages"]``, ``(B, T)`` on multi-turn rows."""
         settings = self.advantage_settings
         completion_mask = output["completion_mask"].detach().cpu().numpy()
@@ -393,8 +415,9 @@ class RLLMAdvantageMixin:
             roles=batch.roles,
             transforms=sequence_part,
             estimator=settings.selected[settings.estimator],
+            shapers=shapers,
         )
-        transformed = dict(sequence_part.metrics) if sequence_part else {}
+        transformed = {**(shapers.metrics if shapers else {}), **(sequence_part.metrics if sequence_part else {})}
         device = output["advantages"].device
         start = self.accelerator.process_index * completion_mask.shape[0]
         if not self._rllm_turn_sources_logged and self.accelerator.is_main_process:

@@ -43,6 +43,7 @@ from rllm_plugins.calling import as_finite_real, describe
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.run import Call, Wording, run_steps
 from rllm_plugins.segments import offsets_from_sizes
+from rllm_plugins.shaping.stage import Shapers
 from rllm_plugins.spec import Estimator
 from rllm_plugins.state.store import EstimatorState
 from rllm_plugins.steps import StepBatch
@@ -335,6 +336,7 @@ def step_advantages(
     roles: Sequence[str] = (DEFAULT_ROLE,),
     transforms: Transforms | None = None,
     estimator: Estimator | None = None,
+    shapers: Shapers | None = None,
 ) -> StepAdvantages:
     """Run step-level estimator ``estimator_name`` on the gathered rows (``rewards`` ``(N,)`` float64, NaN: unscorable).
 
@@ -345,7 +347,9 @@ def step_advantages(
     completion lengths, as an outcome-level estimator gets them), and its state in ``state`` under the batch's
     one role of ``roles`` (with ``task_ids`` ``(N,)``), updated once the call succeeded. ``transforms``
     (``RLLMGRPOConfig.advantage_transforms``' sequence part) run in the same run on the scorable rows' turns, one part
-    per role (:func:`role_parts`); their metrics go into ``transforms.metrics``. ``estimator``: ``estimator_name``
+    per role (:func:`role_parts`); their metrics go into ``transforms.metrics``. ``shapers`` (``RLLMGRPOConfig.reward_shapers``,
+    their context one value per row) add each scorable completion's terms to its outcome and its last turn's reward before
+    the estimator. ``estimator``: ``estimator_name``
     already resolved (the trainer's, resolved once); looked up by name when None.
     """
     if estimator is None:
@@ -418,6 +422,7 @@ def step_advantages(
         state=state,
         task_ids=None if task_ids is None else task_ids[scorable],
         transforms=transforms,
+        shapers=None if shapers is None else replace(shapers, context={k: None if v is None else np.asarray(v)[scorable] for k, v in shapers.context.items()}),
     )
     per_turn = np.zeros(step_rewards.size)
     per_turn[keep] = values
