@@ -29,12 +29,15 @@ def _terms(result: Any, choice: Any, n: int, who: str) -> dict[str, np.ndarray]:
             raise ValueError(f"{who} returned a term named {key!r}; name each term with a non-empty str without '/'")
         label = choice.label if key is None else f"{choice.label}/{key}"
         narrow = narrow_dtype(value)
-        if narrow is not None:
+        if narrow is not None and "float16" in narrow:  # integers and bools are exact; a half float lost digits already
             raise ValueError(f"{who} returned the term {label!r} as {narrow}, which holds less than float32: return float64 or float32")
         try:
+            kind = np.asarray(value).dtype.kind
             term = np.array(value, dtype=np.float64)
         except (TypeError, ValueError):
-            raise ValueError(f"{who} returned {type(value).__name__} for the term {label!r}; return an array of one number per unit") from None
+            kind = "O"
+        if kind not in "biuf":
+            raise ValueError(f"{who} returned {type(value).__name__} {value!r:.60} for the term {label!r}; return an array of one number per unit")
         if term.shape != (n,):
             raise ValueError(f"{who} returned the term {label!r} with shape {term.shape} for {n} units; return one number per unit ({n},)")
         if not np.isfinite(term).all():
@@ -84,7 +87,8 @@ def shape_selected(
             if label in terms:
                 raise ValueError(f"{who} returned the term {label!r} twice")
             terms[label] = term
-    shaped = raw + np.sum(list(terms.values()), axis=0) if terms else raw
+    # each unit's terms summed smallest first: the same bits whatever the order of the list
+    shaped = raw + np.sort(np.stack(list(terms.values())), axis=0).sum(axis=0) if terms else raw
     if not np.isfinite(shaped).all():
         u = int(np.flatnonzero(~np.isfinite(shaped))[0])
         raise ValueError(f"{where} for role {role!r}: unit {u}'s shaped reward is {shaped[u]} (reward {raw[u]} plus its terms); it must be finite")
