@@ -235,5 +235,8 @@ def test_verl_check_names_an_untested_newer_verl_first(monkeypatch):
     monkeypatch.setattr(versions, "verl_features", lambda: faked)
     report = check.verl_check(["algorithm.adv_estimator=rllm_grpo"])
     assert report.ok, report.errors
-    assert report.warnings[0] == faked.untested
-    assert f"  warning: {faked.untested}" in str(report).splitlines()
+    assert report.untested == faked.untested and report.as_dict()["untested"] == faked.untested
+    assert f"  untested verl: {faked.untested}" in str(report).splitlines()
+    monkeypatch.setattr(versions, "verl_features", lambda: versions.features_of(".".join(map(str, versions.NEWEST_TESTED))))
+    tested = check.verl_check(["algorithm.adv_estimator=rllm_grpo"])
+    assert tested.untested is None and not any(line.startswith("  untested verl") for line in str(tested).splitlines())

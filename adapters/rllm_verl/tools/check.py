@@ -90,6 +90,7 @@ class VerlCheckReport:
     registration: str = field(default_factory=lambda: registration_mechanism())
     sync_trainer: str = field(default_factory=lambda: extension_status_of("sync_trainer_refusal"))
     provenance: str = ""  # which code computes the advantages (rllm_plugins.provenance), as the run prints it
+    untested: str | None = field(default_factory=lambda: _untested_verl())  # a verl newer than the matrix tested (rllm_verl.versions)
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -105,6 +106,7 @@ class VerlCheckReport:
             lines.append(f"  trial run: two groups of each size {', '.join(map(str, self.trial_group_sizes))}{self.trial_note}")
         lines.extend(f"  {line}" for line in self.step_level)
         lines.extend(f"  warning: {w}" for w in self.warnings)
+        lines.extend(f"  untested verl: {line}" for line in [self.untested] if line)
         lines.append(f"  rllm_* estimators in verl: {', '.join(self.rllm_names) or '(none)'}")
         lines.append(f"  registration in every process that imports verl: {self.registration}")
         lines.append(f"  session extension (rllm_* over v1 multi-output sessions): {self.session_extension}")
@@ -113,6 +115,16 @@ class VerlCheckReport:
         lines.append(f"  stateful estimators' state (rllm_rae's baselines): {self.estimator_state}")
         lines.append(f"  verl 0.8's TransferQueue trainer main_ppo_sync (rllm_* names refused there): {self.sync_trainer}")
         return "\n".join(lines)
+
+
+def _untested_verl() -> str | None:
+    """:attr:`rllm_verl.versions.VerlFeatures.untested` of the installed verl (None when tested, or when its version cannot be read)."""
+    from rllm_verl.versions import verl_features
+
+    try:
+        return verl_features().untested
+    except Exception:  # verl not installed: the report says why elsewhere
+        return None
 
 
 def _compose(overrides: Sequence[str], config_name: str, config_dir: str | None):
@@ -393,11 +405,7 @@ def verl_check(overrides: Sequence[str] = (), *, config_name: str = "ppo_trainer
         statuses = dict.fromkeys(("session_extension", "reward_key_extension", "v1_batch_extension", "estimator_state", "sync_trainer"), unchecked)
         return VerlCheckReport(False, requested, config_name, [], [blocked], registration=unchecked, **statuses)
     try:
-        report = _checked(overrides, config_name, config_dir)
-        untested = verl_features().untested  # a verl newer than the matrix tested: said first, whatever else the check finds
-        if untested and untested not in report.warnings:
-            report.warnings.insert(0, untested)
-        return report
+        return _checked(overrides, config_name, config_dir)
     except Exception as error:  # a plugin or a verl internal raising where no check expects it
         message = (
             f"the check stopped at an unexpected {type(error).__name__}: {error} (raised in {_raised_at(error)}). Fix what it names; "

@@ -199,7 +199,10 @@ def test_a_different_compute_advantage_is_left_alone_with_one_warning(caplog):
     def compute_advantage(data, adv_estimator, config=None):  # not verl 0.9's parameters
         return data
 
-    ray_trainer.compute_advantage = v1_utils.compute_advantage = compute_advantage
+    # where verl binds it: ray_trainer, v1.utils, and the module that defines it (trainer_utils with verl PR #7237)
+    holders = [ray_trainer, v1_utils, *(sys.modules[m] for m in ADVANTAGE_MODULES[1:] if m in sys.modules)]
+    for holder in holders:
+        holder.compute_advantage = compute_advantage
     try:
         with caplog.at_level(logging.WARNING, logger="rllm_verl.extension"):
             install(REWARD_KEYS)
@@ -213,7 +216,8 @@ def test_a_different_compute_advantage_is_left_alone_with_one_warning(caplog):
             "num_repeat=1, norm_adv_by_std_in_grpo=True, config=None); verl's own function is used"
         ]
     finally:
-        ray_trainer.compute_advantage = v1_utils.compute_advantage = ours
+        for holder in holders:
+            holder.compute_advantage = ours
         install(REWARD_KEYS)
     assert extension_status()["reward_keys"] == "active"
 
