@@ -41,7 +41,7 @@ __all__ = ["COMMAND_GROUP", "ContributedCommand", "build_parser", "contributed_c
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 128 + 13  # as if killed by SIGPIPE, like other command-line tools
 COMMAND_GROUP = "rllm_plugins.commands"
-BUILTIN_COMMANDS = ("estimators", "transforms", "plugins", "check", "new", "bench")
+BUILTIN_COMMANDS = ("estimators", "transforms", "shapers", "plugins", "check", "new", "bench")
 FRAMEWORKS = (("verl", "verl"), ("TRL", "trl"))  # (name shown, distribution) of the frameworks --version reports
 UNUSABLE_STATUSES = ("error", "conflict", "misplaced")
 
@@ -219,6 +219,52 @@ def _cmd_transforms(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def shaper_rows() -> list[dict[str, Any]]:
+    """One row per selectable reward shaper: name, options (with defaults), context it reads, provider, description."""
+    from .shaper_spec import shaper_context, shaper_options
+    from .shaping.registry import all_shapers
+
+    rows = []
+    for name, shaper in sorted(all_shapers().items()):
+        spec = shaper.spec
+        options = {k: (None if v is inspect.Parameter.empty else v) for k, v in shaper_options(spec).items()}
+        context = sorted(shaper_context(spec) | set(spec.requires))
+        rows.append(
+            {
+                "name": name,
+                "options": options,
+                "context": context,
+                "kind": shaper.provider.kind,
+                "provider": str(shaper.provider),
+                "description": spec.description,
+            }
+        )
+    return rows
+
+
+def _cmd_shapers(args: argparse.Namespace) -> int:
+    rows = shaper_rows()
+    if args.json:
+        _print_json(rows)
+        return EXIT_OK
+    table = [[r["name"], ", ".join(f"{k}={v!r}" for k, v in r["options"].items()) or "-", _short_provider(r), plain(r["description"])] for r in rows]
+    print(_table(["NAME", "OPTIONS", "PROVIDER", "DESCRIPTION"], table))
+    return EXIT_OK
+
+
+def _check_shaper(name: str, options: dict[str, Any] | None, as_json: bool) -> int:
+    """``check NAME`` for a reward shaper: its contract (:mod:`rllm_plugins.shaping.contract`)."""
+    from .shaping.contract import check_shaper
+
+    try:
+        report = check_shaper(name, options)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return EXIT_FAILURE
+    print(json.dumps(report.as_dict(), indent=2) if as_json else report)
+    return EXIT_OK if report.ok else EXIT_FAILURE
+
+
 def _check_transform(name: str, options: dict[str, Any] | None, as_json: bool) -> int:
     """``check NAME`` for an advantage transform: its contract (:mod:`rllm_plugins.transforms.contract`)."""
     from .transforms.contract import check_transform
@@ -265,17 +311,24 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if options is not None and not isinstance(options, dict):
         print(f"rllm-plugins check: --options must be a JSON object of option names to values, got {args.options}", file=sys.stderr)
         return EXIT_FAILURE
+    from .shaping.registry import available_shapers
     from .transforms.registry import available_transforms
 
-    if args.name.strip().lower() in available_transforms() and args.name.strip().lower() not in registry.available_estimators():
+    key = args.name.strip().lower()
+    if key in available_transforms() and key not in registry.available_estimators():
         return _check_transform(args.name, options, args.json)
+    if key in available_shapers() and key not in registry.available_estimators():
+        return _check_shaper(args.name, options, args.json)
     try:
         estimator = registry.get_estimator(args.name)
     except (registry.UnknownEstimatorError, registry.EstimatorConflictError) as e:
         import difflib  # a transform's name mistyped is unknown as an estimator too: name the transform it is close to
 
-        close = difflib.get_close_matches(args.name.strip().lower(), available_transforms(), n=1)
-        hint = f" Among the advantage transforms: did you mean {close[0]!r}?" if isinstance(e, registry.UnknownEstimatorError) and close else ""
+        unknown = isinstance(e, registry.UnknownEstimatorError)
+        hint = ""
+        for kind, names in (("advantage transforms", available_transforms()), ("reward shapers", available_shapers())):
+            close = difflib.get_close_matches(key, names, n=1)
+            hint += f" Among the {kind}: did you mean {close[0]!r}?" if unknown and close else ""
         print(f"rllm-plugins check: {e}{hint}", file=sys.stderr)
         return EXIT_FAILURE
     try:  # before any rule runs: unknown names, wrong types and values out of range, or options missing
@@ -382,12 +435,17 @@ def build_parser() -> argparse.ArgumentParser:
     add("transforms", _cmd_transforms, "list every selectable advantage transform: name, level, options, provider, description").add_argument(
         "--json", action="store_true", help="print a JSON list instead of a table"
     )
+    add("shapers", _cmd_shapers, "list every selectable reward shaper: name, options, provider, description").add_argument(
+        "--json", action="store_true", help="print a JSON list instead of a table"
+    )
     plugins_help = "list the built-ins and every installed plugin with its status (active, disabled, error, conflict, misplaced)"
     plugins_command = add("plugins", _cmd_plugins, plugins_help)
     plugins_command.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     plugins_command.add_argument("--strict", action="store_true", help="exit 1 when a plugin is in error, conflict or misplaced (for CI)")
-    check_command = add("check", _cmd_check, "check an estimator's (or an advantage transform's) contract on synthetic groups; exit 1 if it fails")
-    check_command.add_argument("name", help="estimator or advantage transform name")
+    check_command = add(
+        "check", _cmd_check, "check an estimator's (or an advantage transform's, or a reward shaper's) contract on synthetic groups; exit 1 if it fails"
+    )
+    check_command.add_argument("name", help="estimator, advantage transform or reward shaper name")
     check_command.add_argument("--json", action="store_true", help="print the report as JSON")
     check_command.add_argument(
         "--paths", action="store_true", help="run it through every installed path and wrapper (verl, TRL, composite, ...): a table of conformance cells"
