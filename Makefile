@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 FRAMEWORK_SPEC ?= verl==0.9.1 trl==1.16.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install test conformance compat compat-ci demo bench lint docs directory release clean
+.PHONY: install test conformance compat compat-ci compat-next demo bench lint docs directory release clean
 
 install: $(STAMP)
 
@@ -42,6 +42,12 @@ compat: $(STAMP)
 # CI's share of the matrix: the oldest and the newest cell of each framework and of the core's Python range
 compat-ci: $(STAMP)
 	$(VENV)/bin/nox -t ci
+
+# verl's next release before it ships: verl main and verl main with verl PR #7237, built from a local git copy of
+# github.com/verl-project/verl (VERL_GIT, holding the commits noxfile.py names); never in CI, which has no such copy
+VERL_GIT ?= .nox/src/verl.git
+compat-next: $(STAMP)
+	RLLM_COMPAT_VERL_GIT="$(VERL_GIT)" $(VENV)/bin/nox -t next $(ARGS); status=$$?; $(PY) compat/table.py; exit $$status
 
 demo: $(STAMP)
 	$(PY) examples/demo/rllm_demo.py $(ARGS)

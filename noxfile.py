@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -74,6 +76,30 @@ CORE_TESTS = ["tests/core", "tests/steps"]
 # (trl.trainer.utils: _ChunkedLogProbFunction is None); transformers 5.10.4, the one verl 0.9.1 allows, trains on CPU
 CPU_TRANSFORMERS = ["transformers<5.11"]
 EXAMPLE_PLUGIN = "./examples/rllm-median-baseline"  # an installed third-party plugin: rllm_median_baseline in verl's registry
+# verl's next release before it ships (make compat-next): verl main, and verl main with verl PR #7237 merged (it moves
+# compute_advantage, apply_kl_penalty and compute_response_mask into verl/trainer/ppo/trainer_utils.py, re-imported by
+# ray_trainer), each exported at a fixed commit from a local git copy of github.com/verl-project/verl named by
+# RLLM_COMPAT_VERL_GIT (a clone holding those commits: git fetch origin main pull/7237/merge); without it the cells skip
+VERL_GIT = os.environ.get("RLLM_COMPAT_VERL_GIT", str(ROOT / ".nox" / "src" / "verl.git"))
+SOURCES = ROOT / ".nox" / "src"
+VERL_COMMITS = {  # folder under .nox/src -> (commit, the ref of github.com/verl-project/verl it was)
+    "verl-main-1dda039b": ("1dda039b9c6311889a9c9a26040677e1254814f9", "main (2026-08-22, 0.10.0.dev)"),
+    "verl-7237-dd65f001": ("dd65f001f846391b9f332d3e759dd47c5268b50c", "pull/7237/merge (#7237's head 741245d2 merged into main 1dda039b)"),
+}
+# the [verl] extra without its verl pin (it caps verl below 0.10): what the extra adds next to a verl built from source
+VERL_EXTRA_UNCAPPED = ["cachetools>=5", "fastapi>=0.110", "uvicorn>=0.29", "starlette>=0.37", "pyzmq>=25", "msgspec>=0.18", "TransferQueue>=0.1.10"]
+NEXT_TESTS = [
+    "integration_tests/verl/test_next_release.py",  # where compute_advantage is defined, every module that imports it, #7473's arguments
+    "integration_tests/verl/test_versions.py",
+    "integration_tests/verl/test_rllm_user.py",
+    "integration_tests/verl/test_registration.py",
+    "integration_tests/verl/test_named_verl_parity.py",
+    "integration_tests/verl/test_compute_advantage.py",
+    "integration_tests/verl/compute/test_step_level.py",
+    "integration_tests/verl/patches/test_reward_keys.py",
+    "integration_tests/verl/tools/test_check_preflight.py",
+    *VERL_V1_TESTS,
+]
 # cell -> (interpreter, requirements after torch, with torch, tests, environment)
 CELLS: dict[str, tuple[str, list[str], bool, list[str], dict[str, str]]] = {
     "verl-0.7.1": (PY311, ["-e", ".[verl]", "verl==0.7.1", *OLD_VERL_PINS, EXAMPLE_PLUGIN], True, VERL_TESTS, OLD_VERL_ENV),
@@ -87,9 +113,30 @@ CELLS: dict[str, tuple[str, list[str], bool, list[str], dict[str, str]]] = {
     "core-numpy2": (PY311, ["-e", ".", "numpy>=2", EXAMPLE_PLUGIN], True, CORE_TESTS, {}),
     "core-py3.10": (PY310, ["-e", ".", EXAMPLE_PLUGIN], False, CORE_TESTS, {}),
     "core-py3.12": (PY312, ["-e", ".", EXAMPLE_PLUGIN], False, CORE_TESTS, {}),
+    "next-verl-main": (PY311, ["-e", ".", *VERL_EXTRA_UNCAPPED, "./.nox/src/verl-main-1dda039b", EXAMPLE_PLUGIN], True, NEXT_TESTS, {}),
+    "next-verl-7237": (PY311, ["-e", ".", *VERL_EXTRA_UNCAPPED, "./.nox/src/verl-7237-dd65f001", EXAMPLE_PLUGIN], True, NEXT_TESTS, {}),
 }
+
+USERS = {
+    "verl-0.7.1": "rLLM before #671 (verl 0.7.1, transformers 4)",
+    "verl-0.8.0": "verl 0.8.0 with transformers 4 (rLLM's transformers 4 install line)",
+    "verl-0.8.0-transformers5": "rLLM main (since #671: verl 0.8.0, transformers 5)",
+    "verl-0.9.1": "verl 0.9.1, the newest release",
+    "trl-1.14.2": "TRL 1.14 (axolotl 0.21 pins trl 1.14.1)",
+    "trl-1.15.0": "TRL 1.15",
+    "trl-1.16.0": "TRL 1.16, the newest release",
+    "core-numpy1": "the core alone, numpy 1",
+    "core-numpy2": "the core alone, numpy 2",
+    "core-py3.10": "the core alone, the oldest Python",
+    "core-py3.12": "the core alone, the newest Python",
+    "next-verl-main": "verl's next release: verl main 1dda039b (0.10.0.dev)",
+    "next-verl-7237": "verl's next release with verl #7237 (compute_advantage in trainer_utils)",
+}
+"""The downstream each cell stands for (a literal: ``compat/table.py`` shows it in the README's table)."""
 CI_CELLS = ["verl-0.7.1", "verl-0.9.1", "trl-1.14.2", "trl-1.16.0", "core-py3.10", "core-py3.12"]
 """The oldest and the newest cell of each framework (and of the core's Python range): ``nox -t ci``, run by ``.ci/run``."""
+NEXT_CELLS = ["next-verl-main", "next-verl-7237"]
+"""verl's next release (``nox -t next``, ``make compat-next``); never in CI: their source is a local git copy of verl, not a package index."""
 
 
 def _record(cell: str, result: str, seconds: float, test_seconds: float | None, versions: dict[str, str]) -> None:
@@ -110,8 +157,32 @@ def _installed(session: nox.Session) -> dict[str, str]:
     return json.loads(str(text).strip().splitlines()[-1])
 
 
+def _export_sources(session: nox.Session, requirements: list[str]) -> None:
+    """Export each ``./.nox/src/<folder>`` of ``requirements`` from :data:`VERL_GIT` at its commit (:data:`VERL_COMMITS`), once;
+    skip the cell, naming what to fetch, when that git copy lacks the commit."""
+    for requirement in requirements:
+        folder = Path(requirement).name
+        if folder not in VERL_COMMITS or (SOURCES / folder / "setup.py").exists():
+            continue
+        commit, ref = VERL_COMMITS[folder]
+        found = subprocess.run(["git", "--git-dir", VERL_GIT, "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True, check=False)
+        if found.returncode != 0:
+            session.skip(
+                f"verl {commit[:8]} ({ref}) is not in {VERL_GIT}: set RLLM_COMPAT_VERL_GIT to a git copy of github.com/verl-project/verl "
+                f"that holds it (git clone --bare https://github.com/verl-project/verl {VERL_GIT}; git --git-dir {VERL_GIT} fetch origin "
+                f"{ref.split()[0]})"
+            )
+        partial = SOURCES / f"{folder}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        archive = subprocess.run(["git", "--git-dir", VERL_GIT, "archive", "--format=tar", commit], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(partial)], input=archive.stdout, check=True)
+        partial.rename(SOURCES / folder)
+
+
 def _run_cell(session: nox.Session, cell: str) -> None:
     _, requirements, with_torch, tests, env = CELLS[cell]
+    _export_sources(session, requirements)  # before anything is recorded: a cell without its source is skipped, not failed
     start, versions, result, test_seconds = time.monotonic(), {}, "failed", None
     try:
         session.run("python", "-m", "pip", "install", "--quiet", "pip>=25.1")
@@ -132,7 +203,9 @@ def _run_cell(session: nox.Session, cell: str) -> None:
 def _make(cell: str) -> None:
     reuse = "yes" if os.environ.get("RLLM_COMPAT_REUSE") else "no"
 
-    @nox.session(name=cell, python=CELLS[cell][0], reuse_venv=reuse, tags=["ci"] if cell in CI_CELLS else [])
+    tags = ["ci"] if cell in CI_CELLS else ["next"] if cell in NEXT_CELLS else []
+
+    @nox.session(name=cell, python=CELLS[cell][0], reuse_venv=reuse, tags=tags)
     def run(session: nox.Session) -> None:
         _run_cell(session, cell)
 
@@ -141,3 +214,4 @@ def _make(cell: str) -> None:
 
 for _cell in CELLS:
     _make(_cell)
+nox.options.sessions = [cell for cell in CELLS if cell not in NEXT_CELLS]  # plain nox (make compat): every cell but the next release's
