@@ -203,8 +203,8 @@ def test_a_plugins_reward_shaper_is_selectable_by_name_and_shapes_the_rewards_th
     assert str(get_reward_shaper("brevity").provider) == "plugin 'fixture_transform' (distribution rllm-fixture-transform 0.4.0)"
     lengths, rewards = [[2, 4], [3, 1, 6]], [[1.0, 1.0], [0.0, 1.0, 1.0]]
     groups = [
-        TrajectoryGroup([Trajectory(steps=[Step(response_ids=[7] * n)], reward=r) for n, r in zip(ns, rs)], group_id=f"q{k}")
-        for k, (ns, rs) in enumerate(zip(lengths, rewards))
+        TrajectoryGroup([Trajectory(steps=[Step(response_ids=[7] * n)], reward=r) for n, r in zip(ns, rs, strict=True)], group_id=f"q{k}")
+        for k, (ns, rs) in enumerate(zip(lengths, rewards, strict=True))
     ]
     config = AlgorithmConfig(estimator="reinforce", reward_shapers=[{"name": "brevity", "weight": 0.5}])
     metrics = collect_reward_and_advantage_from_trajectory_groups(groups, config)

@@ -5,9 +5,10 @@ lists the shapers (:mod:`rllm_plugins.shaping`). A unit is a row, or a session o
 many outputs), grouped by ``uid``; its reward is its final row's summed ``token_level_rewards``. What a shaper may read:
 
 - ``lengths``: the unit's model tokens (``response_mask`` summed over its rows);
-- ``input_lengths``: its first row's prompt tokens (``attention_mask`` over the prompt columns), where the batch has it;
-- ``tool_lengths``: the tokens inside its responses that the model did not write (``attention_mask`` over the response
-  columns minus ``response_mask``: tool and environment replies of an agent loop), where the batch has it;
+- ``input_lengths``: its first row's prompt tokens (legacy: ``attention_mask`` over the prompt columns; v1: the row's
+  ``prompts`` as TransferQueue holds them);
+- ``tool_lengths``: the tokens inside its responses that the model did not write (legacy: ``attention_mask`` over the
+  response columns, v1: the row's ``responses``, minus ``response_mask``: tool and environment replies of an agent loop);
 - ``turns``: its runs of model tokens (a turn of an agent loop is one run of 1s in ``response_mask``), over all its rows;
 - ``scores``: its final row's summed ``token_level_scores`` (the task's score before verl's KL penalty), where the batch has it.
 
@@ -37,7 +38,7 @@ from rllm_verl.compute.sessions import Sessions, session_layout
 from rllm_verl.compute.state import VERL_ROLE
 from rllm_verl.compute.tokens import mask_lengths, reward_sums
 from rllm_verl.compute.transforms import SCORES_KEY, current_scores
-from rllm_verl.context import current_tensor, publish_metrics
+from rllm_verl.context import current_tensor, fetch_rows, publish_metrics
 
 __all__ = ["CONFIG_KEY", "WHERE", "VERL_CONTEXT", "own_shaping", "shapers_of", "turn_counts", "unit_shapers"]
 
@@ -86,18 +87,31 @@ def _context(selected: tuple[SelectedShaper, ...], index: Any, response_mask: to
     context: dict[str, Any] = {"lengths": layout.per_unit(mask_lengths(response_mask))}
     if "turns" in named:
         context["turns"] = layout.per_unit(turn_counts(response_mask) if turns is None else turns)
-    attention = current_tensor(index, "attention_mask") if named & {"input_lengths", "tool_lengths"} else None
-    if attention is not None and attention.dim() == 2 and attention.shape[1] >= response_mask.shape[1]:
-        width = response_mask.shape[1]
-        if "input_lengths" in named:
-            prompt = reward_sums(attention[:, : attention.shape[1] - width])
-            context["input_lengths"] = prompt[layout.rows[layout.row_offsets[:-1]]]
-        if "tool_lengths" in named:
-            context["tool_lengths"] = layout.per_unit(reward_sums(attention[:, attention.shape[1] - width :]) - mask_lengths(response_mask))
+    if named & {"input_lengths", "tool_lengths"}:
+        read = _read_tokens(index, response_mask)
+        if read is not None:
+            prompt, response = read
+            if "input_lengths" in named:
+                context["input_lengths"] = prompt[layout.rows[layout.row_offsets[:-1]]]
+            if "tool_lengths" in named:
+                context["tool_lengths"] = layout.per_unit(response - mask_lengths(response_mask))
     if "scores" in named:
         scores = current_scores(index)
         context["scores"] = None if scores is None else scores[layout.final_rows]
     return context
+
+
+def _read_tokens(index: Any, response_mask: torch.Tensor) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(B,)`` prompt tokens and ``(B,)`` response tokens (model's and tools') of each row, or None where the batch has neither
+    an ``attention_mask`` (legacy) nor rows served by TransferQueue (v1)."""
+    attention = current_tensor(index, "attention_mask")
+    width = response_mask.shape[1]
+    if attention is not None and attention.dim() == 2 and attention.shape[1] >= width:
+        return reward_sums(attention[:, : attention.shape[1] - width]), reward_sums(attention[:, attention.shape[1] - width :])
+    rows = fetch_rows(index, WHERE) if index is not None else None
+    if rows is None:
+        return None
+    return np.array([len(p) for p in rows.prompts], dtype=np.float64), np.array([len(r) for r in rows.responses], dtype=np.float64)
 
 
 def unit_shapers(config: Any, index: Any, response_mask: torch.Tensor, layout: Layout, turns: np.ndarray | None = None) -> Shapers | None:

@@ -190,9 +190,10 @@ def _dry_run(name: str, algorithm: object, group_size: int, use_v1: bool, refere
         "norm_adv_by_std_in_grpo": OmegaConf.select(algorithm, "norm_adv_by_std_in_grpo", default=True),  # type: ignore[arg-type]
         "config": algorithm,
     }
-    if not use_v1:  # the legacy trainer's DataProto holds the token ids and the reward keys
+    if not use_v1:  # the legacy trainer's DataProto holds the token ids, the attention mask and the reward keys
         non_tensors = {"uid": index, **({k: np.array([s[k] for s in scores], dtype=object) for k in scores[0]} if scores else {})}
         tensors = {"token_level_rewards": rewards, "token_level_scores": task_scores, "response_mask": mask, "responses": responses, "prompts": prompts}
+        tensors["attention_mask"] = torch.cat([torch.ones_like(prompts), torch.ones_like(mask)], dim=1)  # tool tokens between the turns
         tensors.update(values=values, **log_probs)
         compute_advantage(DataProto.from_dict(tensors=tensors, non_tensors=non_tensors), adv_estimator=name, **kwargs)
         return
@@ -323,26 +324,34 @@ def needs_reference_policy(config: object) -> bool:
     return bool(in_reward or OmegaConf.select(config, "actor_rollout_ref.actor.use_kl_loss", default=False))  # type: ignore[arg-type]
 
 
-def _transform_errors(transforms: Sequence[object], config: object) -> list[str]:
-    """Why the selected ``transforms`` would not run as configured: rllm-plugins not loaded in verl's processes (its extension
-    of ``compute_advantage`` runs them, for every estimator), the extension off, or a reference log-prob without a reference policy."""
+def _transform_errors(transforms: Sequence[object], config: object, shapers: Sequence[object] = ()) -> list[str]:
+    """Why the selected ``transforms`` (or reward ``shapers``) would not run as configured: rllm-plugins not loaded in verl's
+    processes (its extension of ``compute_advantage`` runs them, for every estimator), the extension off, or a reference
+    log-prob without a reference policy."""
+    from rllm_verl.compute.shaping import WHERE as SHAPERS_WHERE
     from rllm_verl.compute.transforms import WHERE
     from rllm_verl.context import REWARD_KEYS_ENV
 
+    for selected, where, undone, kind in (
+        (shapers, SHAPERS_WHERE, "unshaped rewards", "shapers"),
+        (transforms, WHERE, "untransformed advantages", "transforms"),
+    ):
+        if not selected:
+            continue
+        names = ", ".join(repr(choice.label) for choice in selected)  # type: ignore[attr-defined]
+        silent = (
+            f"verl would not apply {where} ({names}; rllm-plugins applies them, with any estimator, verl's own included): "
+            f"the run trains on {undone} without a word"
+        )
+        policy_error = entry_point_policy_error(consequence=silent)
+        if policy_error is not None:
+            return [policy_error]
+        status = extension_status_of("reward_keys")
+        if status != "active":  # they run inside that extension: without it they would silently not run
+            message = f"{where} is set, but the extension of ray_trainer.compute_advantage that runs them is {status}"
+            return [f"{message}; unset {REWARD_KEYS_ENV} or drop the {kind}"]
     if not transforms:
         return []
-    names = ", ".join(repr(choice.label) for choice in transforms)  # type: ignore[attr-defined]
-    silent = (
-        f"verl would not apply {WHERE} ({names}; rllm-plugins applies them, with any estimator, verl's own included): "
-        "the run trains on untransformed advantages without a word"
-    )
-    policy_error = entry_point_policy_error(consequence=silent)
-    if policy_error is not None:
-        return [policy_error]
-    status = extension_status_of("reward_keys")
-    if status != "active":  # the transforms run inside that extension: without it they would silently not run
-        message = f"{WHERE} is set, but the extension of ray_trainer.compute_advantage that runs them is {status}"
-        return [f"{message}; unset {REWARD_KEYS_ENV} or drop the transforms"]
     needing = [choice for choice in transforms if "ref_logprobs" in choice.transform.spec.requires]  # type: ignore[attr-defined]
     if needing and not needs_reference_policy(config):
         label = needing[0].label  # type: ignore[attr-defined]
@@ -434,6 +443,7 @@ def _checked(overrides: Sequence[str], config_name: str, config_dir: str | None)
     from rllm_plugins.registry import get_estimator, unavailable_because
     from rllm_plugins.spec import unapplied_loss_warning
     from rllm_verl.compute.outcome import estimator_options, verl_provenance
+    from rllm_verl.compute.shaping import shapers_of
     from rllm_verl.compute.transforms import transforms_of
     from rllm_verl.registration import VERL_PREFIX, register_estimators_into_verl
     from rllm_verl.tools.agent_loop import agent_loop_errors
@@ -452,11 +462,11 @@ def _checked(overrides: Sequence[str], config_name: str, config_dir: str | None)
     if name is None:
         return VerlCheckReport(False, None, config_name, rllm_names, ["the config has no algorithm.adv_estimator"])
     name = str(name)
-    try:  # algorithm.rllm_advantage_transforms: names, options and values, before launch
-        transforms = transforms_of(algorithm)
+    try:  # algorithm.rllm_reward_shapers and rllm_advantage_transforms: names, options and values, before launch
+        shapers, transforms = shapers_of(algorithm), transforms_of(algorithm)
     except ValueError as error:
         return VerlCheckReport(False, name, config_name, rllm_names, [str(error)])
-    transform_errors = _transform_errors(transforms, config)
+    transform_errors = _transform_errors(transforms, config, shapers)
     if transform_errors:
         return VerlCheckReport(False, name, config_name, rllm_names, transform_errors)
     loop_errors = agent_loop_errors(config)  # verl fails on these only on its rollout workers
@@ -468,7 +478,7 @@ def _checked(overrides: Sequence[str], config_name: str, config_dir: str | None)
     key_errors, key_warnings = algorithm_key_problems(algorithm, verl_defaults)
     if key_errors:
         return VerlCheckReport(False, name, config_name, rllm_names, key_errors, warnings=key_warnings)
-    resolved = [*(list(row) for row in transform_rows(transforms)), *(list(row) for row in context_rows(config, registration_mechanism()))]
+    resolved = [*(list(row) for row in transform_rows(transforms, shapers)), *(list(row) for row in context_rows(config, registration_mechanism()))]
     known = sorted(core_algos.ADV_ESTIMATOR_REGISTRY)
     if name not in core_algos.ADV_ESTIMATOR_REGISTRY:
         because = unavailable_because(name.removeprefix(VERL_PREFIX)) if name.startswith(VERL_PREFIX) else None
@@ -484,10 +494,10 @@ def _checked(overrides: Sequence[str], config_name: str, config_dir: str | None)
         theirs = f"{VERL_PREFIX}{name}"
         if theirs in core_algos.ADV_ESTIMATOR_REGISTRY and entry_point_policy_error() is None:
             provider += f"; rllm-plugins' {name} is {theirs!r}"
-        if not transforms:
+        if not transforms and not shapers:
             return VerlCheckReport(True, name, config_name, rllm_names, provider=provider, warnings=key_warnings, resolved=resolved)
         sizes, note = sorted({*TRIAL_GROUP_SIZES, _group_size(config)}), f" (actor_rollout_ref.rollout.n={_group_size(config)})"
-        failure = _trial_failure(name, algorithm, config, sizes)  # verl's own estimator, then the transforms
+        failure = _trial_failure(name, algorithm, config, sizes)  # the shapers, verl's own estimator, then the transforms
         if failure is not None:
             message, tried = failure
             return VerlCheckReport(False, name, config_name, rllm_names, [message], provider, tried, note, [], key_warnings, resolved)

@@ -25,9 +25,10 @@ __all__ = ["algorithm_key_problems", "context_rows", "explicit_algorithm_keys", 
 
 KWARGS = "rllm_estimator_kwargs"
 TRANSFORMS = "rllm_advantage_transforms"  # rllm_verl.compute.transforms.CONFIG_KEY (not imported: that module imports torch)
-RLLM_ALGORITHM_KEYS = (KWARGS, TRANSFORMS, "gdpo_reward_keys", "gdpo_reward_weights", "rllm_multi_objective_aggregation")
+SHAPERS = "rllm_reward_shapers"  # rllm_verl.compute.shaping.CONFIG_KEY
+RLLM_ALGORITHM_KEYS = (KWARGS, TRANSFORMS, SHAPERS, "gdpo_reward_keys", "gdpo_reward_weights", "rllm_multi_objective_aggregation")
 """Keys under ``algorithm`` that rllm-plugins reads (and verl's ``gdpo``, for the two ``gdpo_*``) beyond verl's defaults."""
-OPEN_KEYS = (KWARGS, TRANSFORMS, "gdpo_reward_keys", "gdpo_reward_weights")  # their contents are checked elsewhere, or free
+OPEN_KEYS = (KWARGS, TRANSFORMS, SHAPERS, "gdpo_reward_keys", "gdpo_reward_weights")  # their contents are checked elsewhere, or free
 
 
 def _paths(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -150,16 +151,19 @@ def context_rows(config: Any, registration: str) -> list[tuple[str, str, str]]:
     return rows
 
 
-def transform_rows(transforms: Sequence[Any]) -> list[tuple[str, str, str]]:
-    """``(what, value, source)`` for each selected transform (``SelectedTransform``), in the order they run: its label, every
-    option's value (given, else the default) and its provider."""
+def transform_rows(transforms: Sequence[Any], shapers: Sequence[Any] = ()) -> list[tuple[str, str, str]]:
+    """``(what, value, source)`` for each selected reward shaper (``SelectedShaper``) and transform (``SelectedTransform``), in the
+    order they run: its label, every option's value (given, else the default) and its provider."""
+    from rllm_plugins.shaper_spec import shaper_options
     from rllm_plugins.transform_spec import transform_options
 
-    rows = []
-    for index, choice in enumerate(transforms):
-        options = {**transform_options(choice.transform.spec), **choice.options}
-        shown = ", ".join(f"{key}={value!r}" for key, value in options.items() if value is not inspect.Parameter.empty)
-        rows.append((f"transform {index + 1}", f"{choice.label}({shown}) of {choice.transform.provider}", f"algorithm.{TRANSFORMS}[{index}]"))
+    def row(what: str, index: int, choice: Any, defaults: dict[str, Any], provider: Any, key: str) -> tuple[str, str, str]:
+        options = {**defaults, **choice.options}
+        shown = ", ".join(f"{k}={v!r}" for k, v in options.items() if v is not inspect.Parameter.empty)
+        return (f"{what} {index + 1}", f"{choice.label}({shown}) of {provider}", f"algorithm.{key}[{index}]")
+
+    rows = [row("shaper", i, c, shaper_options(c.shaper.spec), c.shaper.provider, SHAPERS) for i, c in enumerate(shapers)]
+    rows += [row("transform", i, c, transform_options(c.transform.spec), c.transform.provider, TRANSFORMS) for i, c in enumerate(transforms)]
     return rows
 
 
