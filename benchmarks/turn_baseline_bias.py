@@ -8,6 +8,14 @@ turn's reward pays a fraction ``payback`` of them back and adds noise independen
 gradient is exactly 0; with ``payback=0.5`` (half) it is not. :func:`true_gradient` computes it exactly, over the
 ``2^(H-1)`` continue/stop sequences.
 
+With a length penalty (:data:`SHAPED`): a reward shaper whose term depends on ``K`` alone (``turn_penalty``, or
+``dapo_overlong`` on :data:`TOKENS` model tokens a turn) shapes each trajectory as :func:`rllm_plugins.run.run_steps`
+does (:func:`shaped`: the package's :class:`~rllm_plugins.shaping.stage.Shapers`, each trajectory's terms added to its
+outcome and to its last step's reward), and :func:`true_gradient` is that of the shaped return, the term of each ``K``
+the package's own (:func:`turn_terms`). A shaper whose term depends on the group (``length_penalty``: its pass rate
+and its longest unit) or on the reward is refused there: the gradient of the expected shaped return is then no
+per-trajectory target.
+
 An estimate per task group of ``n`` trajectories is ``mean_i sum_t d log pi(a_t)/d theta * A_{i,t}`` over the
 turns with a decision (``1 - p`` for continue, ``-p`` for stop), ``A`` the estimator's per-step advantages, no std
 normalisation (it only rescales). The batch is verl's: each trajectory's outcome is its return, the sum of its
@@ -24,7 +32,7 @@ from __future__ import annotations
 import argparse
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -35,9 +43,11 @@ from rllm_plugins.estimators.step_reinforce import step_reinforce
 from rllm_plugins.estimators.turn_credit import turn_credit
 from rllm_plugins.estimators.turn_gae import turn_gae
 from rllm_plugins.estimators.turn_grpo import turn_grpo
+from rllm_plugins.shaping import resolve_shapers, shape_rewards
+from rllm_plugins.shaping.stage import Shapers
 from rllm_plugins.steps.batch import StepBatch
 
-__all__ = ["ROWS", "SETTINGS", "Episodes", "Row", "bias", "markdown", "sample", "table", "true_gradient"]
+__all__ = ["ROWS", "SETTINGS", "SHAPED", "Episodes", "Row", "bias", "markdown", "sample", "shaped", "table", "true_gradient", "turn_terms"]
 
 HORIZON = 4
 GROUP = 8
@@ -45,6 +55,13 @@ GROUPS = 20000
 SEED = 0
 CS = (0.0, 0.5, 1.0, 2.0)
 SETTINGS = {"full": 1.0, "half": 0.5}  # payback fraction: the true gradient is 0 (full), not 0 (half)
+TOKENS = 256  # model tokens a turn writes: a unit's length is TOKENS * K
+Entries = tuple[tuple[str, dict[str, object]], ...]
+SHAPED: dict[str, tuple[float, Entries]] = {  # payback fraction and reward shapers: the true gradient is the penalty's
+    "turn_penalty": (1.0, (("turn_penalty", {"coef": 0.25, "free_turns": 1}),)),
+    "dapo_overlong": (1.0, (("dapo_overlong", {"max_length": HORIZON * TOKENS, "buffer": 2 * TOKENS}),)),
+}
+WHERE = "reward_shapers"
 ROOT = Path(__file__).resolve().parents[1]
 PLOT = ROOT / "docs" / "turn_baseline_bias.png"
 DOC = ROOT / "docs" / "turn_level.md"
@@ -84,15 +101,46 @@ def sample(c: float, groups: int, seed: int = SEED, theta: float = 0.0, payback:
     return Episodes(batch, score, turn, turns, c, groups)
 
 
-def true_gradient(c: float, payback: float, theta: float = 0.0) -> float:
-    """``d E[return] / d theta``, exactly: the sum over the ``2^(H-1)`` continue/stop sequences of probability x score x mean return."""
+def shaped(e: Episodes, entries: Entries) -> Episodes:
+    """The episodes as :func:`rllm_plugins.run.run_steps` hands them to the estimator under the reward shapers ``entries``:
+    one unit per trajectory (its turns ``K``, its model tokens ``TOKENS * K``), shaped by the package's
+    :class:`~rllm_plugins.shaping.stage.Shapers`, each trajectory's terms added to its outcome and to its last step's reward."""
+    turns = e.turns.astype(np.float64)
+    stage = Shapers(resolve_shapers(list(entries), WHERE), WHERE, context={"turns": turns, "lengths": TOKENS * turns})
+    b = e.batch
+    outcomes = stage.shape(b.outcomes, b.traj_offsets, "actor")
+    step_rewards = b.step_rewards.copy()
+    step_rewards[b.step_offsets[1:] - 1] += outcomes - b.outcomes  # every trajectory has a step
+    return replace(e, batch=replace(b, outcomes=outcomes, step_rewards=step_rewards))
+
+
+def turn_terms(entries: Entries, horizon: int = HORIZON) -> np.ndarray:
+    """``(horizon,)``: the shaping term of a trajectory of ``K = 1..horizon`` turns (at ``K - 1``), from the package's
+    shapers; refused (``ValueError``) for a term that moves with the reward or the group, which ``K`` alone does not give."""
+    turns = np.arange(1.0, horizon + 1.0)
+
+    def terms(rewards: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        return shape_rewards(rewards, list(entries), where=WHERE, offsets=offsets, turns=turns, lengths=TOKENS * turns)[0] - rewards
+
+    alone = terms(np.zeros(horizon), np.arange(horizon + 1))
+    together, varied = np.array([0, horizon]), np.linspace(-1.0, 2.0, horizon)
+    for rewards, offsets in ((np.zeros(horizon), together), (np.ones(horizon), together), (varied, np.arange(horizon + 1)), (varied, together)):
+        if not np.allclose(terms(rewards, offsets), alone, rtol=0.0, atol=1e-12):
+            raise ValueError(f"{entries}: a term that depends on the reward or the group, not on the turns alone, has no exact gradient here")
+    return alone
+
+
+def true_gradient(c: float, payback: float, theta: float = 0.0, shapers: Entries = (), horizon: int = HORIZON) -> float:
+    """``d E[return] / d theta``, exactly: the sum over the ``2^(H-1)`` continue/stop sequences of probability x score x mean
+    return; with ``shapers`` the shaped return, each ``K``'s term from :func:`turn_terms`."""
     p = 1.0 / (1.0 + np.exp(-theta))
+    term = turn_terms(shapers, horizon) if shapers else np.zeros(horizon)
     total = 0.0
-    for actions in itertools.product((True, False), repeat=HORIZON - 1):
+    for actions in itertools.product((True, False), repeat=horizon - 1):
         probability = float(np.prod([p if a else 1.0 - p for a in actions]))
         score = sum((1.0 - p) if a else -p for a in actions)  # decisions after a stop are never taken: their scores average out
-        turns = actions.index(False) + 1 if False in actions else HORIZON
-        total += probability * score * (1.0 - payback) * c * (turns - 1)
+        turns = actions.index(False) + 1 if False in actions else horizon
+        total += probability * score * ((1.0 - payback) * c * (turns - 1) + term[turns - 1])
     return total
 
 
@@ -176,28 +224,42 @@ def bias(e: Episodes, advantages: np.ndarray, target: float) -> tuple[float, flo
     return float(per_group.mean() - target), float(per_group.std(ddof=1) / np.sqrt(e.groups))
 
 
+def settings() -> dict[str, tuple[float, Entries]]:
+    """Every setting: :data:`SETTINGS` unshaped, then :data:`SHAPED`, as ``{name: (payback, shapers)}``."""
+    return {**{name: (payback, ()) for name, payback in SETTINGS.items()}, **SHAPED}
+
+
 def table(groups: int = GROUPS, seed: int = SEED, cs: tuple[float, ...] = CS) -> dict[str, dict[str, list[tuple[float, float]]]]:
     """``{setting: {row name: [(bias, standard error) per c]}}``; the same draws for every setting and ``c``."""
     out: dict[str, dict[str, list[tuple[float, float]]]] = {}
-    for setting, payback in SETTINGS.items():
+    for setting, (payback, entries) in settings().items():
         out[setting] = {row.name: [] for row in ROWS}
         for c in cs:
             e = sample(c, groups, seed, payback=payback)
-            truth = true_gradient(c, payback)
+            e = shaped(e, entries) if entries else e
+            truth = true_gradient(c, payback, shapers=entries)
             for row in ROWS:
                 out[setting][row.name].append(bias(e, row.advantages(e), row.k * truth))
     return out
 
 
+def describe(entries: Entries) -> str:
+    """``turn_penalty(coef=0.25, free_turns=1)``: the shapers as the tables name them."""
+    return " + ".join(f"`{name}({', '.join(f'{k}={v}' for k, v in options.items())})`" for name, options in entries)
+
+
 def markdown(results: dict[str, dict[str, list[tuple[float, float]]]], cs: tuple[float, ...] = CS) -> str:
-    """The two tables of docs/turn_level.md (bias ± one standard error), with the exact gradient of the half payback."""
+    """The tables of docs/turn_level.md (bias ± one standard error), with the exact gradient where it is not 0."""
     head = "| estimator | k | " + " | ".join(f"c = {c:g}" for c in cs) + " |\n|---|---|" + "---|" * len(cs) + "\n"
     parts = []
-    for setting, payback in SETTINGS.items():
-        title = "Full payback (the true gradient is 0)" if payback == 1.0 else f"Payback {payback:g} (the true gradient is not 0)"
+    for setting, (payback, entries) in settings().items():
+        if entries:
+            title = f"Payback {payback:g}, shaped by {describe(entries)} (the true gradient is the shaped return's)"
+        else:
+            title = "Full payback (the true gradient is 0)" if payback == 1.0 else f"Payback {payback:g} (the true gradient is not 0)"
         lines = [f"**{title}.** Bias = mean - k * gradient:\n\n", head]
-        if payback != 1.0:
-            lines.append("| *exact gradient* | | " + " | ".join(f"{true_gradient(c, payback):+.4f}" for c in cs) + " |\n")
+        if payback != 1.0 or entries:
+            lines.append("| *exact gradient* | | " + " | ".join(f"{true_gradient(c, payback, shapers=entries):+.4f}" for c in cs) + " |\n")
         for row in ROWS:
             cells = " | ".join(f"{b:+.4f} ± {s:.4f}" for b, s in results[setting][row.name])
             lines.append(f"| {row.name} | {row.k:g} | {cells} |\n")

@@ -9,7 +9,30 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.turn_baseline_bias import BEGIN, CS, END, GROUP, GROUPS, HORIZON, ROWS, SEED, SETTINGS, markdown, sample, table, true_gradient
+from benchmarks.turn_baseline_bias import (
+    BEGIN,
+    CS,
+    END,
+    GROUP,
+    GROUPS,
+    HORIZON,
+    NO_STD,
+    ROWS,
+    SEED,
+    SETTINGS,
+    SHAPED,
+    TOKENS,
+    markdown,
+    sample,
+    shaped,
+    table,
+    true_gradient,
+    turn_terms,
+)
+from rllm_plugins.registry import get_estimator
+from rllm_plugins.run import Call, Wording, run_steps
+from rllm_plugins.shaping import resolve_shapers
+from rllm_plugins.shaping.stage import Shapers
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "turn_level.md"
 
@@ -142,3 +165,126 @@ def test_the_pages_prose_names_the_programs_settings():
     k = {row.name: row.k for row in ROWS}
     assert {name for name, weight in k.items() if weight == 2.0} == {row.name for row in ROWS if row.name.startswith(("turn_grpo", "gigpo"))}
     assert k[COMPOSITE] == 1.5 and all(weight == 1.0 for name, weight in k.items() if not name.startswith(("turn_grpo", "gigpo", "composite")))
+
+
+# --- under a length penalty: shapers whose term depends on the number of turns -----------------------------------
+
+TURN_PENALTY = (("turn_penalty", {"coef": 0.25, "free_turns": 1}),)
+PER_TURN_REWARD = (RFC, MT_GRPO, REWARD_ABSORBING, GIGPO_REWARD)  # a decision credited with its own turn's reward against its turn's mean
+
+
+def test_the_shaped_exact_gradient_by_hand_at_two_turns():
+    """H = 2: K = 2 with p (continue), 1 with 1 - p, so d/dtheta E[R] = p (1 - p) ((1 - payback) c + f(2) - f(1)), f the term written out."""
+    for theta, c, payback in itertools.product((0.0, 0.7, -1.3), (0.0, 0.5, 2.0), (1.0, 0.5)):
+        p = 1.0 / (1.0 + math.exp(-theta))
+        for coef, free in ((0.25, 0), (0.25, 1), (0.1, 2)):
+            f = {k: -coef * max(0, k - free) for k in (1, 2)}
+            want = p * (1.0 - p) * ((1.0 - payback) * c + f[2] - f[1])
+            got = true_gradient(c, payback, theta, shapers=(("turn_penalty", {"coef": coef, "free_turns": free}),), horizon=2)
+            assert got == pytest.approx(want, rel=1e-12, abs=1e-15), (theta, c, payback, coef, free)
+        # dapo_overlong, max_length 2 turns of tokens, buffer 1 turn: 0 at K = 1, -factor at K = 2
+        dapo = (("dapo_overlong", {"max_length": 2 * TOKENS, "buffer": TOKENS, "factor": 0.5}),)
+        want = p * (1.0 - p) * ((1.0 - payback) * c - 0.5)
+        assert true_gradient(c, payback, theta, shapers=dapo, horizon=2) == pytest.approx(want, rel=1e-12, abs=1e-15)
+
+
+def test_the_shaped_exact_gradient_is_the_closed_form():
+    """H = 4, P(K = k) = p^(k-1) (1 - p) below H, p^(H-1) at H: the settings' terms -0.25 (K - 1) and (0, 0, -0.5, -1)."""
+    assert turn_terms(SHAPED["turn_penalty"][1]).tolist() == [0.0, -0.25, -0.5, -0.75]
+    assert turn_terms(SHAPED["dapo_overlong"][1]).tolist() == [0.0, 0.0, -0.5, -1.0]
+    for theta, c in itertools.product((0.0, 0.7, -1.3), (0.0, 2.0)):
+        p = 1.0 / (1.0 + math.exp(-theta))
+        dk = sum(k * p ** (k - 1) for k in range(1, HORIZON)) * p * (1.0 - p)  # d E[K - 1] / d theta
+        assert true_gradient(c, 1.0, theta, shapers=SHAPED["turn_penalty"][1]) == pytest.approx(-0.25 * dk, rel=1e-12, abs=1e-15)
+        assert true_gradient(c, 0.5, theta, shapers=TURN_PENALTY) == pytest.approx((c / 2 - 0.25) * dk, rel=1e-12, abs=1e-15)
+        # E[f(K)] = -0.5 p^2 (1 - p) - p^3: its derivative in p is -p - 1.5 p^2
+        want = (-p - 1.5 * p * p) * p * (1.0 - p)
+        assert true_gradient(c, 1.0, theta, shapers=SHAPED["dapo_overlong"][1]) == pytest.approx(want, rel=1e-12, abs=1e-15)
+    assert SHAPED["turn_penalty"][0] == SHAPED["dapo_overlong"][0] == 1.0
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        (("length_penalty", {"output_weight": 0.0, "input_weight": 0.0, "turns_weight": 0.1}),),
+        (("turn_penalty", {"coef": 0.25, "only_successful": True}),),
+        (("linear_length_penalty", {"max_length": 1024}),),
+    ],
+)
+def test_a_term_that_moves_with_the_group_or_the_reward_has_no_exact_gradient_here(entries):
+    with pytest.raises(ValueError, match="not on the turns alone"):
+        true_gradient(1.0, 1.0, shapers=entries)
+
+
+def test_the_shaped_episodes_are_what_run_steps_hands_the_estimator():
+    """The package's pipeline, with its Shapers stage, gives the registered rows the advantages they give on the shaped episodes."""
+    e = sample(1.0, 40, payback=0.5)
+    wording = Wording("steps", lambda values, what: f"{what} not finite")
+    for entries in (*(entries for _, entries in SHAPED.values()), SHAPED["turn_penalty"][1] + SHAPED["dapo_overlong"][1]):
+        s = shaped(e, entries)
+        term = turn_terms(entries)[e.turns - 1]
+        np.testing.assert_allclose(s.batch.outcomes, e.batch.outcomes + term, rtol=0, atol=1e-12)
+        last = s.batch.step_offsets[1:] - 1
+        np.testing.assert_allclose(s.batch.step_rewards[last], e.batch.step_rewards[last] + term, rtol=0, atol=1e-12)
+        rest = np.ones(e.batch.num_steps, dtype=bool)
+        rest[last] = False
+        assert (s.batch.step_rewards[rest] == e.batch.step_rewards[rest]).all()
+        for name, options in (("turn_grpo", {"value": "reward_to_go", "baseline": "leave_one_out"}), ("turn_grpo", {}), ("gigpo", {}), ("step_reinforce", {})):
+            turns = e.turns.astype(np.float64)
+            stage = Shapers(resolve_shapers(list(entries), "reward_shapers"), "reward_shapers", context={"turns": turns, "lengths": TOKENS * turns})
+            call = Call(get_estimator(name), {**NO_STD, **options}, name)
+            piped, _, _ = run_steps(call, e.batch, wording=wording, role="actor", shapers=stage)
+            direct = get_estimator(name).batched_form(s.batch, **NO_STD, **options)
+            np.testing.assert_array_equal(piped, direct)
+
+
+def test_under_a_length_penalty_the_unbiased_rows_stay_unbiased_and_the_mean_rows_shrink_it_by_1_over_n(results):
+    k = {row.name: row.k for row in ROWS}
+    for setting, (payback, entries) in SHAPED.items():
+        assert all(true_gradient(c, payback, shapers=entries) < 0.0 for c in CS)
+        for name in UNBIASED:
+            for c, (bias, se) in cells(results, setting, name):
+                assert abs(bias) < 3 * se, (setting, name, c, bias, se)
+        for name in SHRUNK_BY_1_OVER_N:
+            for c, (bias, se) in cells(results, setting, name):
+                exact = -k[name] * true_gradient(c, payback, shapers=entries) / GROUP
+                assert bias > 4 * se and abs(bias - exact) < 3 * se, (setting, name, c, bias, exact, se)
+
+
+def test_under_a_length_penalty_the_per_turn_reward_rows_are_biased_without_intermediate_rewards(results):
+    k = {row.name: row.k for row in ROWS}
+    for setting, (payback, entries) in SHAPED.items():
+        truth = true_gradient(0.0, payback, shapers=entries)
+        for name in PER_TURN_REWARD:
+            bias, se = results[setting][name][0]
+            assert bias > 4 * se, (setting, name, bias, se)  # towards more turns
+        bias, se = results[setting][RFC][0]
+        assert bias + k[RFC] * truth > 4 * se, (setting, bias, truth)  # its mean estimate: more turns, against the penalty
+        bias, se = results[setting][MT_GRPO][0]
+        assert bias + k[MT_GRPO] * truth < -4 * se, (setting, bias, truth)  # the penalty's sign, a fraction of its size
+
+
+def test_under_a_length_penalty_growing_c_adds_the_full_payback_tables_bias(results):
+    """Without the std every row is linear in the rewards and the draws are the same: the shaped cell minus its c = 0 cell is the full-payback one's."""
+    for setting, row in itertools.product(SHAPED, ROWS):
+        shaped_cells, full = results[setting][row.name], results["full"][row.name]
+        for (b, _), (f, _) in zip(shaped_cells, full, strict=True):
+            assert b - shaped_cells[0][0] == pytest.approx(f - full[0][0], abs=1e-9), (setting, row.name)
+
+
+def test_the_pages_length_penalty_prose_quotes_the_programs_cells(results):
+    text = DOC.read_text().split("**Under a length penalty.**", 1)[1].split(BEGIN, 1)[0]
+    prose = " ".join(text.split())
+
+    def cell(setting, name, c=0):
+        bias, se = results[setting][name][c]
+        return f"{bias:+.4f} ± {se:.4f}"
+
+    for name in (DEFAULT, RFC, MT_GRPO):
+        for setting in SHAPED:
+            assert cell(setting, name) in prose, (setting, name)
+    for payback, entries in SHAPED.values():
+        assert f"{true_gradient(0.0, payback, shapers=entries):+.4f}".replace("-", "\N{MINUS SIGN}") in prose
+    for name, options in (entry for _, entries in SHAPED.values() for entry in entries):
+        assert f"`{name}({', '.join(f'{key}={value}' for key, value in options.items())})`" in prose
+    assert f"{TOKENS} model tokens a turn" in prose
