@@ -36,6 +36,7 @@ import tomllib
 
 from rllm_plugins.cli import BUILTIN_COMMANDS, build_parser, contributed_commands
 from rllm_plugins.registry import available_estimators
+from rllm_plugins.shaping import available_shapers
 from rllm_plugins.transforms import available_transforms
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +103,8 @@ def runs_as_is(argv: list[str]) -> bool:
         name = argv[2]
         if name in PLACEHOLDERS:
             return False
-        assert name in available_estimators() or name in available_transforms(), f"rllm-plugins check {name}: no estimator or transform has this name"
+        known = {*available_estimators(), *available_transforms(), *available_shapers()}
+        assert name in known, f"rllm-plugins check {name}: no estimator, transform or reward shaper has this name"
     return True
 
 
