@@ -51,6 +51,8 @@ VERL_TESTS = [
     "integration_tests/verl/tools/test_rehearse_loops.py",  # verl's own loops, sessions (v1), what a loop returns that verl refuses
     "integration_tests/verl/tools/test_rehearse_verdicts.py",  # a verdict and the fix, never a traceback
     "integration_tests/verl/tools/test_check_preflight.py",  # verl-check: transforms, module lists, the run's own rules
+    "integration_tests/verl/compute/test_shaping.py",  # reward shapers with rllm_* and verl's own estimators, DAPO's reward manager
+    "integration_tests/verl/tools/test_check_shapers.py",  # verl-check: reward shapers
 ]
 VERL_V1_TESTS = ["integration_tests/verl/patches/test_sessions.py"]
 TRL_TESTS = [
@@ -58,6 +60,7 @@ TRL_TESTS = [
     "integration_tests/trl/test_training.py",  # a real GRPOTrainer step with a tiny local model
     "integration_tests/trl/test_estimator_state.py",  # state save/resume
     "integration_tests/trl/test_config.py",  # RLLMGRPOConfig: every refusal and warning at config time
+    "integration_tests/trl/test_shaping.py",  # reward shapers on the outcome and turn paths
 ]
 # TRL 1.15.0's GRPOTrainer always scores with its fused LM head (trl.trainer.utils.add_fused_lm_head), which needs Triton:
 # torch's CPU build has none, so no training step runs on CPU there; its cell checks the mixin against its signatures only

@@ -165,6 +165,8 @@ def _shaped(values: np.ndarray, offsets: np.ndarray, live: np.ndarray | None, sh
     """``values`` ``(N,)`` with the shapers' terms (``live`` units only); ``values`` itself when there are none."""
     if shapers is None or not shapers.selected:
         return values
+    if values.ndim == 2 and values.shape[1] == 1:  # one reward per unit, as a column (the collector's normalize_then_sum)
+        return shapers.shape(values[:, 0], offsets, role, live)[:, None]
     if values.ndim != 1:
         raise ValueError(
             f"{shapers.where}: reward shapers add to one reward per unit; these units carry {values.shape[1]} rewards each (several reward "

@@ -284,3 +284,18 @@ def test_the_provenance_line_names_the_shapers_with_their_options():
     assert '; shapers turn_penalty{"coef":0.1} [built-in]; transforms none;' in metrics.provenance_line
     assert metrics.provenance["shapers"] == [{"name": "turn_penalty", "options": {"coef": 0.1}, "source": "built-in", "plugin": "builtin",
                                               "distribution": "rllm-plugins", "version": metrics.provenance["rllm_plugins"]}]  # fmt: skip
+
+
+def test_normalize_then_sum_with_one_reward_per_trajectory_shapes_it_as_sum_then_normalize_does():
+    def run(aggregation, extra=()):
+        groups = [group("q", [1.0, 0.0, 1.0, 1.0], [3, 9, 6, 12])]
+        shapers = [{"name": "dapo_overlong", "max_length": 12, "buffer": 6}] if not extra else []
+        config = AlgorithmConfig(estimator="grpo", multi_objective_aggregation=aggregation, reward_shapers=shapers)
+        if extra:
+            for t, term in zip(groups[0].trajectories, extra, strict=True):
+                t.reward += term
+        collect_reward_and_advantage_from_trajectory_groups(groups, config)
+        return [t.steps[0].advantage for t in groups[0].trajectories]
+
+    terms = dapo([], [3, 9, 6, 12], 12, 6, 1.0)
+    assert run("normalize_then_sum") == pytest.approx(run("normalize_then_sum", terms), abs=1e-12)

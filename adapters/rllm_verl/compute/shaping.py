@@ -47,6 +47,12 @@ WHERE = f"algorithm.{CONFIG_KEY}"
 VERL_CONTEXT = {"offsets", "scores", "lengths", "input_lengths", "tool_lengths", "turns"}
 """What verl's batches give a shaper (``input_lengths``, ``tool_lengths`` and ``scores`` where the batch has the tensors)."""
 
+UNSHAPED_INPUTS = {
+    "gdpo": "computes from each reward key's scores in non_tensor_batch, which the shapers do not change",
+    "remax": "subtracts reward_baselines (the greedy responses' rewards, which no shaper saw) from the shaped rewards",
+}
+"""verl's own estimators whose numbers would not follow ``token_level_rewards`` shaped alone: refused with shapers."""
+
 _resolved: dict[str, tuple[SelectedShaper, ...]] = {}
 _inside: contextvars.ContextVar[bool] = contextvars.ContextVar("rllm_verl_shaping_inside", default=False)
 
@@ -136,14 +142,21 @@ def _units(data: Any, sessions: Sessions | None, live: np.ndarray) -> Layout:
 
 
 @contextlib.contextmanager
-def own_shaping(data: Any, config: Any, sessions: Sessions | None = None) -> Iterator[None]:
-    """For the block (verl's own estimator's call), ``data.batch["token_level_rewards"]`` with each unit's terms at its final
+def own_shaping(data: Any, config: Any, sessions: Sessions | None = None, estimator: Any = None) -> Iterator[None]:
+    """For the block (verl's own ``estimator``'s call), ``data.batch["token_level_rewards"]`` with each unit's terms at its final
     row's last model token; the unshaped tensor is back after it, and the terms' metrics in the step's logs. Inside another
-    such block (v1's function calling the legacy one on a sub-batch) it does nothing: the batch is shaped once."""
+    such block (v1's function calling the legacy one on a sub-batch) it does nothing: the batch is shaped once. An estimator
+    of :data:`UNSHAPED_INPUTS` is refused."""
     selected = shapers_of(config)
     if not selected or _inside.get():
         yield
         return
+    name = str(getattr(estimator, "value", estimator))
+    if name in UNSHAPED_INPUTS:
+        raise ValueError(
+            f"{WHERE}: verl's own {name!r} {UNSHAPED_INPUTS[name]}, so its advantages would not follow the shaped rewards; remove "
+            f"{WHERE}, or choose an estimator that reads token_level_rewards alone (verl's grpo, rloo, ..., or an rllm_* name)"
+        )
     batch = data.batch
     rewards, mask = batch["token_level_rewards"], batch["response_mask"]
     index = data.non_tensor_batch.get("uid")

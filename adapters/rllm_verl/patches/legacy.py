@@ -50,7 +50,7 @@ def extend(original: Callable[..., Any]) -> Callable[..., Any]:
             given = {}
         ours = rllm_name(given.get("adv_estimator")) is not None
         # algorithm.rllm_reward_shapers before verl's own estimator (an rllm_* estimator's run shapes its units itself)
-        with processing(data, given), contextlib.nullcontext() if ours else own_shaping(data, given.get("config")):
+        with processing(data, given), contextlib.nullcontext() if ours else own_shaping(data, given.get("config"), estimator=given.get("adv_estimator")):
             out = original(data, *args, **kwargs)
         # algorithm.rllm_advantage_transforms after any estimator: an rllm_* estimator's run applied their unit part already
         transform_configured(out, given.get("config"), units_done=ours)

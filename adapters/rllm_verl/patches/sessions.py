@@ -67,7 +67,7 @@ def _verls_own(original: Callable[..., Any], data: Any, batch_keys: Any, adv_est
             sessions = parse_sessions(list(batch_keys), data.non_tensor_batch["uid"])
         except ValueError:  # keys verl reads its own way: each row its own unit
             sessions = None
-    with deferred(), own_shaping(data, config, sessions):  # the whole batch shaped once, each session a unit under grpo
+    with deferred(), own_shaping(data, config, sessions, adv_estimator):  # the whole batch shaped once, each session a unit under grpo
         out = original(data, batch_keys, adv_estimator, *args)
     transform_configured(out, config, sessions=sessions)
     return out

@@ -18,6 +18,7 @@ pytest.importorskip("verl")
 import rllm_verl.plugin  # noqa: F401 - installs the extensions, as verl's entry point does
 from omegaconf import OmegaConf
 from rllm_verl.compute.shaping import turn_counts
+from rllm_verl.versions import verl_features
 from verl import DataProto
 from verl.trainer.ppo import ray_trainer
 
@@ -179,6 +180,7 @@ SESSION_REWARDS = [0.0, 1.0, 0.5, 0.25, 0.0, 2.0, 1.0]
 SESSION_MASKS = [[1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1], [1], [1, 1], [1, 1, 1, 1, 1], [1, 1, 1]]
 
 
+@pytest.mark.skipif(not verl_features().v1_trainer, reason="multi-output sessions are verl's v1 trainer's (verl >= 0.9)")
 @pytest.mark.parametrize("estimator", ["grpo", "rllm_grpo", "rllm_reinforce"])
 def test_a_multi_output_session_is_shaped_once_by_all_its_model_tokens_at_its_final_output(estimator):
     from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
@@ -206,3 +208,13 @@ def test_a_shaper_that_needs_what_verl_has_not_is_refused_naming_it():
         shapers_of(algorithm([{"name": "dapo_overlong", "max_length": 8}]))
     with pytest.raises(ValueError, match=r"Unknown reward shaper 'dapo_overlog'\. Did you mean 'dapo_overlong'\?"):
         ray_trainer.compute_advantage(batch(REWARDS, MASKS, UIDS), "grpo", config=algorithm(["dapo_overlog"]))
+
+
+@pytest.mark.parametrize("estimator", ["gdpo", "remax"])
+def test_verls_own_estimators_whose_numbers_would_not_follow_the_shaped_rewards_are_refused(estimator):
+    from verl.trainer.ppo import core_algos
+
+    if estimator not in core_algos.ADV_ESTIMATOR_REGISTRY:
+        pytest.skip(f"this verl has no {estimator!r}")
+    with pytest.raises(ValueError, match=rf"algorithm.rllm_reward_shapers: verl's own '{estimator}' .* so its advantages would not follow the shaped rewards"):
+        ray_trainer.compute_advantage(batch(REWARDS, MASKS, UIDS), estimator, config=algorithm([DAPO]))

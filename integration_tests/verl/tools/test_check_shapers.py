@@ -9,15 +9,22 @@ pytest.importorskip("verl")
 pytest.importorskip("hydra")
 
 from rllm_verl.tools.check import verl_check
+from rllm_verl.versions import verl_features
 
 SHAPERS = "+algorithm.rllm_reward_shapers"
 ALL_SIZES = [1, 2, 3, 4, 8]
 
 
-@pytest.mark.parametrize("trainer", ["trainer.use_v1=true", "trainer.use_v1=false"])
+@pytest.mark.parametrize("trainer", ["v1", "legacy"])
 @pytest.mark.parametrize("estimator", ["grpo", "rllm_rloo", "rllm_gigpo"])
 def test_shapers_are_known_resolved_with_every_option_and_tried_on_toy_batches(estimator, trainer):
-    report = verl_check([f"algorithm.adv_estimator={estimator}", trainer, f"{SHAPERS}=[{{name:dapo_overlong,max_length:4,buffer:2}},length_penalty]"])
+    if not verl_features().v1_trainer:  # verl < 0.9: the legacy trainer only, and no trainer.use_v1 key
+        if trainer == "v1":
+            pytest.skip(f"verl {verl_features().version} has no v1 trainer")
+        chosen = []
+    else:
+        chosen = [f"trainer.use_v1={'true' if trainer == 'v1' else 'false'}"]
+    report = verl_check([f"algorithm.adv_estimator={estimator}", *chosen, f"{SHAPERS}=[{{name:dapo_overlong,max_length:4,buffer:2}},length_penalty]"])
     assert report.ok, report
     assert not any("rllm_reward_shapers" in w for w in report.warnings)
     rows = [row for row in report.resolved if row[0].startswith("shaper")]
