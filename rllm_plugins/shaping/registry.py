@@ -17,7 +17,15 @@ from ..discovery.unresolved import resolve, unknown_message
 from ..shaper_spec import Shaper, ShaperSpec
 from ..spec import Provider
 
-__all__ = ["UnknownShaperError", "all_shapers", "available_shapers", "get_reward_shaper", "register_reward_shaper", "unregister_reward_shaper"]
+__all__ = [
+    "UnknownShaperError",
+    "all_shapers",
+    "available_shapers",
+    "get_reward_shaper",
+    "register_reward_shaper",
+    "registry_version",
+    "unregister_reward_shaper",
+]
 
 
 class UnknownShaperError(ValueError):
@@ -26,6 +34,7 @@ class UnknownShaperError(ValueError):
 
 _lock = threading.Lock()
 _user: dict[str, Shaper] = {}
+_changes = 0  # registrations and removals in user code so far (a resolved list is reused while nothing changed)
 
 
 def register_reward_shaper(name: str, *, description: str = "", requires: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -42,9 +51,11 @@ def register_reward_shaper(name: str, *, description: str = "", requires: tuple[
             return fn
         provider = Provider(f"{fn.__module__}.{fn.__qualname__}", kind="user")
         state = manager.plugin_state()
+        global _changes
         with _lock:
             previous = _user.get(spec.name) or state.shapers.get(spec.name)
             _user[spec.name] = Shaper(spec, provider)
+            _changes += 1
         if previous is not None and previous.spec.fn is not fn:
             warnings.warn(f"reward shaper {spec.name!r} from {provider} overrides the one from {previous.provider}", UserWarning, stacklevel=2)
         return fn
@@ -54,9 +65,17 @@ def register_reward_shaper(name: str, *, description: str = "", requires: tuple[
 
 def unregister_reward_shaper(name: str) -> None:
     """Remove a user-code registration; built-ins and plugins stay."""
+    global _changes
     with _lock:
         if _user.pop(name, None) is None:
             raise UnknownShaperError(f"no reward shaper {name!r} was registered in user code")
+        _changes += 1
+
+
+def registry_version() -> tuple[int, int]:
+    """Changes when what a name resolves to may have changed (a registration or removal in user code, plugins reloaded):
+    a caller that keeps resolved lists keys them with it."""
+    return _changes, id(manager.plugin_state())
 
 
 def available_shapers() -> list[str]:

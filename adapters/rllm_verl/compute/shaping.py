@@ -32,6 +32,7 @@ import torch
 from rllm_plugins.layout import Layout
 from rllm_plugins.shaper_spec import shaper_context
 from rllm_plugins.shaping import SelectedShaper, check_shaper_context, resolve_shapers
+from rllm_plugins.shaping.registry import registry_version
 from rllm_plugins.shaping.stage import Shapers
 from rllm_verl.compute.rows import group_rows
 from rllm_verl.compute.sessions import Sessions, session_layout
@@ -53,12 +54,13 @@ UNSHAPED_INPUTS = {
 }
 """verl's own estimators whose numbers would not follow ``token_level_rewards`` shaped alone: refused with shapers."""
 
-_resolved: dict[str, tuple[SelectedShaper, ...]] = {}
+_resolved: dict[tuple[str, tuple[int, int]], tuple[SelectedShaper, ...]] = {}
 _inside: contextvars.ContextVar[bool] = contextvars.ContextVar("rllm_verl_shaping_inside", default=False)
 
 
 def shapers_of(config: Any) -> tuple[SelectedShaper, ...]:
-    """The shapers ``config`` (verl's ``algorithm`` section) selects, resolved and checked (once per distinct list)."""
+    """The shapers ``config`` (verl's ``algorithm`` section) selects, resolved and checked (once per distinct list, while the
+    registry is unchanged)."""
     if config is None:
         return ()
     entries = config.get(CONFIG_KEY) if isinstance(config, Mapping) or hasattr(config, "get") else getattr(config, CONFIG_KEY, None)
@@ -68,7 +70,7 @@ def shapers_of(config: Any) -> tuple[SelectedShaper, ...]:
         entries = OmegaConf.to_container(entries, resolve=True)
     if not entries:
         return ()
-    key = repr(entries)
+    key = (repr(entries), registry_version())
     if key not in _resolved:
         selected = resolve_shapers(entries, WHERE)
         check_shaper_context(selected, VERL_CONTEXT, WHERE, "verl")
