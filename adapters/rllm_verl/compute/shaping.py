@@ -89,14 +89,17 @@ def turn_counts(mask: torch.Tensor) -> np.ndarray:
     return (rises + ones[:, 0].to(rises.dtype)).to("cpu", torch.float64).numpy() if ones.shape[1] else np.zeros(ones.shape[0])
 
 
-def _context(selected: tuple[SelectedShaper, ...], index: Any, response_mask: torch.Tensor, layout: Layout, turns: np.ndarray | None) -> dict[str, Any]:
-    """Each unit's context of :data:`VERL_CONTEXT` that a shaper of ``selected`` names (see the module docstring)."""
+def _context(
+    selected: tuple[SelectedShaper, ...], index: Any, response_mask: torch.Tensor, layout: Layout, turns: np.ndarray | None, data: Any = None
+) -> dict[str, Any]:
+    """Each unit's context of :data:`VERL_CONTEXT` that a shaper of ``selected`` names (see the module docstring); ``data``: the
+    DataProto itself, where the caller holds it (else the one verl's call is processing)."""
     named = _named(selected)
     context: dict[str, Any] = {"lengths": layout.per_unit(mask_lengths(response_mask))}
     if "turns" in named:
         context["turns"] = layout.per_unit(turn_counts(response_mask) if turns is None else turns)
     if named & {"input_lengths", "tool_lengths"}:
-        read = _read_tokens(index, response_mask)
+        read = _read_tokens(index, response_mask, data)
         if read is not None:
             prompt, response = read
             if "input_lengths" in named:
@@ -109,10 +112,11 @@ def _context(selected: tuple[SelectedShaper, ...], index: Any, response_mask: to
     return context
 
 
-def _read_tokens(index: Any, response_mask: torch.Tensor) -> tuple[np.ndarray, np.ndarray] | None:
+def _read_tokens(index: Any, response_mask: torch.Tensor, data: Any = None) -> tuple[np.ndarray, np.ndarray] | None:
     """``(B,)`` prompt tokens and ``(B,)`` response tokens (model's and tools') of each row, or None where the batch has neither
     an ``attention_mask`` (legacy) nor rows served by TransferQueue (v1)."""
-    attention = current_tensor(index, "attention_mask")
+    tensors = getattr(data, "batch", None)
+    attention = tensors["attention_mask"] if tensors is not None and "attention_mask" in tensors.keys() else current_tensor(index, "attention_mask")  # noqa: SIM118
     width = response_mask.shape[1]
     if attention is not None and attention.dim() == 2 and attention.shape[1] >= width:
         return reward_sums(attention[:, : attention.shape[1] - width]), reward_sums(attention[:, attention.shape[1] - width :])
@@ -164,7 +168,7 @@ def own_shaping(data: Any, config: Any, sessions: Sessions | None = None, estima
     index = data.non_tensor_batch.get("uid")
     live = mask_lengths(mask) > 0
     layout = _units(data, sessions, live)
-    shapers = Shapers(selected, WHERE, _context(selected, index, mask, layout, None))
+    shapers = Shapers(selected, WHERE, _context(selected, index, mask, layout, None, data))
     if SCORES_KEY not in batch.keys():  # noqa: SIM118 - a TensorDict: no task scores, the rewards are the scores
         shapers.context = {k: v for k, v in shapers.context.items() if k != "scores"}
     raw = reward_sums(rewards)[layout.final_rows]

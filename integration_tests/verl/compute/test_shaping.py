@@ -218,3 +218,46 @@ def test_verls_own_estimators_whose_numbers_would_not_follow_the_shaped_rewards_
         pytest.skip(f"this verl has no {estimator!r}")
     with pytest.raises(ValueError, match=rf"algorithm.rllm_reward_shapers: verl's own '{estimator}' .* so its advantages would not follow the shaped rewards"):
         ray_trainer.compute_advantage(batch(REWARDS, MASKS, UIDS), estimator, config=algorithm([DAPO]))
+
+
+BUILTINS = [
+    DAPO,
+    {"name": "length_penalty"},
+    {"name": "linear_length_penalty", "max_length": WIDTH},
+    {"name": "efficiency_bonus", "cost": "turns"},
+    {"name": "group_length_penalty", "absolute_slack": 0.0, "success_threshold": 1.0},
+    {"name": "turn_penalty", "coef": 0.1},
+]
+
+
+@pytest.mark.skipif(not verl_features().v1_trainer, reason="multi-output sessions are verl's v1 trainer's (verl >= 0.9)")
+@pytest.mark.parametrize("entry", BUILTINS, ids=lambda e: e["name"])
+@pytest.mark.parametrize("estimator", ["grpo", "rllm_rloo"])
+def test_every_builtin_shapes_a_session_from_its_outputs_together(entry, estimator):
+    """The reference: the core's shape_rewards on each session's context written out here (its outputs' model tokens, its
+    first output's prompt, its outputs as turns), its terms added at its final output's last model token."""
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    from rllm_plugins import shape_rewards
+
+    sessions: dict[str, list[int]] = defaultdict(list)
+    for row, key in enumerate(SESSION_KEYS):
+        sessions[key.rsplit("_", 1)[0]].append(row)
+    order = [s for uid in dict.fromkeys(SESSION_UIDS) for s in sessions if SESSION_UIDS[sessions[s][0]] == uid]
+    final = {s: max(sessions[s], key=lambda r: int(SESSION_KEYS[r].rsplit("_", 1)[1])) for s in order}
+    sizes = [sum(1 for s in order if SESSION_UIDS[sessions[s][0]] == uid) for uid in dict.fromkeys(SESSION_UIDS)]
+    context = {
+        "offsets": np.cumsum([0, *sizes]),
+        "lengths": np.array([sum(model_tokens(SESSION_MASKS[r]) for r in sessions[s]) for s in order], dtype=float),
+        "input_lengths": np.full(len(order), float(PROMPT)),
+        "tool_lengths": np.zeros(len(order)),
+        "turns": np.array([len(sessions[s]) for s in order], dtype=float),
+    }
+    rewards = np.array([SESSION_REWARDS[final[s]] for s in order])
+    _, terms, _ = shape_rewards(rewards, [entry], **context)
+    (term,) = terms.values()
+    data = batch(SESSION_REWARDS, SESSION_MASKS, SESSION_UIDS)
+    shaped = compute_advantage_for_multi_trajectories(data, SESSION_KEYS, adv_estimator=estimator, config=algorithm([entry]))
+    reference_batch = with_terms_at_final_tokens(batch(SESSION_REWARDS, SESSION_MASKS, SESSION_UIDS), {final[s]: t for s, t in zip(order, term, strict=True)})
+    reference = compute_advantage_for_multi_trajectories(reference_batch, SESSION_KEYS, adv_estimator=estimator, config=algorithm())
+    np.testing.assert_allclose(shaped.batch["advantages"].numpy(), reference.batch["advantages"].numpy(), rtol=0, atol=1e-6)
