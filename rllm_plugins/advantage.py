@@ -164,8 +164,11 @@ def _aggregate(
 
     offsets = offsets_from_sizes([len(g.trajectories) for g in batch.groups])
     wording = Wording("trajectories", lambda values, _: f"{where} gave the non-finite advantage {values[~np.isfinite(values)][0]}; advantages must be finite")
+    values: np.ndarray = table
+    if shapers is not None and shapers.selected and config.multi_objective_aggregation == "sum_then_normalize":
+        values, combine = np.concatenate(batch.rewards), None  # the weighted sums (every trajectory has a reward): shaped, then estimated
     advantages, _ = run_outcome(
-        call, table, offsets, wording=wording, role=role, lengths=lengths, combine=combine, context={"algorithm_config": config}, transforms=transforms,
+        call, values, offsets, wording=wording, role=role, lengths=lengths, combine=combine, context={"algorithm_config": config}, transforms=transforms,
         shapers=shapers,
     )  # fmt: skip
     return GroupLayout.from_offsets(offsets, advantages.size).split(advantages)
@@ -363,7 +366,7 @@ SHAPER_CONTEXT_HERE = {"offsets", "scores", "lengths", "input_lengths", "turns"}
 
 def _shapers(groups: list[TrajectoryGroup], config: AlgorithmConfig) -> Shapers | None:
     """``config.reward_shapers`` as a run applies them to one role's ``groups``: per trajectory its model tokens (its steps'
-    ``response_ids``), its prompt tokens (its first step's ``prompt_ids``, where every trajectory has them) and its turns."""
+    ``response_ids``), its prompt tokens (its first step's ``prompt_ids``; none when no trajectory has any) and its turns."""
     if not config.reward_shapers:
         return None
     check_shaper_context(config.shapers, SHAPER_CONTEXT_HERE, "AlgorithmConfig.reward_shapers", "the collector")
@@ -373,7 +376,7 @@ def _shapers(groups: list[TrajectoryGroup], config: AlgorithmConfig) -> Shapers 
     context: dict[str, Any] = {
         "lengths": lengths,
         "turns": np.array([len(traj.steps) for traj in trajectories], dtype=np.float64),
-        "input_lengths": np.array(prompts, dtype=np.float64) if all(prompts) else None,
+        "input_lengths": np.array(prompts, dtype=np.float64) if any(prompts) else None,  # none at all: the path has no prompts
     }
     return Shapers(config.shapers, "AlgorithmConfig.reward_shapers", context)
 

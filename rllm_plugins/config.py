@@ -230,25 +230,27 @@ class AlgorithmConfig:
                 raise ValueError(f"AlgorithmConfig.reward_weights[{name!r}] must be a finite number keyed by a reward name, got {describe(weight)}")
         self.reward_weights = {name: float(weight) for name, weight in self.reward_weights.items()}
         self.advantage_transforms = [] if self.advantage_transforms is None else self.advantage_transforms
-        if self.advantage_transforms:  # names, options and option values checked now, not at the first step
-            self.__dict__["_transforms"] = _resolve_transforms(self.advantage_transforms)
         self.reward_shapers = [] if self.reward_shapers is None else self.reward_shapers
-        if self.reward_shapers:
-            self.__dict__["_shapers"] = _resolve_shapers(self.reward_shapers)
+        _ = self.transforms, self.shapers  # names, options and option values checked now, not at the first step
+
+    def _resolved(self, field_name: str, resolve: Any) -> tuple[Any, ...]:
+        """``field_name``'s list resolved by ``resolve``, kept while the list is the same (a list assigned later is resolved then)."""
+        entries = getattr(self, field_name)
+        kept = self.__dict__.get(f"_{field_name}_resolved")
+        if kept is None or kept[0] != repr(entries):
+            kept = (repr(entries), resolve(entries) if entries else ())
+            self.__dict__[f"_{field_name}_resolved"] = kept
+        return kept[1]
 
     @property
     def shapers(self) -> tuple[Any, ...]:
         """``reward_shapers`` resolved (:class:`~rllm_plugins.shaping.SelectedShaper` objects, in order)."""
-        if "_shapers" not in self.__dict__:
-            self.__dict__["_shapers"] = _resolve_shapers(self.reward_shapers)
-        return self.__dict__["_shapers"]
+        return self._resolved("reward_shapers", _resolve_shapers)
 
     @property
     def transforms(self) -> tuple[Any, ...]:
         """``advantage_transforms`` resolved (:class:`~rllm_plugins.transforms.SelectedTransform` objects, in order)."""
-        if "_transforms" not in self.__dict__:
-            self.__dict__["_transforms"] = _resolve_transforms(self.advantage_transforms)
-        return self.__dict__["_transforms"]
+        return self._resolved("advantage_transforms", _resolve_transforms)
 
     @property
     def estimator_state(self) -> EstimatorState:

@@ -284,7 +284,7 @@ class RLLMAdvantageMixin:
             reward_names=self.reward_func_names,
             task_ids=pending["task_ids"],
         )
-        shapers = self._rllm_shapers(output)
+        shapers = self._rllm_shapers(output, pending["lengths"])
         if settings.step_level:
             self._step_level_advantages(output, batch, pending["overrides"], mode, shapers)
             return output
@@ -364,21 +364,28 @@ class RLLMAdvantageMixin:
         specs = (estimator.spec for estimator in settings.selected.values())
         return {spec.name: state_options(spec, options) for spec in specs if needs_of(spec, settings.estimator_kwargs).state}
 
-    def _rllm_shapers(self, output: dict[str, Any]) -> Shapers | None:
-        """``reward_shapers`` with the gathered completions' context: model tokens (``completion_mask``, times ``tool_mask`` where
-        TRL's tool loop or a rollout_func's env_mask marks the environment's), prompt tokens, tool tokens, turns (runs of model
-        tokens). One gather of (B, 4) counts, only when shapers are configured."""
+    def _rllm_shapers(self, output: dict[str, Any], lengths: torch.Tensor) -> Shapers | None:
+        """``reward_shapers`` with the gathered completions' context: model tokens, prompt tokens, tool tokens (where TRL's tool
+        loop or a rollout_func's env_mask marks the environment's: ``tool_mask``) and turns (runs of model tokens). A completion's
+        tokens are its ``lengths`` (the gathered ids' lengths), not ``completion_mask``'s: with ``mask_truncated_completions``
+        TRL zeroes a truncated completion's mask (and ``tool_mask``), and an overlong penalty must still see its tokens, all
+        counted as the model's then. One gather of (B, 3) counts, only when shapers are configured."""
         selected = self.advantage_settings.shapers
         if not selected:
             return None
         completion = output["completion_mask"].detach()
+        start = self.accelerator.process_index * completion.shape[0]
+        count = lengths[start : start + completion.shape[0]].to(completion.device)
+        full = (torch.arange(completion.shape[1], device=completion.device)[None, :] < count[:, None]).to(completion.dtype)
         tool = output.get("tool_mask")
-        model = completion if tool is None else completion * tool.detach()
+        masked = (completion.sum(-1) == 0)[:, None]  # truncated and masked by TRL: its tool_mask was zeroed too
+        model = full if tool is None else torch.where(masked, full, full * tool.detach())
         ones = model != 0
         runs = ones[:, :1].sum(-1) + (ones[:, 1:] & ~ones[:, :-1]).sum(-1)
-        local = torch.stack([model.sum(-1), output["prompt_mask"].detach().sum(-1), (completion - model).sum(-1), runs], dim=1).to(torch.float64)
+        local = torch.stack([output["prompt_mask"].detach().sum(-1), (full - model).sum(-1), runs], dim=1).to(torch.float64)
         counts = self.accelerator.gather(local).cpu().numpy()
-        context = {"lengths": counts[:, 0], "input_lengths": counts[:, 1], "tool_lengths": counts[:, 2], "turns": counts[:, 3]}
+        tools = counts[:, 1]
+        context = {"lengths": lengths.cpu().numpy().astype(np.float64) - tools, "input_lengths": counts[:, 0], "tool_lengths": tools, "turns": counts[:, 2]}
         return Shapers(selected, SHAPERS_WHERE, context)
 
     def _step_level_advantages(

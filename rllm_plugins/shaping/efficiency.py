@@ -17,18 +17,20 @@ def efficiency_bonus(
     lengths: np.ndarray,
     tool_lengths: np.ndarray | None = None,
     turns: np.ndarray | None = None,
+    scores: np.ndarray | None = None,
     *,
     cost: Literal["tokens", "turns"] = "tokens",
     completion_weight: float = 1.0,
     tool_response_weight: float = 1.0,
 ) -> np.ndarray:
-    """``r * clip(1 - c / mean_c, 0, 1)`` for a unit that ties its group's best reward (> 0), else 0 ``(N,)``.
+    """``r * clip(1 - c / mean_c, 0, 1)`` for a unit that ties its group's best score ``r`` (> 0), else 0 ``(N,)``.
 
-    ``c``: the unit's cost (``cost="tokens"``: ``completion_weight`` x model tokens + ``tool_response_weight`` x tool
-    tokens; ``"turns"``: its turns); ``mean_c``: the mean cost of the group's best units (no bonus where it is 0).
+    ``r``: ``scores`` (else the rewards); ``c``: the unit's cost (``cost="tokens"``: ``completion_weight`` x model tokens +
+    ``tool_response_weight`` x tool tokens, which count 0 where the path gives none, as prime-rl's where a rollout has no such
+    metric; ``"turns"``: its turns); ``mean_c``: the mean cost of the group's best units (no bonus where it is 0).
     """
     w_model, w_tool = non_negative("completion_weight", completion_weight), non_negative("tool_response_weight", tool_response_weight)
-    values = np.asarray(rewards, dtype=np.float64)
+    values = np.asarray(rewards if scores is None else scores, dtype=np.float64)
     if cost == "tokens":
         costs = w_model * np.asarray(lengths, dtype=np.float64)
         if w_tool and tool_lengths is not None:

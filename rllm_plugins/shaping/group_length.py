@@ -14,6 +14,7 @@ def group_length_penalty(
     rewards: np.ndarray,
     offsets: np.ndarray,
     lengths: np.ndarray,
+    scores: np.ndarray | None = None,
     *,
     success_threshold: float = 1.0,
     beta: float = 0.1,
@@ -23,7 +24,8 @@ def group_length_penalty(
     absolute_slack: float = 16.0,
     success_floor: float = 0.8,
 ) -> np.ndarray:
-    """``max(min(success_floor, r), r - pen) - r`` for a success (``r >= success_threshold``) in a group with at least two, else 0 ``(N,)``.
+    """``max(min(success_floor, r), r - pen) - r`` for a success (``r >= success_threshold``, ``r`` its score: ``scores``, else
+    the reward) in a group with at least two, else 0 ``(N,)``.
 
     ``ref = max(1, quantile of the group's successes' model tokens at ref_quantile)`` (linear interpolation),
     ``allowed = ref (1 + relative_slack) + absolute_slack``, ``pen = min(cap, beta max(0, L - allowed) / ref)``.
@@ -32,7 +34,7 @@ def group_length_penalty(
     relative_slack, absolute_slack = non_negative("relative_slack", relative_slack), non_negative("absolute_slack", absolute_slack)
     if isinstance(ref_quantile, bool) or not isinstance(ref_quantile, (int, float, np.number)) or not 0.0 <= ref_quantile <= 1.0:
         raise ValueError(f"ref_quantile must be a number in [0, 1], got {ref_quantile!r}")
-    values = np.asarray(rewards, dtype=np.float64)
+    values = np.asarray(rewards if scores is None else scores, dtype=np.float64)
     tokens = np.asarray(lengths, dtype=np.float64)
     term = np.zeros(values.size)
     if beta <= 0 or cap <= 0:

@@ -1,6 +1,7 @@
 """prime-rl's length penalties: ``length_penalty`` (its GRPO and ``turn_credit`` form) and ``linear_length_penalty`` (the earlier one).
 
-Both scale by the group's pass rate ``p`` (the mean of its rewards): a group that solves nothing is not pushed shorter.
+Both scale by the group's pass rate ``p`` (the mean of its task scores, ``scores``: the rewards where the path shapes none
+before, verl's ``token_level_scores`` under ``use_kl_in_reward``): a group that solves nothing is not pushed shorter.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def length_penalty(
     input_lengths: np.ndarray | None = None,
     tool_lengths: np.ndarray | None = None,
     turns: np.ndarray | None = None,
+    scores: np.ndarray | None = None,
     *,
     output_weight: float = 0.25,
     input_weight: float = 0.1,
@@ -43,7 +45,8 @@ def length_penalty(
     """``-p * (w_out O/max O + w_in I/max I + w_turns T/max T)`` per unit ``(N,)``, the maxima over its group.
 
     ``O``: model tokens; ``I``: the tokens the model read but did not write (prompt plus tool responses); ``T``: turns;
-    ``p``: the group's mean reward. A weight of 0 drops its fraction (and the need for its counts).
+    ``p``: the group's mean score (``scores``, else the rewards). A weight of 0 drops its fraction (and the need for its
+    counts); where a path gives no tool tokens, ``I`` is the prompt's.
     """
     weights = {"output_weight": output_weight, "input_weight": input_weight, "turns_weight": turns_weight}
     w_out, w_in, w_turns = (non_negative(name, value) for name, value in weights.items())
@@ -57,15 +60,22 @@ def length_penalty(
         if turns is None:
             raise ValueError("turns_weight > 0 reads each unit's turns, which this path does not provide; set turns_weight=0")
         fraction = fraction + w_turns * _fraction_of_group_max(np.asarray(turns, dtype=np.float64), offsets)
-    return -_group_mean(np.asarray(rewards, dtype=np.float64), offsets) * fraction
+    return -_group_mean(np.asarray(rewards if scores is None else scores, dtype=np.float64), offsets) * fraction
 
 
 def linear_length_penalty(
-    rewards: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, *, max_length: int, coef: float = 0.25, gate_by_correctness: bool = False
+    rewards: np.ndarray,
+    offsets: np.ndarray,
+    lengths: np.ndarray,
+    scores: np.ndarray | None = None,
+    *,
+    max_length: int,
+    coef: float = 0.25,
+    gate_by_correctness: bool = False,
 ) -> np.ndarray:
-    """``-coef * p * L / max_length`` per unit ``(N,)`` (``L`` model tokens, ``p`` the group's mean reward); with
-    ``gate_by_correctness`` times the unit's own reward (a 0/1 reward: only correct answers pay)."""
+    """``-coef * p * L / max_length`` per unit ``(N,)`` (``L`` model tokens, ``p`` the group's mean score); with
+    ``gate_by_correctness`` times the unit's own score (a 0/1 score: only correct answers pay)."""
     max_length, coef, gated = positive_int("max_length", max_length), non_negative("coef", coef), flag("gate_by_correctness", gate_by_correctness)
-    values = np.asarray(rewards, dtype=np.float64)
+    values = np.asarray(rewards if scores is None else scores, dtype=np.float64)
     term = -coef * _group_mean(values, offsets) * np.asarray(lengths, dtype=np.float64) / max_length
     return term * values if gated else term

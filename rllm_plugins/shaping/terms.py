@@ -83,6 +83,8 @@ def shape_selected(
             absent = sorted(named - set(given))
             hint = f" (this path does not provide {absent})" if absent else ""
             raise ValueError(f"{who}: {e}{hint}") from None
+        except Exception as e:  # a plugin's own failure, named with the shaper (the traceback kept)
+            raise ValueError(f"{who} raised {type(e).__name__}: {e}") from e
         for label, term in _terms(result, choice, raw.size, who).items():
             if label in terms:
                 raise ValueError(f"{who} returned the term {label!r} twice")

@@ -132,19 +132,28 @@ def unit_shapers(config: Any, index: Any, response_mask: torch.Tensor, layout: L
     selected = shapers_of(config)
     if not selected:
         return None
+    if config is not None and config.get("gdpo_reward_keys", None):
+        raise ValueError(
+            f"{WHERE}: reward shapers add to one reward per row or session, and algorithm.gdpo_reward_keys gives each several (one per "
+            f"key, combined around the estimator); remove {WHERE} or algorithm.gdpo_reward_keys"
+        )
     return Shapers(selected, WHERE, _context(selected, index, response_mask, layout, turns))
 
 
 def _units(data: Any, sessions: Sessions | None, live: np.ndarray) -> Layout:
-    """The units verl's own estimator compares: each session (v1, several outputs), else each row; grouped by uid; padding in none."""
+    """The units verl's own estimator compares: each session (v1, several outputs), else each row; grouped by uid. A group
+    without a model token (verl's padding) is in none; a row without one in a group with others stays a unit, as verl's
+    estimator counts it."""
     if sessions is not None and not sessions.one_output_each:
-        return session_layout(sessions, None, WHERE).keeping_rows(live)
-    uids = np.asarray(data.non_tensor_batch["uid"], dtype=object) if "uid" in data.non_tensor_batch else np.arange(live.size)
-    try:
-        order, offsets = group_rows(uids)
-    except (ValueError, TypeError) as error:
-        raise ValueError(f"{WHERE}: {error}") from None
-    return Layout.one_row_each(order, offsets, uids.size).keeping_rows(live)
+        layout = session_layout(sessions, None, WHERE)
+    else:
+        uids = np.asarray(data.non_tensor_batch["uid"], dtype=object) if "uid" in data.non_tensor_batch else np.arange(live.size)
+        try:
+            order, offsets = group_rows(uids)
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"{WHERE}: {error}") from None
+        layout = Layout.one_row_each(order, offsets, uids.size)
+    return layout.keeping_live_groups(layout.per_unit(live.astype(np.float64)) > 0)
 
 
 @contextlib.contextmanager
@@ -174,7 +183,8 @@ def own_shaping(data: Any, config: Any, sessions: Sessions | None = None, estima
     raw = reward_sums(rewards)[layout.final_rows]
     delta = shapers.shape(raw, layout.unit_offsets, VERL_ROLE) - raw
     last = mask.shape[1] - 1 - torch.flip((mask != 0).to(torch.int8), dims=[1]).argmax(dim=1).cpu().numpy()  # each row's last model token
-    shaped = rewards.clone() if rewards.is_floating_point() else rewards.to(torch.get_default_dtype())
+    # 16-bit rewards in float32 for the call: bf16 would round 10 - 0.02 back to 10 (the term lost); integers too
+    shaped = rewards.to(torch.float32) if rewards.dtype in (torch.float16, torch.bfloat16) or not rewards.is_floating_point() else rewards.clone()
     rows = torch.as_tensor(layout.final_rows, dtype=torch.long)
     shaped[rows, torch.as_tensor(last[layout.final_rows], dtype=torch.long)] += torch.as_tensor(delta, dtype=shaped.dtype).to(shaped.device)
     batch["token_level_rewards"] = shaped
