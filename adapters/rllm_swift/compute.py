@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rllm_plugins.options import check_given_options
 from rllm_plugins.registry import get_estimator
 from rllm_plugins.run import Call, Wording, run_outcome
 from rllm_plugins.segments import offsets_from_sizes
@@ -32,11 +33,13 @@ from rllm_plugins.shaping.stage import Shapers
 from rllm_plugins.spec import Estimator
 from rllm_plugins.transforms.entries import check_available_context, resolve_transforms, split_chain
 from rllm_plugins.transforms.stage import Transforms
+from rllm_plugins.trial import trial_run
 
 __all__ = ["ROLE", "Selection", "grouped", "request_aware", "select"]
 
 ROLE = "all_groups"  # ms-swift's groups carry no role
 FRAMEWORK = "ms-swift's advantage functions"
+WHERE_OPTIONS = "RLLM_SWIFT_ESTIMATOR_KWARGS"  # the setting the estimator's options come from (rllm_swift.use: estimator_kwargs)
 TRANSFORM_CONTEXT = {"offsets", "rewards", "scores", "turn_index", "traj_offsets"}  # what the seam gives a transform
 SHAPER_CONTEXT = {"offsets", "scores"}  # what the seam gives a shaper: ms-swift hands its advantage functions rewards alone
 
@@ -112,6 +115,10 @@ def select(
     options = _entries(estimator_kwargs) or {}
     if not isinstance(options, Mapping):
         raise ValueError(f"{FRAMEWORK}: estimator keyword options must be a mapping (a JSON object), got {options!r}")
+    if "scale_rewards" in options:
+        raise ValueError(f"{WHERE_OPTIONS}: scale_rewards is ms-swift's --scale_rewards; set it there (it reaches the estimators that name it)")
+    check_given_options(name, resolved, options, where=WHERE_OPTIONS, norm_field="--scale_rewards none")
+    trial_run(name, resolved, options, norm_adv_by_std_in_grpo=True, where=WHERE_OPTIONS)
     where_t, where_s = "RLLM_SWIFT_ADVANTAGE_TRANSFORMS", "RLLM_SWIFT_REWARD_SHAPERS"
     chosen = resolve_transforms(_entries(transforms), where_t)
     unit, token = split_chain(chosen)

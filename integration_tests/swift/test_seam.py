@@ -124,6 +124,8 @@ def test_a_release_outside_the_range_with_matching_functions_is_used_with_a_warn
         ("rloo", {"transforms": ["no_such_transform"]}, "no_such_transform"),
         ("rloo", {"shapers": [{"name": "dapo_overlong", "max_length": 8, "buffer": 2}]}, "does not provide"),
         ("rloo", {"estimator_kwargs": "[1, 2]"}, "must be a mapping"),
+        ("grpo", {"estimator_kwargs": '{"epsilonn": 0.1}'}, "epsilonn"),
+        ("trl_grpo", {"estimator_kwargs": {"scale_rewards": "batch"}}, "ms-swift's --scale_rewards"),
     ],
 )
 def test_what_the_seam_cannot_run_is_refused_when_selected(name, kwargs, message):
