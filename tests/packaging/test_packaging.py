@@ -18,6 +18,7 @@ import rllm_plugins
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ["pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md", "MANIFEST.in", "Makefile", "rllm_plugins", "adapters", "examples/rllm-median-baseline"]
 PACKAGES = {"rllm_plugins": ROOT / "rllm_plugins", "rllm_verl": ROOT / "adapters" / "rllm_verl", "rllm_trl": ROOT / "adapters" / "rllm_trl"}
+PACKAGES["rllm_swift"] = ROOT / "adapters" / "rllm_swift"  # ms-swift
 LEFTOVERS = ("build", "dist", "__pycache__")
 
 
