@@ -101,8 +101,8 @@ CONFIG_FIELDS: dict[str, Any] = {
     "remove_unused_columns": False,
 }
 
-# set by GRPOTrainer.__init__, read by the mixin at every generation
-TRAINER_ATTRIBUTES = ("accelerator", "reward_weights", "reward_func_names", "num_generations", "num_generations_eval", "eos_token_ids", "_metrics", "_logs")
+# set by GRPOTrainer.__init__, read by the mixin at every generation (eos_token_ids, only since TRL 1.14.2, is read where set: rollouts.py)
+TRAINER_ATTRIBUTES = ("accelerator", "reward_weights", "reward_func_names", "num_generations", "num_generations_eval", "_metrics", "_logs")
 
 # keys of _generate_and_score_completions' output the mixin reads ("tool_mask" only on multi-turn rows)
 OUTPUT_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages")

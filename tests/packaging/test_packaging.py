@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ["pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md", "MANIFEST.in", "Makefile", "rllm_plugins", "adapters", "examples/rllm-median-baseline"]
 PACKAGES = {"rllm_plugins": ROOT / "rllm_plugins", "rllm_verl": ROOT / "adapters" / "rllm_verl", "rllm_trl": ROOT / "adapters" / "rllm_trl"}
 PACKAGES["rllm_swift"] = ROOT / "adapters" / "rllm_swift"  # ms-swift
+PACKAGES["rllm_axolotl"] = ROOT / "adapters" / "rllm_axolotl"  # axolotl
 LEFTOVERS = ("build", "dist", "__pycache__")
 
 
