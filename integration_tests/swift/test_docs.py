@@ -72,3 +72,12 @@ def test_the_architecture_names_each_module_of_rllm_swift():
 
 def test_the_site_lists_the_page():
     assert "      - ms-swift: swift.md\n" in (ROOT / "mkdocs.yml").read_text()
+
+
+def test_rllm_swift_imports_the_core_alone_never_rllm_trl_or_trl():
+    imported = set()
+    for path in PACKAGE.glob("*.py"):
+        imported |= set(re.findall(r"^\s*(?:from|import)\s+([\w.]+)", path.read_text(), re.M))
+    assert {name.split(".")[0] for name in imported} - {"", "__future__", "rllm_plugins", "rllm_swift", "swift", "torch", "numpy"} <= {
+        "functools", "importlib", "inspect", "json", "logging", "os", "sys", "types", "warnings", "collections", "dataclasses", "typing", "pathlib",
+    }, imported  # fmt: skip
