@@ -29,7 +29,7 @@ PY310 = os.environ.get("RLLM_COMPAT_PY310", "/root/.pyenv/versions/3.10.13/bin/p
 PY312 = os.environ.get("RLLM_COMPAT_PY312", "/root/.pyenv/versions/3.12.1/bin/python3.12")
 DEV = ["pytest>=8", "hypothesis>=6.100", "omegaconf>=2.3", "jmespath>=1.0", "setuptools>=77"]
 # distributions whose installed versions a cell records
-RECORDED = ("verl", "trl", "transformers", "numpy", "torch", "tensordict", "pyarrow", "ray", "TransferQueue", "ms-swift")
+RECORDED = ("verl", "trl", "transformers", "numpy", "torch", "tensordict", "pyarrow", "ray", "TransferQueue", "ms-swift", "axolotl")
 
 # The user's line on verl < 0.9 (no verl.plugins entry points there): rllm_verl.versions.MODULES_LINE.
 OLD_VERL_ENV = {"VERL_USE_EXTERNAL_MODULES": "rllm_verl.plugin"}
@@ -74,6 +74,9 @@ TRL_115_CPU_TESTS = [
     )
 ]
 CORE_TESTS = ["tests/core", "tests/steps"]
+# axolotl 0.21 (Python >= 3.12; it pins trl 1.14.1 and transformers 5.20.1): the plugin, the trainers refused by name, a real GRPO
+# step on CPU, docs/axolotl.md's YAML; torch 2.13.0 for Python 3.12 comes from the package index (the local CPU wheel is for 3.11)
+AXOLOTL_TESTS = ["integration_tests/axolotl"]
 # ms-swift 4.6 (its own GRPOTrainer; trl 0.29 and transformers 5.19 with it): the seam, its numbers against ms-swift's own, a
 # real GRPO step on CPU and docs/swift.md's snippets. ms-swift 4.6 imports msgspec without declaring it (swift.rlhf_trainers.utils)
 SWIFT_TESTS = ["integration_tests/swift"]
@@ -117,6 +120,7 @@ CELLS: dict[str, tuple[str, list[str], bool, list[str], dict[str, str]]] = {
     "trl-1.15.0": (PY311, ["-e", ".[trl]", "trl==1.15.0", *CPU_TRANSFORMERS, EXAMPLE_PLUGIN], True, TRL_115_CPU_TESTS, {}),
     "trl-1.16.0": (PY311, ["-e", ".[trl]", "trl==1.16.0", *CPU_TRANSFORMERS, EXAMPLE_PLUGIN], True, TRL_TESTS, {}),
     "ms-swift-4.6": (PY311, ["-e", ".", *SWIFT_PINS, EXAMPLE_PLUGIN], True, SWIFT_TESTS, {}),
+    "axolotl-0.21": (PY312, ["-e", ".", "axolotl==0.21.0"], True, AXOLOTL_TESTS, {}),
     "core-numpy1": (PY311, ["-e", ".", "numpy==1.26.4", EXAMPLE_PLUGIN], True, CORE_TESTS, {}),
     "core-numpy2": (PY311, ["-e", ".", "numpy>=2", EXAMPLE_PLUGIN], True, CORE_TESTS, {}),
     "core-py3.10": (PY310, ["-e", ".", EXAMPLE_PLUGIN], False, CORE_TESTS, {}),
@@ -134,6 +138,7 @@ USERS = {
     "trl-1.15.0": "TRL 1.15",
     "trl-1.16.0": "TRL 1.16, the newest release",
     "ms-swift-4.6": "ms-swift 4.6 (its GRPOTrainer, trl 0.29, transformers 5.19)",
+    "axolotl-0.21": "axolotl 0.21 (AxolotlGRPOTrainer through axolotl's plugins; trl 1.14.1, transformers 5.20.1)",
     "core-numpy1": "the core alone, numpy 1",
     "core-numpy2": "the core alone, numpy 2",
     "core-py3.10": "the core alone, the oldest Python",

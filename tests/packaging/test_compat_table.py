@@ -116,7 +116,7 @@ def test_the_rllm_users_install_lines_are_the_ones_the_verl_080_cells_install(ce
 
 def test_docs_compat_names_every_cell_and_the_ci_cells_are_the_ends_of_each_range():
     page = (ROOT / "docs" / "compat.md").read_text()
-    named = set(re.findall(r"`((?:verl|trl|core|next-verl|ms-swift)-[\w.-]+)`", page))
+    named = set(re.findall(r"`((?:verl|trl|core|next-verl|ms-swift|axolotl)-[\w.-]+)`", page))
     assert named == set(_cells())
     ci = set(_constant("CI_CELLS"))
     for framework in ("verl", "trl"):
