@@ -274,8 +274,9 @@ def test_the_collector_refuses_what_it_cannot_give_and_several_named_rewards():
         finally:
             unregister_reward_shaper("test_needs_tools")
     named = TrajectoryGroup([Trajectory(steps=[Step()], reward=None, metadata={"rewards": {"a": 1.0, "b": 0.5}}) for _ in range(2)])
+    config = AlgorithmConfig(multi_objective_aggregation="normalize_then_sum", reward_shapers=[{"name": "turn_penalty", "coef": 0.1}])
     with pytest.raises(ValueError, match=r"reward shapers add to one reward per unit; these units carry 2 rewards each"):
-        collect_reward_and_advantage_from_trajectory_groups([named], AlgorithmConfig(reward_shapers=[{"name": "turn_penalty", "coef": 0.1}]))
+        collect_reward_and_advantage_from_trajectory_groups([named], config)
 
 
 def test_the_provenance_line_names_the_shapers_with_their_options():

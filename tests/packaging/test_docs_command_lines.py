@@ -59,7 +59,18 @@ def shell_commands(text: str) -> list[list[str]]:
         else:
             continue
         commands += [shlex.split(line, comments=True) for line in lines if line.strip() and not line.lstrip().startswith("#")]
-    return [argv for argv in commands if argv]
+    return [argv for argv in map(without_assignments, commands) if argv]
+
+
+ASSIGNMENT = re.compile(r"^[A-Z_][A-Z0-9_]*=")
+
+
+def without_assignments(argv: list[str]) -> list[str]:
+    """The command a shell runs after the environment assignments that lead its line (``NAME=value swift rlhf ...``); each
+    assignment a page shows must name a variable the package reads (a test below)."""
+    while argv and ASSIGNMENT.match(argv[0]):
+        argv = argv[1:]
+    return argv
 
 
 COMMANDS = [(page.relative_to(ROOT).as_posix(), argv) for page in PAGES for argv in shell_commands(page.read_text())]
@@ -78,7 +89,22 @@ def test_the_reader_finds_the_command_lines():
         "```bash\nmake demo   # a comment\npython -m a.b x=1 \\\n  y=2\n```\n```console\n$ rllm-plugins plugins\nmedian  active\n```\n```python\nmake()\n```\n"
     )
     assert shell_commands(text) == [["make", "demo"], ["python", "-m", "a.b", "x=1", "y=2"], ["rllm-plugins", "plugins"]]
-    assert {argv[0] for _, argv in COMMANDS} <= {"rllm-plugins", "make", "python", "pip", "export"}, "a command this test does not know how to check"
+    assert {argv[0] for _, argv in COMMANDS} <= {"rllm-plugins", "make", "python", "pip", "export", "swift"}, "a command this test does not know how to check"
+    assert without_assignments(["RLLM_SWIFT_ESTIMATOR=rloo", "swift", "rlhf"]) == ["swift", "rlhf"]
+
+
+@pytest.mark.parametrize("item", of("swift"), ids=ids)
+def test_every_swift_line_loads_the_shipped_plugin_file_and_names_only_variables_it_reads(item):
+    """ms-swift's own command (not installed here): its ``--external_plugins`` is the file ``python -m rllm_swift.plugin``
+    prints, and every leading assignment of that line names a variable the plugin file reads."""
+    page, argv = item
+    plugin = ROOT / "adapters" / "rllm_swift" / "plugin.py"
+    assert plugin.is_file()
+    assert argv[argv.index("--external_plugins") + 1] == "$(python -m rllm_swift.plugin)", page
+    line = next(line for line in (ROOT / page).read_text().splitlines() if " ".join(argv[:2]) in line)
+    named = re.findall(r"\b(RLLM_SWIFT_[A-Z_]+)=", line.split(" swift ", 1)[0])
+    read = set(re.findall(r"\"(RLLM_SWIFT_[A-Z_]+)\"", plugin.read_text()))
+    assert named and set(named) <= read, (named, read)
     assert len(of("rllm-plugins")) >= 5 and of("make") and of("python") and of("pip")
 
 
