@@ -17,7 +17,6 @@ Run: ``python -m benchmarks.verl_advantage [--quick]``.
 
 from __future__ import annotations
 
-import tracemalloc
 import uuid
 from collections.abc import Callable
 from functools import partial
@@ -25,7 +24,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.profiler import ProfilerActivity, profile
+
+from rllm_plugins.bench.measure import peak_extra_memory  # the one measure, rllm-plugins bench's
 
 from .report import Report, Target, script_main
 from .timing import Table, format_bytes, format_ratio, format_time, measure_interleaved, page_faults_per_call
@@ -56,31 +56,6 @@ def make_dataproto(rows: int, length: int, n: int, seed: int = 0) -> Any:
     token_level_rewards[torch.arange(rows), lengths - 1] = torch.from_numpy(rng.integers(0, 2, size=rows).astype(np.float32))
     uid = np.repeat(np.array([str(uuid.UUID(int=int(rng.integers(2**62)), version=4)) for _ in range(rows // n)], dtype=object), n)
     return DataProto.from_dict(tensors={"token_level_rewards": token_level_rewards, "response_mask": response_mask}, non_tensors={"uid": uid})
-
-
-def peak_extra_memory(fn: Callable[[], object]) -> tuple[int, int]:
-    """``(peak, retained)`` bytes allocated by ``fn()`` beyond what existed before it (torch CPU + numpy).
-
-    torch's profiler gives each op its own net change (``self_cpu_memory_usage``); an op that frees what its children
-    allocated (``mul`` freeing the cast ``_to_copy`` made of an integer mask) has a negative one, counted at its end.
-    """
-    tracemalloc.start()
-    try:
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            fn()
-        numpy_current, numpy_peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    changes = []  # an op's own net change: an allocation dated at its start, a free at its end (after the children it frees)
-    for event in prof.events():
-        delta = event.cpu_memory_usage if event.name == "[memory]" else event.self_cpu_memory_usage
-        if delta:
-            changes.append((event.time_range.start if delta > 0 else event.time_range.end, delta))
-    running = peak = 0
-    for _, delta in sorted(changes):
-        running += delta
-        peak = max(peak, running)
-    return peak + numpy_peak, running + numpy_current
 
 
 def outcome_names() -> tuple[str, ...]:
