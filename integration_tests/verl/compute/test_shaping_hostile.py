@@ -168,3 +168,18 @@ def test_verls_own_gdpo_and_remax_are_refused_with_shapers_naming_why(estimator)
     data.non_tensor_batch["acc"] = np.array([1.0, 1.0], dtype=object)
     with pytest.raises(ValueError, match=f"verl's own '{estimator}'"):
         ray_trainer.compute_advantage(data, estimator, config=algorithm([DAPO], gdpo_reward_keys=["acc"]))
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rllm_rloo"])
+def test_interleaved_rows_and_ids_with_separators_change_no_row_of_a_group_dependent_shaper(estimator):
+    """The rows of one batch in another order, their uids holding ``|``, ``_`` and ``:`` (and one an int): each row keeps its
+    advantage, as the shapers' groups are the uid's whatever the order."""
+    masks = [[1] * 4, [1] * 2, [1] * 7, [1] * 3, [1] * 5, [1] * 1, [1] * 8]
+    rewards = [1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.5]
+    uids = ["q|1_a:x", "q|1_a:x", "q|1_a:x", 7, 7, 7, 7]
+    lp = [{"name": "length_penalty", "input_weight": 0.0}, DAPO]
+    plain = advantages(batch(rewards, masks, uids), estimator, algorithm(lp))
+    order = [6, 0, 3, 2, 5, 1, 4]
+    shuffled = advantages(batch([rewards[i] for i in order], [masks[i] for i in order], [uids[i] for i in order]), estimator, algorithm(lp))
+    np.testing.assert_allclose(shuffled, plain[order], rtol=0, atol=1e-6)
+    assert np.abs(plain).max() > 0
